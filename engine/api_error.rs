@@ -1,0 +1,73 @@
+//! The JSON error body every non-2xx answer of ours carries:
+//! `{"error":{"code":"...","message":"...","field":"..."}}`.
+
+use http::StatusCode;
+use serde::Serialize;
+
+/// A request rejection or service refusal with a stable machine-readable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: String,
+    pub message: String,
+    pub field: Option<String>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<&'a str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.into(),
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// HTTP 400: the request is invalid; no payment contract is issued.
+    pub fn bad_request(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// HTTP 400 naming the offending field (a JSON pointer such as `/asset/symbol`).
+    pub fn invalid_field(
+        code: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError::bad_request(code, message).with_field(field)
+    }
+
+    pub fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn body(&self) -> Vec<u8> {
+        let body = Body {
+            error: Inner {
+                code: &self.code,
+                message: &self.message,
+                field: self.field.as_deref(),
+            },
+        };
+        serde_json::to_vec(&body).unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+    }
+}

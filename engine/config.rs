@@ -1,0 +1,360 @@
+//! Configuration: embedded defaults, then an optional `factomat.toml`, then `FACTOMAT_*`
+//! environment variables. Every value is checked at start-up; a bad one stops the service
+//! with a message naming the key and where it came from.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::evm;
+
+/// The default listen address: loopback only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8402";
+/// The default ledger: a SQLite file in the working directory.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite:factomat.db";
+/// The file read when no `--config` is given and it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "factomat.toml";
+
+/// Every configuration key: (toml key, environment variable, secret?, description).
+/// The README's configuration table is checked against this list by a test.
+pub const KEYS: &[(&str, &str, bool, &str)] = &[
+    ("listen", "FACTOMAT_LISTEN", false, "Socket address to listen on."),
+    ("base_url", "FACTOMAT_BASE_URL", false, "Public base URL written into every absolute URL we publish."),
+    ("pay_to", "FACTOMAT_PAY_TO", false, "EVM address that receives payments; unset = paid calls answer 503 service_disabled."),
+    ("log_format", "FACTOMAT_LOG_FORMAT", false, "text or json."),
+    ("log_level", "FACTOMAT_LOG_LEVEL", false, "tracing filter, e.g. info or factomat=debug."),
+    ("facilitator_url", "FACTOMAT_FACILITATOR_URL", false, "x402 facilitator base URL (/verify, /settle, /supported)."),
+    ("facilitator_authorization", "FACTOMAT_FACILITATOR_AUTHORIZATION", true, "Optional static Authorization header value for the facilitator."),
+    ("database_url", "FACTOMAT_DATABASE_URL", false, "Settlement ledger; sqlite:PATH."),
+    ("rpc_url_eip155_8453", "FACTOMAT_RPC_URL_EIP155_8453", true, "JSON-RPC URL for Base (may hold a key)."),
+    ("rpc_url_eip155_1", "FACTOMAT_RPC_URL_EIP155_1", true, "JSON-RPC URL for Ethereum (may hold a key)."),
+];
+
+/// A value that must never be printed: Debug and Display show only that it is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The checked configuration the service runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// No trailing slash; paths are appended to it. None = `http://<bound address>`.
+    pub base_url: Option<String>,
+    /// Checksummed (EIP-55) payee, or None when payments are disabled.
+    pub pay_to: Option<String>,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub facilitator_url: Option<url::Url>,
+    pub facilitator_authorization: Option<Secret>,
+    pub database_url: String,
+    pub rpc_url_eip155_8453: Option<Secret>,
+    pub rpc_url_eip155_1: Option<Secret>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration: {key} ({source_name}): {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub source_name: String,
+    pub message: String,
+}
+
+/// The raw key/value layer before checking, with where each value came from.
+#[derive(Debug, Default, Clone)]
+struct RawLayer {
+    values: BTreeMap<&'static str, (String, String)>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    base_url: Option<String>,
+    pay_to: Option<String>,
+    log_format: Option<String>,
+    log_level: Option<String>,
+    facilitator_url: Option<String>,
+    facilitator_authorization: Option<String>,
+    database_url: Option<String>,
+    rpc_url_eip155_8453: Option<String>,
+    rpc_url_eip155_1: Option<String>,
+}
+
+impl FileConfig {
+    fn get(&self, key: &str) -> Option<&String> {
+        match key {
+            "listen" => self.listen.as_ref(),
+            "base_url" => self.base_url.as_ref(),
+            "pay_to" => self.pay_to.as_ref(),
+            "log_format" => self.log_format.as_ref(),
+            "log_level" => self.log_level.as_ref(),
+            "facilitator_url" => self.facilitator_url.as_ref(),
+            "facilitator_authorization" => self.facilitator_authorization.as_ref(),
+            "database_url" => self.database_url.as_ref(),
+            "rpc_url_eip155_8453" => self.rpc_url_eip155_8453.as_ref(),
+            "rpc_url_eip155_1" => self.rpc_url_eip155_1.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    /// Configuration from the environment alone (no file), for embedding and tests.
+    pub fn from_env(env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        let mut raw = RawLayer::default();
+        raw.overlay_env(env);
+        raw.check()
+    }
+
+    /// Loads the configuration. `file` is an explicit `--config` path (it must exist); without
+    /// one, `factomat.toml` in the working directory is read when present. `env` is the
+    /// process environment (passed in so tests can supply their own).
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut raw = RawLayer::default();
+        let default_file = PathBuf::from(DEFAULT_CONFIG_FILE);
+        let path = match file {
+            Some(path) => Some(path.to_path_buf()),
+            None if default_file.exists() => Some(default_file),
+            None => None,
+        };
+        if let Some(path) = path {
+            raw.read_file(&path)?;
+        }
+        raw.overlay_env(env);
+        raw.check()
+    }
+}
+
+impl RawLayer {
+    fn overlay_env(&mut self, env: impl IntoIterator<Item = (String, String)>) {
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        for (key, var, _, _) in KEYS {
+            if let Some(value) = env.get(*var) {
+                self.values.insert(key, (value.clone(), format!("env {var}")));
+            }
+        }
+        for name in env.keys() {
+            let known = KEYS.iter().any(|(_, var, _, _)| var == name);
+            if name.starts_with("FACTOMAT_") && !name.starts_with("FACTOMAT_UNSAFE_TEST_") && !known {
+                tracing::warn!(variable = %name, "unknown FACTOMAT_ environment variable ignored");
+            }
+        }
+    }
+
+    fn read_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let source_name = path.display().to_string();
+        let error = |message: String| ConfigError {
+            key: "file".into(),
+            source_name: source_name.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let parsed: FileConfig = toml::from_str(&text).map_err(|e| error(e.to_string()))?;
+        for (key, _, _, _) in KEYS {
+            if let Some(value) = parsed.get(key) {
+                self.values.insert(key, (value.clone(), source_name.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of `key` and where it came from, ignoring empty strings (unset).
+    fn get(&self, key: &'static str) -> Option<(&str, &str)> {
+        self.values
+            .get(key)
+            .filter(|(v, _)| !v.trim().is_empty())
+            .map(|(v, s)| (v.trim(), s.as_str()))
+    }
+
+    fn error(&self, key: &'static str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.to_string(),
+            source_name: self
+                .values
+                .get(key)
+                .map(|(_, s)| s.clone())
+                .unwrap_or_else(|| "default".into()),
+            message: message.into(),
+        }
+    }
+
+    fn check(self) -> Result<Config, ConfigError> {
+        let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|_| self.error("listen", format!("{listen_text:?} is not a socket address such as 127.0.0.1:8402")))?;
+        let base_url = match self.get("base_url") {
+            Some((value, _)) => Some(check_base_url(value).map_err(|m| self.error("base_url", m))?),
+            None => None,
+        };
+        let pay_to = match self.get("pay_to") {
+            Some((value, _)) => {
+                let address = evm::parse_address(value)
+                    .map_err(|e| self.error("pay_to", format!("{value:?}: {e}")))?;
+                if address.is_zero() {
+                    return Err(self.error("pay_to", "the zero address cannot receive payments"));
+                }
+                Some(address.to_checksum(None))
+            }
+            None => None,
+        };
+        let log_format = match self.get("log_format").map(|(v, _)| v) {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(self.error("log_format", format!("{other:?} is not text or json"))),
+        };
+        let log_level = self.get("log_level").map(|(v, _)| v).unwrap_or("info").to_string();
+        let facilitator_url = match self.get("facilitator_url") {
+            Some((value, _)) => Some(check_service_url(value).map_err(|m| self.error("facilitator_url", m))?),
+            None => None,
+        };
+        let database_url = self
+            .get("database_url")
+            .map(|(v, _)| v)
+            .unwrap_or(DEFAULT_DATABASE_URL)
+            .to_string();
+        if !database_url.starts_with("sqlite:") {
+            return Err(self.error("database_url", "only sqlite:PATH is supported"));
+        }
+        let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
+            match self.get(key) {
+                None => Ok(None),
+                Some((value, _)) if key.starts_with("rpc_url") => {
+                    // Never echo the value: it may carry a provider key.
+                    check_service_url(value)
+                        .map_err(|_| self.error(key, "is not an http(s) URL (value withheld: it may hold a key)"))?;
+                    Ok(Some(Secret(value.to_string())))
+                }
+                Some((value, _)) => Ok(Some(Secret(value.to_string()))),
+            }
+        };
+        Ok(Config {
+            listen,
+            base_url,
+            pay_to,
+            log_format,
+            log_level,
+            facilitator_url,
+            facilitator_authorization: secret("facilitator_authorization")?,
+            database_url,
+            rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
+            rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
+        })
+    }
+}
+
+/// A base URL: http(s), a host, no userinfo, query or fragment; trailing slash removed.
+fn check_base_url(value: &str) -> Result<String, String> {
+    let url = url::Url::parse(value).map_err(|e| format!("{value:?}: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(format!("{value:?} must be an http(s) URL with a host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("{value:?} must not carry credentials"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!("{value:?} must not have a query or fragment"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_string())
+}
+
+fn check_service_url(value: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(value).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("must be an http(s) URL with a host".into());
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback() {
+        let config = Config::load(None, env(&[])).expect("defaults are valid");
+        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(config.base_url, None);
+        assert_eq!(config.pay_to, None);
+        assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+    }
+
+    #[test]
+    fn environment_overrides_and_checksums_pay_to() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("FACTOMAT_BASE_URL", "https://api.example.com/"),
+                ("FACTOMAT_PAY_TO", "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913"),
+                ("FACTOMAT_LOG_FORMAT", "json"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(config.base_url.as_deref(), Some("https://api.example.com"));
+        assert_eq!(config.pay_to.as_deref(), Some("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"));
+        assert_eq!(config.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_values_name_their_key_and_source() {
+        let err = Config::load(None, env(&[("FACTOMAT_LISTEN", "nowhere")])).unwrap_err();
+        assert_eq!((err.key.as_str(), err.source_name.as_str()), ("listen", "env FACTOMAT_LISTEN"));
+        let err = Config::load(None, env(&[("FACTOMAT_PAY_TO", "0x12")])).unwrap_err();
+        assert_eq!(err.key, "pay_to");
+        let err = Config::load(None, env(&[("FACTOMAT_LOG_FORMAT", "xml")])).unwrap_err();
+        assert_eq!(err.key, "log_format");
+        let err = Config::load(None, env(&[("FACTOMAT_BASE_URL", "https://u:p@x.example")])).unwrap_err();
+        assert_eq!(err.key, "base_url");
+    }
+
+    #[test]
+    fn rpc_url_errors_never_echo_the_value() {
+        let err = Config::load(None, env(&[("FACTOMAT_RPC_URL_EIP155_8453", "not-a-url-secretkey123")])).unwrap_err();
+        assert!(!err.to_string().contains("secretkey123"), "{err}");
+        let config = Config::load(None, env(&[("FACTOMAT_RPC_URL_EIP155_8453", "https://rpc.example/v2/secretkey123")])).expect("valid");
+        assert!(!format!("{config:?}").contains("secretkey123"));
+    }
+
+    #[test]
+    fn file_values_are_read_and_unknown_keys_fail() {
+        let dir = std::env::temp_dir().join(format!("factomat-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "listen = \"127.0.0.1:9999\"\nlog_format = \"json\"\n").expect("write");
+        let config = Config::load(Some(&good), env(&[("FACTOMAT_LOG_FORMAT", "text")])).expect("valid");
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.log_format, LogFormat::Text, "environment wins over the file");
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "lissten = \"x\"\n").expect("write");
+        let err = Config::load(Some(&bad), env(&[])).unwrap_err();
+        assert!(err.message.contains("lissten"), "{err}");
+    }
+}

@@ -1,0 +1,46 @@
+//! The one door every outbound request of the engine passes through.
+//!
+//! It counts requests so tests (and operators) can prove that nothing left the process
+//! before a payment was verified: every 400 and 402 must leave the count unchanged.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A shared, counted HTTP client.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    client: reqwest::Client,
+    sent: Arc<AtomicU64>,
+}
+
+impl Gateway {
+    pub fn new() -> Result<Gateway, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(5000))
+            .timeout(Duration::from_millis(20_000))
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("factomat/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Gateway {
+            client,
+            sent: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// How many outbound requests this gateway has started since start-up.
+    pub fn outbound_requests(&self) -> u64 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    /// Sends a request built with [`Gateway::request`]; the count rises before any I/O.
+    pub async fn send(&self, request: reqwest::Request) -> reqwest::Result<reqwest::Response> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        self.client.execute(request).await
+    }
+
+    /// Starts building a request; it goes out only through [`Gateway::send`].
+    pub fn request(&self, method: reqwest::Method, url: reqwest::Url) -> reqwest::RequestBuilder {
+        self.client.request(method, url)
+    }
+}

@@ -1,0 +1,19 @@
+//! factomat: bounded, factual, point-in-time observations sold per call over x402 v2.
+//!
+//! Layout: `machines.yaml` → `build.rs` (checks, renders) → this engine (server, payment
+//! gate, gateway) → one module per machine under `machines/`.
+
+pub mod api_error;
+pub mod canonical;
+pub mod config;
+pub mod evm;
+pub mod gateway;
+pub mod machines;
+pub mod manifest;
+pub mod render;
+pub mod renders;
+pub mod request_checks;
+pub mod server;
+pub mod url_policy;
+pub mod validation;
+pub mod x402;

@@ -1,0 +1,20 @@
+//! VM09 x402 pre-sign handoff packet.
+
+use serde_json::Value;
+
+use crate::api_error::ApiError;
+use crate::manifest::Machine;
+use crate::request_checks as rc;
+
+pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
+    rc::public_url(request, "/resource_url")?;
+    rc::no_body_for_get(request)?;
+    rc::address(request, "/payer_address")?;
+    rc::uint256(request, "/max_amount_atomic")?;
+    rc::address_list(request, "/allowed_pay_to")?;
+    if request.get("baseline").is_some() {
+        rc::public_url(request, "/baseline/resource_url")?;
+        rc::address(request, "/baseline/pay_to")?;
+    }
+    Ok(())
+}

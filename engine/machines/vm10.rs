@@ -1,0 +1,20 @@
+//! VM10 payment authority snapshot. A baseline must be ours and intact
+//! (baseline_sha256 = canonical sha256 of the baseline without that field).
+
+use serde_json::Value;
+
+use crate::api_error::ApiError;
+use crate::manifest::Machine;
+use crate::request_checks as rc;
+
+pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
+    rc::public_url(request, "/resource_url")?;
+    rc::no_body_for_get(request)?;
+    rc::address(request, "/payer_address")?;
+    if request.get("baseline").is_some() {
+        rc::baseline_methodology(request, &machine.methodology_version)?;
+        let sealed = rc::without_keys(request, "/baseline", &["baseline_sha256"]);
+        rc::seal_matches(request, "/baseline/baseline_sha256", &sealed)?;
+    }
+    Ok(())
+}

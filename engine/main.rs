@@ -1,0 +1,141 @@
+//! The `factomat` command: run the service, or refresh the committed renders.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use factomat::config::{Config, LogFormat};
+use factomat::renders::RENDERS;
+use factomat::server;
+
+#[derive(Parser)]
+#[command(name = "factomat", version, about = "Pay-per-call factual observations for software agents (x402 v2)")]
+struct Cli {
+    /// Configuration file (default: ./factomat.toml when it exists). FACTOMAT_* variables override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP service (the default command).
+    Serve,
+    /// Write the renders embedded at build time to generated/ and docs/.
+    Generate {
+        /// Repository root to write into.
+        #[arg(long, default_value = ".")]
+        out_dir: PathBuf,
+        /// Only report files that differ; exit 1 when any does.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve(cli.config.as_deref()),
+        Command::Generate { out_dir, check } => generate(&out_dir, check),
+    }
+}
+
+fn serve(config_path: Option<&Path>) -> ExitCode {
+    let config = match Config::load(config_path, std::env::vars()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("factomat: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("factomat: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let mut running = match server::start(config).await {
+            Ok(running) => running,
+            Err(error) => {
+                tracing::error!(%error, "start-up failed");
+                eprintln!("factomat: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let shutdown = running.take_shutdown();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            if let Some(tx) = shutdown {
+                let _ = tx.send(());
+            }
+        });
+        running.wait().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn generate(out_dir: &Path, check: bool) -> ExitCode {
+    let mut differing = 0;
+    for (path, content) in RENDERS {
+        let target = out_dir.join(path);
+        if std::fs::read_to_string(&target).ok().as_deref() == Some(*content) {
+            continue;
+        }
+        differing += 1;
+        if check {
+            println!("differs: {path}");
+            continue;
+        }
+        if let Some(parent) = target.parent() {
+            if let Err(error) = std::fs::create_dir_all(parent) {
+                eprintln!("factomat: {}: {error}", parent.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        if let Err(error) = std::fs::write(&target, content) {
+            eprintln!("factomat: {}: {error}", target.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {path}");
+    }
+    if check && differing > 0 {
+        return ExitCode::FAILURE;
+    }
+    println!("{} renders, {differing} {}", RENDERS.len(), if check { "differ" } else { "written" });
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,459 @@
+//! The machines.yaml manifest: its types and the consistency checks the build runs.
+//!
+//! This module is compiled twice: by `build.rs` (which fails the build on any error, naming
+//! the machine and field) and by the library (so tests can feed it broken manifests and the
+//! engine can read the manifest the build embedded). Keep it free of engine dependencies.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The eleven machine ids, in catalog order.
+pub const MACHINE_IDS: [&str; 11] = [
+    "VM01", "VM02", "VM03", "VM04", "VM05", "VM06", "VM07", "VM08", "VM09", "VM10", "VM11",
+];
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub service: Service,
+    pub payment: Payment,
+    pub families: Vec<Family>,
+    pub machines: Vec<Machine>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub catalog_version: String,
+    pub api_version: String,
+    pub status: String,
+    pub family_wallet_note: String,
+    pub rediscovery_note: String,
+    pub default_max_request_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Payment {
+    pub protocol: String,
+    pub x402_version: u8,
+    pub scheme: String,
+    pub network: String,
+    pub asset: String,
+    pub asset_symbol: String,
+    pub decimals: u32,
+    pub eip712_name: String,
+    pub eip712_version: String,
+    pub max_timeout_seconds: u64,
+    pub request_header: String,
+    pub challenge_header: String,
+    pub response_header: String,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Family {
+    pub family: String,
+    pub label: String,
+    pub machines: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unsupported {
+    pub field: String,
+    pub code: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    pub machine: String,
+    pub family: String,
+    pub name: String,
+    pub purpose: String,
+    pub when_to_call: String,
+    #[serde(rename = "operationId")]
+    pub operation_id: String,
+    pub method: String,
+    pub path: String,
+    pub price: String,
+    pub price_atomic: String,
+    pub methodology_version: String,
+    pub related: Vec<String>,
+    pub unsupported: Vec<Unsupported>,
+    pub allowlists: serde_json::Map<String, Value>,
+    pub limits: serde_json::Map<String, Value>,
+    pub freshness: Value,
+    pub evidence: Vec<String>,
+    pub input_schema: Value,
+    pub input_example: Value,
+    pub output_schema: Value,
+    pub output_example: Value,
+}
+
+impl Machine {
+    /// An integer limit from `limits`, if the manifest sets it.
+    pub fn limit(&self, name: &str) -> Option<u64> {
+        self.limits.get(name).and_then(Value::as_u64)
+    }
+
+    /// The schema component name stem, e.g. `Vm01UrlContext` for `postVm01UrlContext`.
+    pub fn schema_stem(&self) -> String {
+        let stem = self
+            .operation_id
+            .strip_prefix("post")
+            .unwrap_or(&self.operation_id);
+        stem.to_string()
+    }
+}
+
+impl Manifest {
+    /// Parses YAML text. Parse errors are reported against the file as a whole.
+    pub fn from_yaml(text: &str) -> Result<Manifest, ManifestError> {
+        serde_norway::from_str(text).map_err(|err| ManifestError::file(err.to_string()))
+    }
+
+    /// Parses and checks; every inconsistency is returned, not only the first.
+    pub fn load(text: &str) -> Result<Manifest, Vec<ManifestError>> {
+        let manifest = Manifest::from_yaml(text).map_err(|e| vec![e])?;
+        let errors = manifest.check();
+        if errors.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(errors)
+        }
+    }
+
+    pub fn machine(&self, id: &str) -> Option<&Machine> {
+        self.machines.iter().find(|m| m.machine == id)
+    }
+
+    pub fn max_request_bytes(&self, machine: &Machine) -> u64 {
+        machine
+            .limit("max_request_bytes")
+            .unwrap_or(self.service.default_max_request_bytes)
+    }
+
+    /// All consistency checks. An empty vector means the manifest is usable.
+    pub fn check(&self) -> Vec<ManifestError> {
+        let mut errors = Vec::new();
+        self.check_machine_set(&mut errors);
+        self.check_unique("path", |m| &m.path, &mut errors);
+        self.check_unique("operationId", |m| &m.operation_id, &mut errors);
+        self.check_families(&mut errors);
+        for machine in &self.machines {
+            self.check_machine(machine, &mut errors);
+        }
+        errors
+    }
+
+    fn check_machine_set(&self, errors: &mut Vec<ManifestError>) {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for machine in &self.machines {
+            *seen.entry(machine.machine.as_str()).or_default() += 1;
+            if !MACHINE_IDS.contains(&machine.machine.as_str()) {
+                errors.push(ManifestError::at(
+                    &machine.machine,
+                    "machine",
+                    "is not one of VM01..VM11",
+                ));
+            }
+        }
+        for id in MACHINE_IDS {
+            match seen.get(id).copied().unwrap_or(0) {
+                0 => errors.push(ManifestError::at(id, "machine", "is missing")),
+                1 => {}
+                n => errors.push(ManifestError::at(
+                    id,
+                    "machine",
+                    format!("appears {n} times; each machine must appear once"),
+                )),
+            }
+        }
+        let order: Vec<&str> = self.machines.iter().map(|m| m.machine.as_str()).collect();
+        if errors.is_empty() && order != MACHINE_IDS {
+            errors.push(ManifestError::file(format!(
+                "machines must be listed in order VM01..VM11, found {}",
+                order.join(", ")
+            )));
+        }
+    }
+
+    fn check_unique(
+        &self,
+        field: &str,
+        key: impl Fn(&Machine) -> &String,
+        errors: &mut Vec<ManifestError>,
+    ) {
+        let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+        for machine in &self.machines {
+            let value = key(machine).as_str();
+            if let Some(first) = owners.insert(value, &machine.machine) {
+                errors.push(ManifestError::at(
+                    &machine.machine,
+                    field,
+                    format!("{value:?} collides with {first}"),
+                ));
+            }
+        }
+    }
+
+    fn check_families(&self, errors: &mut Vec<ManifestError>) {
+        let mut family_of: BTreeMap<&str, &str> = BTreeMap::new();
+        for family in &self.families {
+            for member in &family.machines {
+                match self.machine(member) {
+                    None => errors.push(ManifestError::family(
+                        &family.family,
+                        format!("names {member}, which is not in the manifest"),
+                    )),
+                    Some(machine) if machine.family != family.family => {
+                        errors.push(ManifestError::family(
+                            &family.family,
+                            format!("names {member}, whose family is {}", machine.family),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if let Some(other) = family_of.insert(member, &family.family) {
+                    errors.push(ManifestError::family(
+                        &family.family,
+                        format!("names {member}, already a member of {other}"),
+                    ));
+                }
+            }
+        }
+        for machine in &self.machines {
+            if !family_of.contains_key(machine.machine.as_str()) {
+                errors.push(ManifestError::at(
+                    &machine.machine,
+                    "family",
+                    format!("{} does not list this machine", machine.family),
+                ));
+            }
+        }
+    }
+
+    fn check_machine(&self, machine: &Machine, errors: &mut Vec<ManifestError>) {
+        let id = machine.machine.as_str();
+        let mut push = |field: &str, message: String| {
+            errors.push(ManifestError::at(id, field, message));
+        };
+        if machine.method != "POST" {
+            push("method", format!("{:?}: paid machines are POST", machine.method));
+        }
+        if !machine.path.starts_with("/v1/") {
+            push("path", format!("{:?} must start with /v1/", machine.path));
+        }
+        if machine.methodology_version.trim().is_empty() {
+            push("methodology_version", "is empty".into());
+        }
+        match price_to_atomic(&machine.price, self.payment.decimals) {
+            Ok(atomic) if atomic.to_string() == machine.price_atomic => {}
+            Ok(atomic) => push(
+                "price_atomic",
+                format!(
+                    "{:?} disagrees with price {:?} (= {atomic} atomic units at {} decimals)",
+                    machine.price_atomic, machine.price, self.payment.decimals
+                ),
+            ),
+            Err(why) => push("price", format!("{:?}: {why}", machine.price)),
+        }
+        for related in &machine.related {
+            match self.machine(related) {
+                None => push("related", format!("names {related}, which is not in the manifest")),
+                Some(_) if related == id => push("related", "names the machine itself".into()),
+                Some(other) if other.family != machine.family => push(
+                    "related",
+                    format!("names {related} of family {}; only siblings", other.family),
+                ),
+                Some(_) => {}
+            }
+        }
+        if let Some(limit) = machine.limits.get("max_request_bytes") {
+            if limit.as_u64().is_none_or(|n| n == 0) {
+                push("limits.max_request_bytes", "must be a positive integer".into());
+            }
+        }
+        for (schema_field, example_field) in [
+            ("input_schema", "input_example"),
+            ("output_schema", "output_example"),
+        ] {
+            let (schema, example) = match schema_field {
+                "input_schema" => (&machine.input_schema, &machine.input_example),
+                _ => (&machine.output_schema, &machine.output_example),
+            };
+            for problem in dialect_problems(schema, "") {
+                push(schema_field, problem);
+            }
+            match compile_schema(schema) {
+                Err(why) => push(schema_field, format!("is not a valid JSON Schema: {why}")),
+                Ok(validator) => {
+                    for error in validator.iter_errors(example) {
+                        let at = error.instance_path().as_str().to_string();
+                        push(
+                            example_field,
+                            format!("fails its own schema at {:?}: {error}", display_path(&at)),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn display_path(pointer: &str) -> &str {
+    if pointer.is_empty() { "/" } else { pointer }
+}
+
+/// Compiles a schema with the dialect the engine validates with (2020-12, formats as
+/// annotations only — URL rules are enforced in code).
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .should_validate_formats(false)
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
+/// Keywords that have no OpenAPI 3.0 equivalent; the renderer could not convert them.
+const FORBIDDEN_KEYWORDS: [&str; 11] = [
+    "$ref",
+    "prefixItems",
+    "patternProperties",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "examples",
+];
+
+/// Reports schema constructs outside the OpenAPI-3.0-convertible subset.
+fn dialect_problems(schema: &Value, at: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Value::Object(map) = schema else {
+        return problems;
+    };
+    for keyword in FORBIDDEN_KEYWORDS {
+        if map.contains_key(keyword) {
+            problems.push(format!("uses {keyword:?} at {:?}", display_path(at)));
+        }
+    }
+    if let Some(Value::Array(types)) = map.get("type") {
+        let nullable_pair = types.len() == 2
+            && types.iter().filter(|t| t.as_str() == Some("null")).count() == 1
+            && types.iter().all(Value::is_string);
+        if !nullable_pair {
+            problems.push(format!(
+                "type list at {:?} must be [T, \"null\"]",
+                display_path(at)
+            ));
+        }
+    }
+    for (key, child) in map {
+        match key.as_str() {
+            "properties" => {
+                if let Value::Object(props) = child {
+                    for (name, sub) in props {
+                        problems.extend(dialect_problems(sub, &format!("{at}/properties/{name}")));
+                    }
+                }
+            }
+            "items" | "additionalProperties" | "not" => {
+                problems.extend(dialect_problems(child, &format!("{at}/{key}")));
+            }
+            "oneOf" | "anyOf" | "allOf" => {
+                if let Value::Array(subs) = child {
+                    for (i, sub) in subs.iter().enumerate() {
+                        problems.extend(dialect_problems(sub, &format!("{at}/{key}/{i}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    problems
+}
+
+/// Converts a `$0.01`-style USD price to atomic units at `decimals`, exactly (no floats).
+pub fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, String> {
+    let digits = price
+        .strip_prefix('$')
+        .ok_or_else(|| "must start with '$'".to_string())?;
+    let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !all_digits(whole) || !all_digits(frac) {
+        return Err("must be a decimal number such as $0.01".into());
+    }
+    if frac.len() > decimals as usize {
+        return Err(format!("has more than {decimals} decimal places"));
+    }
+    let scale = 10u128.pow(decimals);
+    let whole: u128 = whole.parse().map_err(|_| "is too large".to_string())?;
+    let padded = format!("{frac:0<width$}", width = decimals as usize);
+    let frac: u128 = if padded.is_empty() {
+        0
+    } else {
+        padded.parse().map_err(|_| "is not a number".to_string())?
+    };
+    whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(frac))
+        .ok_or_else(|| "is too large".into())
+}
+
+/// One manifest inconsistency, located by machine (or family) and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ManifestError {
+    pub machine: Option<String>,
+    pub field: String,
+    pub message: String,
+}
+
+impl ManifestError {
+    pub fn at(machine: &str, field: &str, message: impl Into<String>) -> Self {
+        ManifestError {
+            machine: Some(machine.to_string()),
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn family(family: &str, message: impl Into<String>) -> Self {
+        ManifestError {
+            machine: None,
+            field: format!("families.{family}"),
+            message: message.into(),
+        }
+    }
+
+    fn file(message: impl Into<String>) -> Self {
+        ManifestError {
+            machine: None,
+            field: String::new(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.machine, self.field.is_empty()) {
+            (Some(machine), _) => write!(f, "machines.yaml: {machine}.{}: {}", self.field, self.message),
+            (None, false) => write!(f, "machines.yaml: {}: {}", self.field, self.message),
+            (None, true) => write!(f, "machines.yaml: {}", self.message),
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! The warp server: free documents prepared once at start-up, and the paid paths' fixed
+//! order — body size → JSON → schema → semantic checks → (pay_to configured?) → 402.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use warp::Filter;
+
+use crate::api_error::ApiError;
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::machines::{self, Check};
+use crate::manifest::{Machine, Manifest};
+use crate::render::{self, BASE_URL_TOKEN};
+use crate::renders::{self, MANIFEST};
+use crate::validation::{self, RequestValidator};
+use crate::x402::{self, Challenge};
+
+const JSON: &str = "application/json";
+const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
+const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE";
+
+/// A free document served from bytes prepared at start-up.
+struct FreeDoc {
+    content_type: &'static str,
+    body: Bytes,
+}
+
+/// Everything a paid path needs, prepared at start-up.
+struct PaidRoute {
+    machine: &'static Machine,
+    validator: RequestValidator,
+    check: Check,
+    max_body: usize,
+    /// None when no pay_to is configured: valid requests answer 503 service_disabled.
+    challenge: Option<Challenge>,
+}
+
+/// Shared, immutable state of a running server.
+pub struct AppState {
+    pub config: Config,
+    pub base_url: String,
+    pub gateway: Gateway,
+    free: HashMap<String, FreeDoc>,
+    paid: HashMap<String, PaidRoute>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("start-up preparation failed: {0}")]
+    Prepare(String),
+}
+
+/// A server running in the background, for the binary and for tests.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets in-flight requests finish, and waits.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Waits until the server ends (it ends only when stopped).
+    pub async fn wait(mut self) {
+        let _ = (&mut self.task).await;
+    }
+
+    /// A sender that stops the server, for signal handlers.
+    pub fn take_shutdown(&mut self) -> Option<oneshot::Sender<()>> {
+        self.shutdown.take()
+    }
+}
+
+/// Binds the configured address and serves until stopped.
+pub async fn start(config: Config) -> Result<RunningServer, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let base_url = config
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let state = Arc::new(AppState::prepare(config, base_url)?);
+    let (tx, rx) = oneshot::channel::<()>();
+    let routes = routes(state.clone());
+    let server = warp::serve(routes).incoming(listener).graceful(async move {
+        let _ = rx.await;
+    });
+    let task = tokio::spawn(server.run());
+    tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
+    Ok(RunningServer {
+        addr,
+        state,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+impl AppState {
+    fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
+        let manifest: &'static Manifest = &MANIFEST;
+        let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
+        let free = free_documents(manifest, &base_url, &config)?;
+        let mut paid = HashMap::new();
+        for machine in &manifest.machines {
+            let route = PaidRoute::prepare(manifest, machine, &base_url, config.pay_to.as_deref())?;
+            paid.insert(machine.path.clone(), route);
+        }
+        Ok(AppState {
+            config,
+            base_url,
+            gateway,
+            free,
+            paid,
+        })
+    }
+}
+
+impl PaidRoute {
+    fn prepare(
+        manifest: &'static Manifest,
+        machine: &'static Machine,
+        base_url: &str,
+        pay_to: Option<&str>,
+    ) -> Result<PaidRoute, StartError> {
+        let validator = RequestValidator::new(machine).map_err(StartError::Prepare)?;
+        let check = machines::check_for(&machine.machine)
+            .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
+        let challenge = pay_to
+            .map(|pay_to| {
+                let required = x402::payment_required(manifest, machine, base_url, pay_to, None);
+                Challenge::new(&required)
+            })
+            .transpose()
+            .map_err(|e| StartError::Prepare(format!("{}: challenge header: {e}", machine.machine)))?;
+        let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
+        Ok(PaidRoute {
+            machine,
+            validator,
+            check,
+            max_body,
+            challenge,
+        })
+    }
+}
+
+fn with_base_url(render_path: &str, base_url: &str) -> Result<Bytes, StartError> {
+    let text = renders::render(render_path)
+        .ok_or_else(|| StartError::Prepare(format!("render {render_path} missing")))?;
+    Ok(Bytes::from(text.replace(BASE_URL_TOKEN, base_url)))
+}
+
+fn free_documents(
+    manifest: &Manifest,
+    base_url: &str,
+    config: &Config,
+) -> Result<HashMap<String, FreeDoc>, StartError> {
+    let mut docs = HashMap::new();
+    let mut add = |path: String, content_type: &'static str, body: Bytes| {
+        docs.insert(path, FreeDoc { content_type, body });
+    };
+    add("/".into(), JSON, with_base_url("generated/index.json", base_url)?);
+    add(render::CATALOG_PATH.into(), JSON, with_base_url("generated/catalog.json", base_url)?);
+    add(render::OPENAPI_PATH.into(), JSON, with_base_url("generated/openapi.json", base_url)?);
+    add(render::LLMS_PATH.into(), "text/plain; charset=utf-8", with_base_url("generated/llms.txt", base_url)?);
+    add(render::WELL_KNOWN_PATH.into(), JSON, with_base_url("generated/well-known-x402.json", base_url)?);
+    add(
+        render::SAMPLE_PATH.into(),
+        JSON,
+        with_base_url("generated/samples/productive-venue-snapshot.json", base_url)?,
+    );
+    for machine in &manifest.machines {
+        add(
+            format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
+            "text/markdown; charset=utf-8",
+            with_base_url(&format!("docs/machines/{}.md", machine.machine), base_url)?,
+        );
+    }
+    add(render::HEALTH_PATH.into(), JSON, health_document(manifest, config));
+    Ok(docs)
+}
+
+/// The health object (schema `Health`): static facts of this process, no upstream work.
+fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
+    let pay_to_configured = config.pay_to.is_some();
+    let body = json!({
+        "status": if pay_to_configured { "ok" } else { "degraded" },
+        "service": manifest.service.name,
+        "catalog_version": manifest.service.catalog_version,
+        "api_version": manifest.service.api_version,
+        "version": env!("CARGO_PKG_VERSION"),
+        "machines": manifest.machines.len(),
+        "payment": {
+            "network": manifest.payment.network,
+            "scheme": manifest.payment.scheme,
+            "asset": manifest.payment.asset,
+            "pay_to_configured": pay_to_configured,
+            "facilitator_configured": config.facilitator_url.is_some(),
+            "rail": "not_ready",
+        },
+    });
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+fn routes(
+    state: Arc<AppState>,
+) -> impl Filter<Extract = (Response<Bytes>,), Error = warp::Rejection> + Clone + Send + Sync + 'static {
+    warp::any()
+        .map(move || state.clone())
+        .and(warp::method())
+        .and(warp::path::full())
+        .and(warp::header::headers_cloned())
+        .and(warp::body::stream())
+        .then(
+            |state: Arc<AppState>, method: Method, path: warp::path::FullPath, headers: HeaderMap, body| async move {
+                let started = Instant::now();
+                let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
+                log_request(&method, path.as_str(), &response, started);
+                response
+            },
+        )
+}
+
+fn log_request(method: &Method, path: &str, response: &Response<Bytes>, started: Instant) {
+    let status = response.status().as_u16();
+    let micros = started.elapsed().as_micros() as u64;
+    if status >= 500 {
+        tracing::warn!(%method, path, status, micros, "request");
+    } else {
+        tracing::debug!(%method, path, status, micros, "request");
+    }
+}
+
+async fn dispatch<S, B>(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: S,
+) -> Response<Bytes>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: Buf,
+{
+    if let Some(route) = state.paid.get(path) {
+        return match *method {
+            Method::POST => paid(state, route, headers, body).await,
+            Method::OPTIONS => preflight("POST, OPTIONS"),
+            _ => method_not_allowed("POST, OPTIONS"),
+        };
+    }
+    if let Some(doc) = state.free.get(path) {
+        return match *method {
+            Method::GET => document(doc, false),
+            Method::HEAD => document(doc, true),
+            Method::OPTIONS => preflight("GET, HEAD, OPTIONS"),
+            _ => method_not_allowed("GET, HEAD, OPTIONS"),
+        };
+    }
+    error_response(&ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no resource at {path}; see /v1/catalog"),
+    ))
+}
+
+async fn paid<S, B>(
+    _state: &AppState,
+    route: &PaidRoute,
+    headers: &HeaderMap,
+    body: S,
+) -> Response<Bytes>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: Buf,
+{
+    match validate_paid_request(route, headers, body).await {
+        Err(error) => error_response(&error),
+        Ok(_request) => {
+            let Some(challenge) = &route.challenge else {
+                return error_response(&ApiError::unavailable(
+                    "service_disabled",
+                    "payments are not configured on this deployment (no pay_to); no payment is requested",
+                ));
+            };
+            if headers.contains_key(x402::PAYMENT_SIGNATURE) {
+                tracing::info!(machine = %route.machine.machine, "payment presented before the rail is ready");
+                return error_response(&ApiError::unavailable(
+                    "payment_rail_not_ready",
+                    "payment verification is not available yet; nothing was charged",
+                ));
+            }
+            payment_required(challenge)
+        }
+    }
+}
+
+/// Size limit → JSON → schema → semantic checks. Pure: no I/O beyond reading the body.
+async fn validate_paid_request<S, B>(
+    route: &PaidRoute,
+    headers: &HeaderMap,
+    body: S,
+) -> Result<Value, ApiError>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: Buf,
+{
+    check_content_type(headers)?;
+    let bytes = read_limited(headers, body, route.max_body).await?;
+    let request = validation::parse_json(&bytes)?;
+    route.validator.validate(&request)?;
+    (route.check)(route.machine, &request)?;
+    Ok(request)
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let media = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if media == JSON || (media.starts_with("application/") && media.ends_with("+json")) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "unsupported_content_type",
+            format!("send the request as application/json, not {media:?}"),
+        ))
+    }
+}
+
+/// Reads at most `limit` bytes; a larger body is refused without reading the rest.
+async fn read_limited<S, B>(headers: &HeaderMap, mut body: S, limit: usize) -> Result<Bytes, ApiError>
+where
+    S: Stream<Item = Result<B, warp::Error>> + Unpin,
+    B: Buf,
+{
+    let too_large = || {
+        ApiError::bad_request(
+            "body_too_large",
+            format!("the request body exceeds this machine's limit of {limit} bytes"),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut buffer = BytesMut::new();
+    while let Some(chunk) = body.next().await {
+        let mut chunk = chunk.map_err(|e| {
+            ApiError::bad_request("invalid_body", format!("the request body could not be read: {e}"))
+        })?;
+        if buffer.len() + chunk.remaining() > limit {
+            return Err(too_large());
+        }
+        while chunk.has_remaining() {
+            let part = chunk.chunk();
+            let n = part.len();
+            buffer.extend_from_slice(part);
+            chunk.advance(n);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Bytes> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        HeaderName::from_static("access-control-allow-origin"),
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        HeaderName::from_static("access-control-expose-headers"),
+        HeaderValue::from_static(CORS_EXPOSE),
+    );
+    response
+}
+
+fn document(doc: &FreeDoc, head: bool) -> Response<Bytes> {
+    let body = if head { Bytes::new() } else { doc.body.clone() };
+    let mut response = base_response(StatusCode::OK, doc.content_type, body);
+    if head {
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(doc.body.len()));
+    }
+    response
+}
+
+fn payment_required(challenge: &Challenge) -> Response<Bytes> {
+    let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
+    response
+        .headers_mut()
+        .insert(HeaderName::from_static(x402::PAYMENT_REQUIRED), challenge.header.clone());
+    response
+}
+
+pub(crate) fn error_response(error: &ApiError) -> Response<Bytes> {
+    base_response(error.status, JSON, Bytes::from(error.body()))
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<Bytes> {
+    let mut response = error_response(&ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("this resource allows {allow}"),
+    ));
+    response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+fn preflight(allow: &'static str) -> Response<Bytes> {
+    let mut response = base_response(StatusCode::NO_CONTENT, JSON, Bytes::new());
+    let headers = response.headers_mut();
+    headers.remove(CONTENT_TYPE);
+    headers.insert(ALLOW, HeaderValue::from_static(allow));
+    headers.insert(
+        HeaderName::from_static("access-control-allow-methods"),
+        HeaderValue::from_static(allow),
+    );
+    headers.insert(
+        HeaderName::from_static("access-control-allow-headers"),
+        HeaderValue::from_static(CORS_ALLOW_HEADERS),
+    );
+    headers.insert(
+        HeaderName::from_static("access-control-max-age"),
+        HeaderValue::from_static("600"),
+    );
+    response
+}

@@ -1,0 +1,163 @@
+//! Body → JSON → schema: the structural half of request checking, shared by every machine.
+//!
+//! Schema failures become one HTTP 400 with a stable code. When several things are wrong the
+//! most useful one is reported: a body that is not an object, then a field we do not accept
+//! (named by the manifest's `unsupported[]` when it lists it), then a missing field, then a
+//! wrong type, then value rules.
+
+use jsonschema::error::ValidationErrorKind;
+use serde_json::Value;
+
+use crate::api_error::ApiError;
+use crate::manifest::{Machine, compile_schema};
+
+const ADDRESS_PATTERN: &str = "^0x[0-9a-fA-F]{40}$";
+const UINT_PATTERN: &str = "^(0|[1-9][0-9]*)$";
+const SHA256_PATTERN: &str = "^[0-9a-f]{64}$";
+const HEX_PATTERN: &str = "^0x(?:[0-9a-fA-F]{2})*$";
+const MAX_MESSAGE_CHARS: usize = 240;
+
+/// A machine's compiled input validator.
+pub struct RequestValidator {
+    validator: jsonschema::Validator,
+    unsupported: Vec<(String, String)>,
+}
+
+impl RequestValidator {
+    pub fn new(machine: &Machine) -> Result<RequestValidator, String> {
+        let validator = compile_schema(&machine.input_schema)
+            .map_err(|e| format!("{}.input_schema: {e}", machine.machine))?;
+        let unsupported = machine
+            .unsupported
+            .iter()
+            .map(|u| (u.field.clone(), u.code.clone()))
+            .collect();
+        Ok(RequestValidator {
+            validator,
+            unsupported,
+        })
+    }
+
+    /// Checks a parsed request against the machine's input schema.
+    pub fn validate(&self, request: &Value) -> Result<(), ApiError> {
+        if !request.is_object() {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                "the request body must be a JSON object",
+            ));
+        }
+        if request.as_object().is_some_and(|o| o.is_empty()) {
+            return Err(ApiError::bad_request(
+                "empty_request",
+                "the request object is empty; see the machine's input_example in /v1/catalog",
+            ));
+        }
+        let best = self
+            .validator
+            .iter_errors(request)
+            .map(|error| self.to_api_error(&error))
+            .min_by_key(|(rank, _)| *rank);
+        match best {
+            Some((_, error)) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> (u8, ApiError) {
+        let at = error.instance_path().as_str().to_string();
+        let field = if at.is_empty() { "/".to_string() } else { at.clone() };
+        let last = at.rsplit('/').next().unwrap_or("");
+        let parent_is = |name: &str| {
+            let mut segments = at.rsplit('/');
+            segments.next();
+            segments.next() == Some(name)
+        };
+        let message = shorten(&error.to_string());
+        match error.kind() {
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                let name = unexpected.first().cloned().unwrap_or_default();
+                let pointer = format!("{at}/{name}");
+                let listed = at.is_empty()
+                    .then(|| self.unsupported.iter().find(|(f, _)| *f == name))
+                    .flatten();
+                match listed {
+                    Some((_, code)) => (
+                        1,
+                        ApiError::invalid_field(code.clone(), pointer, format!("field {name:?} is not supported by this machine")),
+                    ),
+                    None => (
+                        1,
+                        ApiError::invalid_field("unknown_field", pointer, format!("field {name:?} is not accepted here; no other fields are allowed")),
+                    ),
+                }
+            }
+            ValidationErrorKind::Required { property } => {
+                let name = property.as_str().unwrap_or_default();
+                (
+                    2,
+                    ApiError::invalid_field("missing_field", format!("{at}/{name}"), format!("required field {name:?} is missing")),
+                )
+            }
+            ValidationErrorKind::Type { .. } => (3, ApiError::invalid_field("invalid_type", field, message)),
+            ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
+                let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains") {
+                    "unsupported_chain"
+                } else if last == "symbol" {
+                    "unsupported_symbol"
+                } else if last == "method" {
+                    "unsupported_method"
+                } else {
+                    "invalid_value"
+                };
+                (4, ApiError::invalid_field(code, field, message))
+            }
+            ValidationErrorKind::Pattern { pattern } => {
+                let code = match pattern.as_str() {
+                    ADDRESS_PATTERN => "invalid_address",
+                    UINT_PATTERN => "invalid_integer_string",
+                    SHA256_PATTERN => "invalid_sha256",
+                    HEX_PATTERN => "invalid_hex",
+                    _ => "invalid_format",
+                };
+                (4, ApiError::invalid_field(code, field, message))
+            }
+            ValidationErrorKind::MaxLength { .. } if last == "data" => {
+                (4, ApiError::invalid_field("calldata_too_large", field, message))
+            }
+            ValidationErrorKind::MaxLength { .. } => (4, ApiError::invalid_field("too_long", field, message)),
+            ValidationErrorKind::MinLength { .. } => (4, ApiError::invalid_field("too_short", field, message)),
+            ValidationErrorKind::MaxItems { .. } => (4, ApiError::invalid_field("too_many_items", field, message)),
+            ValidationErrorKind::MinItems { .. } => (4, ApiError::invalid_field("too_few_items", field, message)),
+            ValidationErrorKind::UniqueItems => (4, ApiError::invalid_field("duplicate_items", field, message)),
+            ValidationErrorKind::Minimum { .. }
+            | ValidationErrorKind::Maximum { .. }
+            | ValidationErrorKind::ExclusiveMinimum { .. }
+            | ValidationErrorKind::ExclusiveMaximum { .. } => {
+                (4, ApiError::invalid_field("out_of_range", field, message))
+            }
+            _ => (5, ApiError::invalid_field("invalid_value", field, message)),
+        }
+    }
+}
+
+/// Parses a request body. An empty body and malformed JSON are distinct codes.
+pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(
+            "empty_body",
+            "the request body is empty; send a JSON object",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("the request body is not valid JSON: {e}"))
+    })
+}
+
+fn shorten(message: &str) -> String {
+    if message.chars().count() <= MAX_MESSAGE_CHARS {
+        return message.to_string();
+    }
+    let mut short: String = message.chars().take(MAX_MESSAGE_CHARS).collect();
+    short.push('…');
+    short
+}

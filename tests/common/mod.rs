@@ -1,0 +1,110 @@
+//! Shared harness of the black-box tests: the real server on loopback, a real HTTP client.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use factomat::config::Config;
+use factomat::server::{self, RunningServer};
+use serde_json::Value;
+
+/// A payee for tests (anvil account #2).
+pub const PAY_TO: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
+/// The base URL the test servers publish, deliberately not their listen address.
+pub const BASE_URL: &str = "https://factomat.test.example";
+
+pub struct TestServer {
+    pub server: RunningServer,
+    pub url: String,
+    pub client: reqwest::Client,
+}
+
+impl TestServer {
+    /// Starts a server with a payee configured.
+    pub async fn start() -> TestServer {
+        TestServer::with_env(&[("FACTOMAT_PAY_TO", PAY_TO), ("FACTOMAT_BASE_URL", BASE_URL)]).await
+    }
+
+    pub async fn with_env(pairs: &[(&str, &str)]) -> TestServer {
+        let mut env: Vec<(String, String)> = vec![("FACTOMAT_LISTEN".into(), "127.0.0.1:0".into())];
+        env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let config = Config::from_env(env).expect("test configuration is valid");
+        let server = server::start(config).await.expect("server starts");
+        let url = format!("http://{}", server.addr);
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client");
+        TestServer { server, url, client }
+    }
+
+    pub fn outbound(&self) -> u64 {
+        self.server.state.gateway.outbound_requests()
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("GET answered")
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.post_raw(path, serde_json::to_vec(body).expect("json")).await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("POST answered")
+    }
+}
+
+/// Decodes a PAYMENT-REQUIRED header (standard padded base64 of JSON).
+pub fn decode_header(value: &str) -> Value {
+    assert!(
+        value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='),
+        "header must be standard base64: {value}"
+    );
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value)
+        .expect("standard base64");
+    serde_json::from_slice(&bytes).expect("header is JSON")
+}
+
+/// The repository root (committed renders live under it).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The committed manifest as JSON, read independently of the engine.
+pub fn manifest() -> Value {
+    let text = std::fs::read_to_string(repo_root().join("machines.yaml")).expect("machines.yaml");
+    serde_norway::from_str(&text).expect("manifest parses")
+}
+
+pub fn machine(id: &str) -> Value {
+    manifest()["machines"]
+        .as_array()
+        .expect("machines")
+        .iter()
+        .find(|m| m["machine"] == id)
+        .cloned()
+        .expect("machine present")
+}
+
+/// Asserts a 400 with the given code and returns the error object.
+pub async fn expect_400(response: reqwest::Response, code: &str, context: &str) -> Value {
+    let status = response.status().as_u16();
+    assert!(response.headers().get("payment-required").is_none(), "{context}: a 400 never carries a payment contract");
+    let body: Value = response.json().await.expect("error body is JSON");
+    assert_eq!(status, 400, "{context}: expected 400 {code}, got {status} {body}");
+    assert_eq!(body["error"]["code"], code, "{context}: {body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{context}: message");
+    body["error"].clone()
+}
