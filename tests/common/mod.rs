@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use factomat::config::Config;
@@ -82,10 +83,14 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The committed manifest as JSON, read independently of the engine.
-pub fn manifest() -> Value {
+static MANIFEST: LazyLock<Value> = LazyLock::new(|| {
     let text = std::fs::read_to_string(repo_root().join("machines.yaml")).expect("machines.yaml");
     serde_norway::from_str(&text).expect("manifest parses")
+});
+
+/// The committed manifest as JSON, read independently of the engine.
+pub fn manifest() -> Value {
+    MANIFEST.clone()
 }
 
 pub fn machine(id: &str) -> Value {

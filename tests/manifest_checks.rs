@@ -1,0 +1,141 @@
+//! A manifest that contradicts itself fails the build with a message naming machine and
+//! field. Checked through the library (the same module build.rs compiles) and through the
+//! compiled build script itself.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::repo_root;
+use factomat::manifest::Manifest;
+use serde_json::{Value, json};
+
+fn committed() -> Value {
+    common::manifest()
+}
+
+fn machine_mut<'a>(manifest: &'a mut Value, id: &str) -> &'a mut Value {
+    manifest["machines"]
+        .as_array_mut()
+        .expect("machines")
+        .iter_mut()
+        .find(|m| m["machine"] == id)
+        .expect("machine")
+}
+
+fn errors_of(manifest: &Value) -> Vec<String> {
+    let yaml = serde_norway::to_string(manifest).expect("yaml");
+    match Manifest::load(&yaml) {
+        Ok(_) => Vec::new(),
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn assert_reports(manifest: &Value, expected: &str) {
+    let errors = errors_of(manifest);
+    assert!(errors.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errors:#?}");
+}
+
+#[test]
+fn the_committed_manifest_is_consistent() {
+    assert_eq!(errors_of(&committed()), Vec::<String>::new());
+}
+
+#[test]
+fn broken_manifests_name_machine_and_field() {
+    let mut missing = committed();
+    missing["machines"].as_array_mut().expect("machines").retain(|m| m["machine"] != "VM05");
+    assert_reports(&missing, "VM05.machine: is missing");
+
+    let mut doubled = committed();
+    let copy = machine_mut(&mut doubled, "VM03").clone();
+    doubled["machines"].as_array_mut().expect("machines").push(copy);
+    assert_reports(&doubled, "VM03.machine: appears 2 times");
+
+    let mut path_clash = committed();
+    machine_mut(&mut path_clash, "VM06")["path"] = json!("/v1/url-context");
+    assert_reports(&path_clash, "VM06.path: \"/v1/url-context\" collides with VM01");
+
+    let mut op_clash = committed();
+    machine_mut(&mut op_clash, "VM09")["operationId"] = json!("postVm08X402ServiceChangeSnapshot");
+    assert_reports(&op_clash, "VM09.operationId:");
+
+    let mut price = committed();
+    machine_mut(&mut price, "VM07")["price_atomic"] = json!("50000");
+    assert_reports(&price, "VM07.price_atomic: \"50000\" disagrees with price \"$0.005\"");
+
+    let mut bad_price = committed();
+    machine_mut(&mut bad_price, "VM02")["price"] = json!("0.01 USD");
+    assert_reports(&bad_price, "VM02.price:");
+
+    let mut input = committed();
+    machine_mut(&mut input, "VM02")["input_example"]["token"] = json!(42);
+    assert_reports(&input, "VM02.input_example: fails its own schema at \"/token\"");
+
+    let mut output = committed();
+    machine_mut(&mut output, "VM06")["output_example"]["status"] = json!("MAYBE");
+    assert_reports(&output, "VM06.output_example: fails its own schema at \"/status\"");
+
+    let mut stranger = committed();
+    stranger["families"][0]["machines"].as_array_mut().expect("members").push(json!("VM02"));
+    assert_reports(&stranger, "families.WEB_INTELLIGENCE: names VM02, whose family is ONCHAIN_PREFLIGHT");
+
+    let mut unknown = committed();
+    unknown["families"][1]["machines"].as_array_mut().expect("members").push(json!("VM99"));
+    assert_reports(&unknown, "families.ONCHAIN_PREFLIGHT: names VM99, which is not in the manifest");
+
+    let mut related = committed();
+    machine_mut(&mut related, "VM01")["related"] = json!(["VM02"]);
+    assert_reports(&related, "VM01.related: names VM02 of family ONCHAIN_PREFLIGHT; only siblings");
+
+    let mut dialect = committed();
+    machine_mut(&mut dialect, "VM04")["input_schema"]["properties"]["limit"]["type"] = json!(["integer", "string"]);
+    assert_reports(&dialect, "VM04.input_schema: type list at \"/properties/limit\"");
+
+    let mut forbidden = committed();
+    machine_mut(&mut forbidden, "VM10")["output_schema"]["properties"]["state"]["$ref"] = json!("#/x");
+    assert_reports(&forbidden, "VM10.output_schema: uses \"$ref\"");
+
+    let mut limit = committed();
+    machine_mut(&mut limit, "VM11")["limits"]["max_request_bytes"] = json!(0);
+    assert_reports(&limit, "VM11.limits.max_request_bytes");
+}
+
+fn build_script() -> Option<PathBuf> {
+    let build_dir = repo_root().join("target/debug/build");
+    let mut candidates: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(build_dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("factomat-"))
+        .map(|e| e.path().join("build-script-build"))
+        .filter(|p| p.exists())
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .collect();
+    candidates.sort();
+    candidates.pop().map(|(_, p)| p)
+}
+
+#[test]
+fn the_build_script_fails_on_a_broken_manifest() {
+    let script = build_script().expect("cargo built the build script before the tests");
+    let dir = std::env::temp_dir().join(format!("factomat-broken-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("out")).expect("dir");
+    let mut broken = committed();
+    machine_mut(&mut broken, "VM04")["price_atomic"] = json!("1");
+    std::fs::write(dir.join("machines.yaml"), serde_norway::to_string(&broken).expect("yaml")).expect("write");
+    let output = Command::new(&script)
+        .current_dir(&dir)
+        .env("OUT_DIR", dir.join("out"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a broken manifest must fail the build");
+    assert!(stderr.contains("machines.yaml: VM04.price_atomic"), "{stderr}");
+
+    std::fs::write(dir.join("machines.yaml"), serde_norway::to_string(&committed()).expect("yaml")).expect("write");
+    let output = Command::new(&script).current_dir(&dir).env("OUT_DIR", dir.join("out")).output().expect("runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(dir.join("out/generated/catalog.json").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
