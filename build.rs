@@ -16,7 +16,12 @@ use std::path::{Path, PathBuf};
 use std::{env, fs, process};
 
 fn main() {
-    for watched in ["machines.yaml", "templates", "engine/manifest.rs", "engine/render.rs"] {
+    for watched in [
+        "machines.yaml",
+        "templates",
+        "engine/manifest.rs",
+        "engine/render.rs",
+    ] {
         println!("cargo::rerun-if-changed={watched}");
     }
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_else(|| fail("OUT_DIR unset")));
@@ -28,11 +33,16 @@ fn main() {
             for error in &errors {
                 eprintln!("error: {error}");
             }
-            fail(&format!("machines.yaml has {} problem(s); see above", errors.len()));
+            fail(&format!(
+                "machines.yaml has {} problem(s); see above",
+                errors.len()
+            ));
         }
     };
     let renders = render::render_all(&manifest).unwrap_or_else(|e| fail(&format!("render: {e}")));
-    let mut index = String::from("/// Every committed render, by repository path.\npub static RENDERS: &[(&str, &str)] = &[\n");
+    let mut index = String::from(
+        "/// Every committed render, by repository path.\npub static RENDERS: &[(&str, &str)] = &[\n",
+    );
     for r in &renders {
         write_file(&out_dir.join(&r.path), &r.content);
         let _ = writeln!(
@@ -44,7 +54,8 @@ fn main() {
     }
     index.push_str("];\n");
     write_file(&out_dir.join("renders.rs"), &index);
-    let compact = serde_json::to_string(&manifest).unwrap_or_else(|e| fail(&format!("manifest json: {e}")));
+    let compact =
+        serde_json::to_string(&manifest).unwrap_or_else(|e| fail(&format!("manifest json: {e}")));
     write_file(&out_dir.join("manifest.json"), &compact);
 }
 

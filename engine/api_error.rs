@@ -68,6 +68,7 @@ impl ApiError {
                 field: self.field.as_deref(),
             },
         };
-        serde_json::to_vec(&body).unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+        serde_json::to_vec(&body)
+            .unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
     }
 }

@@ -68,7 +68,10 @@ mod tests {
     #[test]
     fn keys_are_sorted_at_every_depth_and_whitespace_is_dropped() {
         let value = json!({"b": [1, {"z": true, "a": null}], "a": "x\"y"});
-        assert_eq!(canonical_json(&value), r#"{"a":"x\"y","b":[1,{"a":null,"z":true}]}"#);
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":"x\"y","b":[1,{"a":null,"z":true}]}"#
+        );
     }
 
     #[test]

@@ -21,16 +21,61 @@ pub const DEFAULT_CONFIG_FILE: &str = "factomat.toml";
 /// Every configuration key: (toml key, environment variable, secret?, description).
 /// The README's configuration table is checked against this list by a test.
 pub const KEYS: &[(&str, &str, bool, &str)] = &[
-    ("listen", "FACTOMAT_LISTEN", false, "Socket address to listen on."),
-    ("base_url", "FACTOMAT_BASE_URL", false, "Public base URL written into every absolute URL we publish."),
-    ("pay_to", "FACTOMAT_PAY_TO", false, "EVM address that receives payments; unset = paid calls answer 503 service_disabled."),
+    (
+        "listen",
+        "FACTOMAT_LISTEN",
+        false,
+        "Socket address to listen on.",
+    ),
+    (
+        "base_url",
+        "FACTOMAT_BASE_URL",
+        false,
+        "Public base URL written into every absolute URL we publish.",
+    ),
+    (
+        "pay_to",
+        "FACTOMAT_PAY_TO",
+        false,
+        "EVM address that receives payments; unset = paid calls answer 503 service_disabled.",
+    ),
     ("log_format", "FACTOMAT_LOG_FORMAT", false, "text or json."),
-    ("log_level", "FACTOMAT_LOG_LEVEL", false, "tracing filter, e.g. info or factomat=debug."),
-    ("facilitator_url", "FACTOMAT_FACILITATOR_URL", false, "x402 facilitator base URL (/verify, /settle, /supported)."),
-    ("facilitator_authorization", "FACTOMAT_FACILITATOR_AUTHORIZATION", true, "Optional static Authorization header value for the facilitator."),
-    ("database_url", "FACTOMAT_DATABASE_URL", false, "Settlement ledger; sqlite:PATH."),
-    ("rpc_url_eip155_8453", "FACTOMAT_RPC_URL_EIP155_8453", true, "JSON-RPC URL for Base (may hold a key)."),
-    ("rpc_url_eip155_1", "FACTOMAT_RPC_URL_EIP155_1", true, "JSON-RPC URL for Ethereum (may hold a key)."),
+    (
+        "log_level",
+        "FACTOMAT_LOG_LEVEL",
+        false,
+        "tracing filter, e.g. info or factomat=debug.",
+    ),
+    (
+        "facilitator_url",
+        "FACTOMAT_FACILITATOR_URL",
+        false,
+        "x402 facilitator base URL (/verify, /settle, /supported).",
+    ),
+    (
+        "facilitator_authorization",
+        "FACTOMAT_FACILITATOR_AUTHORIZATION",
+        true,
+        "Optional static Authorization header value for the facilitator.",
+    ),
+    (
+        "database_url",
+        "FACTOMAT_DATABASE_URL",
+        false,
+        "Settlement ledger; sqlite:PATH.",
+    ),
+    (
+        "rpc_url_eip155_8453",
+        "FACTOMAT_RPC_URL_EIP155_8453",
+        true,
+        "JSON-RPC URL for Base (may hold a key).",
+    ),
+    (
+        "rpc_url_eip155_1",
+        "FACTOMAT_RPC_URL_EIP155_1",
+        true,
+        "JSON-RPC URL for Ethereum (may hold a key).",
+    ),
 ];
 
 /// A value that must never be printed: Debug and Display show only that it is set.
@@ -121,7 +166,9 @@ impl FileConfig {
 
 impl Config {
     /// Configuration from the environment alone (no file), for embedding and tests.
-    pub fn from_env(env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+    pub fn from_env(
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
         let mut raw = RawLayer::default();
         raw.overlay_env(env);
         raw.check()
@@ -154,12 +201,14 @@ impl RawLayer {
         let env: BTreeMap<String, String> = env.into_iter().collect();
         for (key, var, _, _) in KEYS {
             if let Some(value) = env.get(*var) {
-                self.values.insert(key, (value.clone(), format!("env {var}")));
+                self.values
+                    .insert(key, (value.clone(), format!("env {var}")));
             }
         }
         for name in env.keys() {
             let known = KEYS.iter().any(|(_, var, _, _)| var == name);
-            if name.starts_with("FACTOMAT_") && !name.starts_with("FACTOMAT_UNSAFE_TEST_") && !known {
+            if name.starts_with("FACTOMAT_") && !name.starts_with("FACTOMAT_UNSAFE_TEST_") && !known
+            {
                 tracing::warn!(variable = %name, "unknown FACTOMAT_ environment variable ignored");
             }
         }
@@ -176,7 +225,8 @@ impl RawLayer {
         let parsed: FileConfig = toml::from_str(&text).map_err(|e| error(e.to_string()))?;
         for (key, _, _, _) in KEYS {
             if let Some(value) = parsed.get(key) {
-                self.values.insert(key, (value.clone(), source_name.clone()));
+                self.values
+                    .insert(key, (value.clone(), source_name.clone()));
             }
         }
         Ok(())
@@ -204,9 +254,12 @@ impl RawLayer {
 
     fn check(self) -> Result<Config, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
-        let listen: SocketAddr = listen_text
-            .parse()
-            .map_err(|_| self.error("listen", format!("{listen_text:?} is not a socket address such as 127.0.0.1:8402")))?;
+        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+            self.error(
+                "listen",
+                format!("{listen_text:?} is not a socket address such as 127.0.0.1:8402"),
+            )
+        })?;
         let base_url = match self.get("base_url") {
             Some((value, _)) => Some(check_base_url(value).map_err(|m| self.error("base_url", m))?),
             None => None,
@@ -225,11 +278,19 @@ impl RawLayer {
         let log_format = match self.get("log_format").map(|(v, _)| v) {
             None | Some("text") => LogFormat::Text,
             Some("json") => LogFormat::Json,
-            Some(other) => return Err(self.error("log_format", format!("{other:?} is not text or json"))),
+            Some(other) => {
+                return Err(self.error("log_format", format!("{other:?} is not text or json")));
+            }
         };
-        let log_level = self.get("log_level").map(|(v, _)| v).unwrap_or("info").to_string();
+        let log_level = self
+            .get("log_level")
+            .map(|(v, _)| v)
+            .unwrap_or("info")
+            .to_string();
         let facilitator_url = match self.get("facilitator_url") {
-            Some((value, _)) => Some(check_service_url(value).map_err(|m| self.error("facilitator_url", m))?),
+            Some((value, _)) => {
+                Some(check_service_url(value).map_err(|m| self.error("facilitator_url", m))?)
+            }
             None => None,
         };
         let database_url = self
@@ -245,8 +306,12 @@ impl RawLayer {
                 None => Ok(None),
                 Some((value, _)) if key.starts_with("rpc_url") => {
                     // Never echo the value: it may carry a provider key.
-                    check_service_url(value)
-                        .map_err(|_| self.error(key, "is not an http(s) URL (value withheld: it may hold a key)"))?;
+                    check_service_url(value).map_err(|_| {
+                        self.error(
+                            key,
+                            "is not an http(s) URL (value withheld: it may hold a key)",
+                        )
+                    })?;
                     Ok(Some(Secret(value.to_string())))
                 }
                 Some((value, _)) => Ok(Some(Secret(value.to_string()))),
@@ -295,7 +360,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -313,33 +381,54 @@ mod tests {
             None,
             env(&[
                 ("FACTOMAT_BASE_URL", "https://api.example.com/"),
-                ("FACTOMAT_PAY_TO", "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913"),
+                (
+                    "FACTOMAT_PAY_TO",
+                    "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913",
+                ),
                 ("FACTOMAT_LOG_FORMAT", "json"),
             ]),
         )
         .expect("valid");
         assert_eq!(config.base_url.as_deref(), Some("https://api.example.com"));
-        assert_eq!(config.pay_to.as_deref(), Some("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"));
+        assert_eq!(
+            config.pay_to.as_deref(),
+            Some("0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913")
+        );
         assert_eq!(config.log_format, LogFormat::Json);
     }
 
     #[test]
     fn bad_values_name_their_key_and_source() {
         let err = Config::load(None, env(&[("FACTOMAT_LISTEN", "nowhere")])).unwrap_err();
-        assert_eq!((err.key.as_str(), err.source_name.as_str()), ("listen", "env FACTOMAT_LISTEN"));
+        assert_eq!(
+            (err.key.as_str(), err.source_name.as_str()),
+            ("listen", "env FACTOMAT_LISTEN")
+        );
         let err = Config::load(None, env(&[("FACTOMAT_PAY_TO", "0x12")])).unwrap_err();
         assert_eq!(err.key, "pay_to");
         let err = Config::load(None, env(&[("FACTOMAT_LOG_FORMAT", "xml")])).unwrap_err();
         assert_eq!(err.key, "log_format");
-        let err = Config::load(None, env(&[("FACTOMAT_BASE_URL", "https://u:p@x.example")])).unwrap_err();
+        let err =
+            Config::load(None, env(&[("FACTOMAT_BASE_URL", "https://u:p@x.example")])).unwrap_err();
         assert_eq!(err.key, "base_url");
     }
 
     #[test]
     fn rpc_url_errors_never_echo_the_value() {
-        let err = Config::load(None, env(&[("FACTOMAT_RPC_URL_EIP155_8453", "not-a-url-secretkey123")])).unwrap_err();
+        let err = Config::load(
+            None,
+            env(&[("FACTOMAT_RPC_URL_EIP155_8453", "not-a-url-secretkey123")]),
+        )
+        .unwrap_err();
         assert!(!err.to_string().contains("secretkey123"), "{err}");
-        let config = Config::load(None, env(&[("FACTOMAT_RPC_URL_EIP155_8453", "https://rpc.example/v2/secretkey123")])).expect("valid");
+        let config = Config::load(
+            None,
+            env(&[(
+                "FACTOMAT_RPC_URL_EIP155_8453",
+                "https://rpc.example/v2/secretkey123",
+            )]),
+        )
+        .expect("valid");
         assert!(!format!("{config:?}").contains("secretkey123"));
     }
 
@@ -348,10 +437,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("factomat-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let good = dir.join("good.toml");
-        std::fs::write(&good, "listen = \"127.0.0.1:9999\"\nlog_format = \"json\"\n").expect("write");
-        let config = Config::load(Some(&good), env(&[("FACTOMAT_LOG_FORMAT", "text")])).expect("valid");
+        std::fs::write(
+            &good,
+            "listen = \"127.0.0.1:9999\"\nlog_format = \"json\"\n",
+        )
+        .expect("write");
+        let config =
+            Config::load(Some(&good), env(&[("FACTOMAT_LOG_FORMAT", "text")])).expect("valid");
         assert_eq!(config.listen.port(), 9999);
-        assert_eq!(config.log_format, LogFormat::Text, "environment wins over the file");
+        assert_eq!(
+            config.log_format,
+            LogFormat::Text,
+            "environment wins over the file"
+        );
         let bad = dir.join("bad.toml");
         std::fs::write(&bad, "lissten = \"x\"\n").expect("write");
         let err = Config::load(Some(&bad), env(&[])).unwrap_err();

@@ -31,7 +31,9 @@ impl EvmValueError {
 /// accepted; mixed case must be a valid EIP-55 checksum, since a wrong one usually means a
 /// mistyped address.
 pub fn parse_address(text: &str) -> Result<Address, EvmValueError> {
-    let hex = text.strip_prefix("0x").ok_or(EvmValueError::AddressFormat)?;
+    let hex = text
+        .strip_prefix("0x")
+        .ok_or(EvmValueError::AddressFormat)?;
     if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(EvmValueError::AddressFormat);
     }
@@ -47,9 +49,7 @@ pub fn parse_address(text: &str) -> Result<Address, EvmValueError> {
 /// Parses a canonical decimal uint256 string (`0` or no leading zeros).
 pub fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
     let canonical = text == "0"
-        || (!text.is_empty()
-            && !text.starts_with('0')
-            && text.bytes().all(|b| b.is_ascii_digit()));
+        || (!text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()));
     if !canonical {
         return Err(EvmValueError::IntegerFormat);
     }

@@ -9,7 +9,11 @@ use factomat::renders::RENDERS;
 use factomat::server;
 
 #[derive(Parser)]
-#[command(name = "factomat", version, about = "Pay-per-call factual observations for software agents (x402 v2)")]
+#[command(
+    name = "factomat",
+    version,
+    about = "Pay-per-call factual observations for software agents (x402 v2)"
+)]
 struct Cli {
     /// Configuration file (default: ./factomat.toml when it exists). FACTOMAT_* variables override it.
     #[arg(long, global = true, value_name = "FILE")]
@@ -83,13 +87,14 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -102,7 +107,9 @@ async fn wait_for_signal() {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -121,11 +128,11 @@ fn generate(out_dir: &Path, check: bool) -> ExitCode {
             println!("differs: {path}");
             continue;
         }
-        if let Some(parent) = target.parent() {
-            if let Err(error) = std::fs::create_dir_all(parent) {
-                eprintln!("factomat: {}: {error}", parent.display());
-                return ExitCode::FAILURE;
-            }
+        if let Some(parent) = target.parent()
+            && let Err(error) = std::fs::create_dir_all(parent)
+        {
+            eprintln!("factomat: {}: {error}", parent.display());
+            return ExitCode::FAILURE;
         }
         if let Err(error) = std::fs::write(&target, content) {
             eprintln!("factomat: {}: {error}", target.display());
@@ -136,6 +143,10 @@ fn generate(out_dir: &Path, check: bool) -> ExitCode {
     if check && differing > 0 {
         return ExitCode::FAILURE;
     }
-    println!("{} renders, {differing} {}", RENDERS.len(), if check { "differ" } else { "written" });
+    println!(
+        "{} renders, {differing} {}",
+        RENDERS.len(),
+        if check { "differ" } else { "written" }
+    );
     ExitCode::SUCCESS
 }

@@ -249,7 +249,10 @@ impl Manifest {
             errors.push(ManifestError::at(id, field, message));
         };
         if machine.method != "POST" {
-            push("method", format!("{:?}: paid machines are POST", machine.method));
+            push(
+                "method",
+                format!("{:?}: paid machines are POST", machine.method),
+            );
         }
         if !machine.path.starts_with("/v1/") {
             push("path", format!("{:?} must start with /v1/", machine.path));
@@ -270,7 +273,10 @@ impl Manifest {
         }
         for related in &machine.related {
             match self.machine(related) {
-                None => push("related", format!("names {related}, which is not in the manifest")),
+                None => push(
+                    "related",
+                    format!("names {related}, which is not in the manifest"),
+                ),
                 Some(_) if related == id => push("related", "names the machine itself".into()),
                 Some(other) if other.family != machine.family => push(
                     "related",
@@ -279,10 +285,13 @@ impl Manifest {
                 Some(_) => {}
             }
         }
-        if let Some(limit) = machine.limits.get("max_request_bytes") {
-            if limit.as_u64().is_none_or(|n| n == 0) {
-                push("limits.max_request_bytes", "must be a positive integer".into());
-            }
+        if let Some(limit) = machine.limits.get("max_request_bytes")
+            && limit.as_u64().is_none_or(|n| n == 0)
+        {
+            push(
+                "limits.max_request_bytes",
+                "must be a positive integer".into(),
+            );
         }
         for (schema_field, example_field) in [
             ("input_schema", "input_example"),
@@ -451,7 +460,11 @@ impl ManifestError {
 impl fmt::Display for ManifestError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.machine, self.field.is_empty()) {
-            (Some(machine), _) => write!(f, "machines.yaml: {machine}.{}: {}", self.field, self.message),
+            (Some(machine), _) => write!(
+                f,
+                "machines.yaml: {machine}.{}: {}",
+                self.field, self.message
+            ),
             (None, false) => write!(f, "machines.yaml: {}: {}", self.field, self.message),
             (None, true) => write!(f, "machines.yaml: {}", self.message),
         }

@@ -413,10 +413,10 @@ pub fn to_openapi30(schema: &Value) -> Value {
             }
             // A nullable enum must list null to accept it (OpenAPI 3.0.3 clarification).
             let nullable = out.get("nullable") == Some(&Value::Bool(true));
-            if let (true, Some(Value::Array(values))) = (nullable, out.get_mut("enum")) {
-                if !values.contains(&Value::Null) {
-                    values.push(Value::Null);
-                }
+            if let (true, Some(Value::Array(values))) = (nullable, out.get_mut("enum"))
+                && !values.contains(&Value::Null)
+            {
+                values.push(Value::Null);
             }
             Value::Object(out)
         }
@@ -600,16 +600,61 @@ pub fn openapi(manifest: &Manifest) -> Value {
     }
     let object = json!({"type": "object"});
     let free = [
-        ("/", "getIndex", "Orientation object with resource and documentation URLs", "application/json", object.clone()),
-        (HEALTH_PATH, "getHealth", "Health object", "application/json", schema_ref("Health")),
-        (LLMS_PATH, "getLlmsTxt", "Non-normative llms.txt index", "text/plain", json!({"type": "string"})),
-        (CATALOG_PATH, "getCatalog", "Catalog of VM01 to VM11", "application/json", object.clone()),
-        (OPENAPI_PATH, "getOpenApi", "This OpenAPI document", "application/json", object.clone()),
-        (WELL_KNOWN_PATH, "getWellKnownX402", "x402 discovery document", "application/json", object.clone()),
-        (SAMPLE_PATH, "getProductiveVenueSnapshotSample", "Captured VM04 sample; not a current observation", "application/json", object),
+        (
+            "/",
+            "getIndex",
+            "Orientation object with resource and documentation URLs",
+            "application/json",
+            object.clone(),
+        ),
+        (
+            HEALTH_PATH,
+            "getHealth",
+            "Health object",
+            "application/json",
+            schema_ref("Health"),
+        ),
+        (
+            LLMS_PATH,
+            "getLlmsTxt",
+            "Non-normative llms.txt index",
+            "text/plain",
+            json!({"type": "string"}),
+        ),
+        (
+            CATALOG_PATH,
+            "getCatalog",
+            "Catalog of VM01 to VM11",
+            "application/json",
+            object.clone(),
+        ),
+        (
+            OPENAPI_PATH,
+            "getOpenApi",
+            "This OpenAPI document",
+            "application/json",
+            object.clone(),
+        ),
+        (
+            WELL_KNOWN_PATH,
+            "getWellKnownX402",
+            "x402 discovery document",
+            "application/json",
+            object.clone(),
+        ),
+        (
+            SAMPLE_PATH,
+            "getProductiveVenueSnapshotSample",
+            "Captured VM04 sample; not a current observation",
+            "application/json",
+            object,
+        ),
     ];
     for (path, id, summary, content_type, schema) in free {
-        paths.insert(path.to_string(), free_operation(id, summary, content_type, schema));
+        paths.insert(
+            path.to_string(),
+            free_operation(id, summary, content_type, schema),
+        );
     }
     paths.insert(
         format!("{DOCS_PREFIX}{{machine}}.md"),
@@ -683,7 +728,10 @@ fn pretty_inline(value: &Value) -> String {
 }
 
 fn machine_doc(manifest: &Manifest, machine: &Machine) -> Result<String, String> {
-    let family = manifest.families.iter().find(|f| f.family == machine.family);
+    let family = manifest
+        .families
+        .iter()
+        .find(|f| f.family == machine.family);
     render_template(
         "machine.md",
         context! {

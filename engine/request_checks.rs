@@ -98,7 +98,9 @@ pub fn normalized_queries(request: &Value) -> Result<Vec<String>, ApiError> {
             return Err(ApiError::invalid_field(
                 "invalid_query",
                 format!("/queries/{i}"),
-                format!("a query must hold 2 to 400 characters after whitespace is collapsed; this one has {chars}"),
+                format!(
+                    "a query must hold 2 to 400 characters after whitespace is collapsed; this one has {chars}"
+                ),
             ));
         }
         queries.push(normalized);
@@ -127,11 +129,7 @@ pub fn baseline_methodology(request: &Value, expected: &str) -> Result<(), ApiEr
 }
 
 /// A sealed value whose `hash_field` must equal the canonical sha256 of `sealed`.
-pub fn seal_matches(
-    request: &Value,
-    hash_pointer: &str,
-    sealed: &Value,
-) -> Result<(), ApiError> {
+pub fn seal_matches(request: &Value, hash_pointer: &str, sealed: &Value) -> Result<(), ApiError> {
     let claimed = text(request, hash_pointer).unwrap_or_default();
     if claimed != canonical::canonical_sha256(sealed) {
         return Err(ApiError::invalid_field(

@@ -160,7 +160,9 @@ impl PaidRoute {
                 Challenge::new(&required)
             })
             .transpose()
-            .map_err(|e| StartError::Prepare(format!("{}: challenge header: {e}", machine.machine)))?;
+            .map_err(|e| {
+                StartError::Prepare(format!("{}: challenge header: {e}", machine.machine))
+            })?;
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
         Ok(PaidRoute {
             machine,
@@ -187,11 +189,31 @@ fn free_documents(
     let mut add = |path: String, content_type: &'static str, body: Bytes| {
         docs.insert(path, FreeDoc { content_type, body });
     };
-    add("/".into(), JSON, with_base_url("generated/index.json", base_url)?);
-    add(render::CATALOG_PATH.into(), JSON, with_base_url("generated/catalog.json", base_url)?);
-    add(render::OPENAPI_PATH.into(), JSON, with_base_url("generated/openapi.json", base_url)?);
-    add(render::LLMS_PATH.into(), "text/plain; charset=utf-8", with_base_url("generated/llms.txt", base_url)?);
-    add(render::WELL_KNOWN_PATH.into(), JSON, with_base_url("generated/well-known-x402.json", base_url)?);
+    add(
+        "/".into(),
+        JSON,
+        with_base_url("generated/index.json", base_url)?,
+    );
+    add(
+        render::CATALOG_PATH.into(),
+        JSON,
+        with_base_url("generated/catalog.json", base_url)?,
+    );
+    add(
+        render::OPENAPI_PATH.into(),
+        JSON,
+        with_base_url("generated/openapi.json", base_url)?,
+    );
+    add(
+        render::LLMS_PATH.into(),
+        "text/plain; charset=utf-8",
+        with_base_url("generated/llms.txt", base_url)?,
+    );
+    add(
+        render::WELL_KNOWN_PATH.into(),
+        JSON,
+        with_base_url("generated/well-known-x402.json", base_url)?,
+    );
     add(
         render::SAMPLE_PATH.into(),
         JSON,
@@ -204,7 +226,11 @@ fn free_documents(
             with_base_url(&format!("docs/machines/{}.md", machine.machine), base_url)?,
         );
     }
-    add(render::HEALTH_PATH.into(), JSON, health_document(manifest, config));
+    add(
+        render::HEALTH_PATH.into(),
+        JSON,
+        health_document(manifest, config),
+    );
     Ok(docs)
 }
 
@@ -232,7 +258,8 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
 
 fn routes(
     state: Arc<AppState>,
-) -> impl Filter<Extract = (Response<Bytes>,), Error = warp::Rejection> + Clone + Send + Sync + 'static {
+) -> impl Filter<Extract = (Response<Bytes>,), Error = warp::Rejection> + Clone + Send + Sync + 'static
+{
     warp::any()
         .map(move || state.clone())
         .and(warp::method())
@@ -240,7 +267,11 @@ fn routes(
         .and(warp::header::headers_cloned())
         .and(warp::body::stream())
         .then(
-            |state: Arc<AppState>, method: Method, path: warp::path::FullPath, headers: HeaderMap, body| async move {
+            |state: Arc<AppState>,
+             method: Method,
+             path: warp::path::FullPath,
+             headers: HeaderMap,
+             body| async move {
                 let started = Instant::now();
                 let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
                 log_request(&method, path.as_str(), &response, started);
@@ -364,7 +395,11 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Reads at most `limit` bytes; a larger body is refused without reading the rest.
-async fn read_limited<S, B>(headers: &HeaderMap, mut body: S, limit: usize) -> Result<Bytes, ApiError>
+async fn read_limited<S, B>(
+    headers: &HeaderMap,
+    mut body: S,
+    limit: usize,
+) -> Result<Bytes, ApiError>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
@@ -385,7 +420,10 @@ where
     let mut buffer = BytesMut::new();
     while let Some(chunk) = body.next().await {
         let mut chunk = chunk.map_err(|e| {
-            ApiError::bad_request("invalid_body", format!("the request body could not be read: {e}"))
+            ApiError::bad_request(
+                "invalid_body",
+                format!("the request body could not be read: {e}"),
+            )
         })?;
         if buffer.len() + chunk.remaining() > limit {
             return Err(too_large());
@@ -429,9 +467,10 @@ fn document(doc: &FreeDoc, head: bool) -> Response<Bytes> {
 
 fn payment_required(challenge: &Challenge) -> Response<Bytes> {
     let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
-    response
-        .headers_mut()
-        .insert(HeaderName::from_static(x402::PAYMENT_REQUIRED), challenge.header.clone());
+    response.headers_mut().insert(
+        HeaderName::from_static(x402::PAYMENT_REQUIRED),
+        challenge.header.clone(),
+    );
     response
 }
 
@@ -445,7 +484,9 @@ fn method_not_allowed(allow: &'static str) -> Response<Bytes> {
         "method_not_allowed",
         format!("this resource allows {allow}"),
     ));
-    response.headers_mut().insert(ALLOW, HeaderValue::from_static(allow));
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
     response
 }
 

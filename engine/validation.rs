@@ -65,7 +65,11 @@ impl RequestValidator {
 
     fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> (u8, ApiError) {
         let at = error.instance_path().as_str().to_string();
-        let field = if at.is_empty() { "/".to_string() } else { at.clone() };
+        let field = if at.is_empty() {
+            "/".to_string()
+        } else {
+            at.clone()
+        };
         let last = at.rsplit('/').next().unwrap_or("");
         let parent_is = |name: &str| {
             let mut segments = at.rsplit('/');
@@ -77,17 +81,28 @@ impl RequestValidator {
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 let name = unexpected.first().cloned().unwrap_or_default();
                 let pointer = format!("{at}/{name}");
-                let listed = at.is_empty()
+                let listed = at
+                    .is_empty()
                     .then(|| self.unsupported.iter().find(|(f, _)| *f == name))
                     .flatten();
                 match listed {
                     Some((_, code)) => (
                         1,
-                        ApiError::invalid_field(code.clone(), pointer, format!("field {name:?} is not supported by this machine")),
+                        ApiError::invalid_field(
+                            code.clone(),
+                            pointer,
+                            format!("field {name:?} is not supported by this machine"),
+                        ),
                     ),
                     None => (
                         1,
-                        ApiError::invalid_field("unknown_field", pointer, format!("field {name:?} is not accepted here; no other fields are allowed")),
+                        ApiError::invalid_field(
+                            "unknown_field",
+                            pointer,
+                            format!(
+                                "field {name:?} is not accepted here; no other fields are allowed"
+                            ),
+                        ),
                     ),
                 }
             }
@@ -95,12 +110,19 @@ impl RequestValidator {
                 let name = property.as_str().unwrap_or_default();
                 (
                     2,
-                    ApiError::invalid_field("missing_field", format!("{at}/{name}"), format!("required field {name:?} is missing")),
+                    ApiError::invalid_field(
+                        "missing_field",
+                        format!("{at}/{name}"),
+                        format!("required field {name:?} is missing"),
+                    ),
                 )
             }
-            ValidationErrorKind::Type { .. } => (3, ApiError::invalid_field("invalid_type", field, message)),
+            ValidationErrorKind::Type { .. } => {
+                (3, ApiError::invalid_field("invalid_type", field, message))
+            }
             ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
-                let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains") {
+                let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains")
+                {
                     "unsupported_chain"
                 } else if last == "symbol" {
                     "unsupported_symbol"
@@ -121,14 +143,26 @@ impl RequestValidator {
                 };
                 (4, ApiError::invalid_field(code, field, message))
             }
-            ValidationErrorKind::MaxLength { .. } if last == "data" => {
-                (4, ApiError::invalid_field("calldata_too_large", field, message))
+            ValidationErrorKind::MaxLength { .. } if last == "data" => (
+                4,
+                ApiError::invalid_field("calldata_too_large", field, message),
+            ),
+            ValidationErrorKind::MaxLength { .. } => {
+                (4, ApiError::invalid_field("too_long", field, message))
             }
-            ValidationErrorKind::MaxLength { .. } => (4, ApiError::invalid_field("too_long", field, message)),
-            ValidationErrorKind::MinLength { .. } => (4, ApiError::invalid_field("too_short", field, message)),
-            ValidationErrorKind::MaxItems { .. } => (4, ApiError::invalid_field("too_many_items", field, message)),
-            ValidationErrorKind::MinItems { .. } => (4, ApiError::invalid_field("too_few_items", field, message)),
-            ValidationErrorKind::UniqueItems => (4, ApiError::invalid_field("duplicate_items", field, message)),
+            ValidationErrorKind::MinLength { .. } => {
+                (4, ApiError::invalid_field("too_short", field, message))
+            }
+            ValidationErrorKind::MaxItems { .. } => {
+                (4, ApiError::invalid_field("too_many_items", field, message))
+            }
+            ValidationErrorKind::MinItems { .. } => {
+                (4, ApiError::invalid_field("too_few_items", field, message))
+            }
+            ValidationErrorKind::UniqueItems => (
+                4,
+                ApiError::invalid_field("duplicate_items", field, message),
+            ),
             ValidationErrorKind::Minimum { .. }
             | ValidationErrorKind::Maximum { .. }
             | ValidationErrorKind::ExclusiveMinimum { .. }
@@ -149,7 +183,10 @@ pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
         ));
     }
     serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request("invalid_json", format!("the request body is not valid JSON: {e}"))
+        ApiError::bad_request(
+            "invalid_json",
+            format!("the request body is not valid JSON: {e}"),
+        )
     })
 }
 

@@ -19,14 +19,22 @@ fn committed_renders_match_the_build() {
             drifted.push(*path);
         }
     }
-    assert!(drifted.is_empty(), "renders drifted from machines.yaml: {drifted:?}\nrefresh them with: {REFRESH}");
+    assert!(
+        drifted.is_empty(),
+        "renders drifted from machines.yaml: {drifted:?}\nrefresh them with: {REFRESH}"
+    );
 }
 
 #[test]
 fn no_stale_files_linger_beside_the_renders() {
     let rendered: BTreeSet<String> = RENDERS.iter().map(|(p, _)| p.to_string()).collect();
     let mut stale = Vec::new();
-    for dir in ["generated", "generated/schemas", "generated/samples", "docs/machines"] {
+    for dir in [
+        "generated",
+        "generated/schemas",
+        "generated/samples",
+        "docs/machines",
+    ] {
         for entry in std::fs::read_dir(repo_root().join(dir)).expect("render folder") {
             let entry = entry.expect("entry");
             if entry.file_type().expect("type").is_file() {
@@ -37,16 +45,24 @@ fn no_stale_files_linger_beside_the_renders() {
             }
         }
     }
-    assert!(stale.is_empty(), "files not produced by the build: {stale:?}; delete them and run {REFRESH}");
+    assert!(
+        stale.is_empty(),
+        "files not produced by the build: {stale:?}; delete them and run {REFRESH}"
+    );
 }
 
 #[test]
 fn generated_files_say_so_at_the_top() {
     for (path, content) in RENDERS {
         if path.ends_with(".md") {
-            assert!(content.starts_with("<!-- Generated from machines.yaml"), "{path}");
+            assert!(
+                content.starts_with("<!-- Generated from machines.yaml"),
+                "{path}"
+            );
         }
     }
-    let openapi: serde_json::Value = serde_json::from_str(factomat::renders::render("generated/openapi.json").expect("openapi")).expect("json");
+    let openapi: serde_json::Value =
+        serde_json::from_str(factomat::renders::render("generated/openapi.json").expect("openapi"))
+            .expect("json");
     assert_eq!(openapi["info"]["x-generated-from"], "machines.yaml");
 }

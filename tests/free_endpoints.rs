@@ -9,12 +9,36 @@ use serde_json::Value;
 const DOCUMENTS: &[(&str, &str, &str)] = &[
     ("/", "generated/index.json", "application/json"),
     ("/v1/catalog", "generated/catalog.json", "application/json"),
-    ("/openapi.json", "generated/openapi.json", "application/json"),
-    ("/llms.txt", "generated/llms.txt", "text/plain; charset=utf-8"),
-    ("/.well-known/x402", "generated/well-known-x402.json", "application/json"),
-    ("/samples/productive-venue-snapshot", "generated/samples/productive-venue-snapshot.json", "application/json"),
-    ("/docs/machines/VM01.md", "docs/machines/VM01.md", "text/markdown; charset=utf-8"),
-    ("/docs/machines/VM11.md", "docs/machines/VM11.md", "text/markdown; charset=utf-8"),
+    (
+        "/openapi.json",
+        "generated/openapi.json",
+        "application/json",
+    ),
+    (
+        "/llms.txt",
+        "generated/llms.txt",
+        "text/plain; charset=utf-8",
+    ),
+    (
+        "/.well-known/x402",
+        "generated/well-known-x402.json",
+        "application/json",
+    ),
+    (
+        "/samples/productive-venue-snapshot",
+        "generated/samples/productive-venue-snapshot.json",
+        "application/json",
+    ),
+    (
+        "/docs/machines/VM01.md",
+        "docs/machines/VM01.md",
+        "text/markdown; charset=utf-8",
+    ),
+    (
+        "/docs/machines/VM11.md",
+        "docs/machines/VM11.md",
+        "text/markdown; charset=utf-8",
+    ),
 ];
 
 #[tokio::test]
@@ -24,13 +48,20 @@ async fn documents_match_the_committed_renders_with_the_base_url() {
         let response = server.get(path).await;
         assert_eq!(response.status().as_u16(), 200, "{path}");
         assert_eq!(response.headers()["content-type"], *content_type, "{path}");
-        assert_eq!(response.headers()["access-control-allow-origin"], "*", "{path}");
+        assert_eq!(
+            response.headers()["access-control-allow-origin"],
+            "*",
+            "{path}"
+        );
         let body = response.text().await.expect("body");
         let expected = std::fs::read_to_string(repo_root().join(committed))
             .expect("committed render")
             .replace("{base_url}", BASE_URL);
         assert_eq!(body, expected, "{path} differs from {committed}");
-        assert!(!body.contains("{base_url}"), "{path} still holds the placeholder");
+        assert!(
+            !body.contains("{base_url}"),
+            "{path} still holds the placeholder"
+        );
         if content_type.starts_with("application/json") {
             serde_json::from_str::<Value>(&body).expect("valid JSON");
         }
@@ -48,7 +79,11 @@ async fn head_answers_without_a_body() {
         .await
         .expect("answered");
     assert_eq!(response.status().as_u16(), 200);
-    let length: usize = response.headers()["content-length"].to_str().expect("ascii").parse().expect("number");
+    let length: usize = response.headers()["content-length"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("number");
     assert!(length > 1000);
     assert!(response.bytes().await.expect("body").is_empty());
 }
@@ -74,5 +109,8 @@ async fn health_reports_static_facts_only() {
 async fn the_base_url_defaults_to_the_bound_address() {
     let server = TestServer::with_env(&[("FACTOMAT_PAY_TO", common::PAY_TO)]).await;
     let catalog: Value = server.get("/v1/catalog").await.json().await.expect("json");
-    assert_eq!(catalog["machines"][0]["resource"], format!("{}/v1/url-context", server.url));
+    assert_eq!(
+        catalog["machines"][0]["resource"],
+        format!("{}/v1/url-context", server.url)
+    );
 }

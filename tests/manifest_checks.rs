@@ -34,7 +34,10 @@ fn errors_of(manifest: &Value) -> Vec<String> {
 
 fn assert_reports(manifest: &Value, expected: &str) {
     let errors = errors_of(manifest);
-    assert!(errors.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errors:#?}");
+    assert!(
+        errors.iter().any(|e| e.contains(expected)),
+        "expected {expected:?} in {errors:#?}"
+    );
 }
 
 #[test]
@@ -45,17 +48,26 @@ fn the_committed_manifest_is_consistent() {
 #[test]
 fn broken_manifests_name_machine_and_field() {
     let mut missing = committed();
-    missing["machines"].as_array_mut().expect("machines").retain(|m| m["machine"] != "VM05");
+    missing["machines"]
+        .as_array_mut()
+        .expect("machines")
+        .retain(|m| m["machine"] != "VM05");
     assert_reports(&missing, "VM05.machine: is missing");
 
     let mut doubled = committed();
     let copy = machine_mut(&mut doubled, "VM03").clone();
-    doubled["machines"].as_array_mut().expect("machines").push(copy);
+    doubled["machines"]
+        .as_array_mut()
+        .expect("machines")
+        .push(copy);
     assert_reports(&doubled, "VM03.machine: appears 2 times");
 
     let mut path_clash = committed();
     machine_mut(&mut path_clash, "VM06")["path"] = json!("/v1/url-context");
-    assert_reports(&path_clash, "VM06.path: \"/v1/url-context\" collides with VM01");
+    assert_reports(
+        &path_clash,
+        "VM06.path: \"/v1/url-context\" collides with VM01",
+    );
 
     let mut op_clash = committed();
     machine_mut(&mut op_clash, "VM09")["operationId"] = json!("postVm08X402ServiceChangeSnapshot");
@@ -63,7 +75,10 @@ fn broken_manifests_name_machine_and_field() {
 
     let mut price = committed();
     machine_mut(&mut price, "VM07")["price_atomic"] = json!("50000");
-    assert_reports(&price, "VM07.price_atomic: \"50000\" disagrees with price \"$0.005\"");
+    assert_reports(
+        &price,
+        "VM07.price_atomic: \"50000\" disagrees with price \"$0.005\"",
+    );
 
     let mut bad_price = committed();
     machine_mut(&mut bad_price, "VM02")["price"] = json!("0.01 USD");
@@ -71,30 +86,56 @@ fn broken_manifests_name_machine_and_field() {
 
     let mut input = committed();
     machine_mut(&mut input, "VM02")["input_example"]["token"] = json!(42);
-    assert_reports(&input, "VM02.input_example: fails its own schema at \"/token\"");
+    assert_reports(
+        &input,
+        "VM02.input_example: fails its own schema at \"/token\"",
+    );
 
     let mut output = committed();
     machine_mut(&mut output, "VM06")["output_example"]["status"] = json!("MAYBE");
-    assert_reports(&output, "VM06.output_example: fails its own schema at \"/status\"");
+    assert_reports(
+        &output,
+        "VM06.output_example: fails its own schema at \"/status\"",
+    );
 
     let mut stranger = committed();
-    stranger["families"][0]["machines"].as_array_mut().expect("members").push(json!("VM02"));
-    assert_reports(&stranger, "families.WEB_INTELLIGENCE: names VM02, whose family is ONCHAIN_PREFLIGHT");
+    stranger["families"][0]["machines"]
+        .as_array_mut()
+        .expect("members")
+        .push(json!("VM02"));
+    assert_reports(
+        &stranger,
+        "families.WEB_INTELLIGENCE: names VM02, whose family is ONCHAIN_PREFLIGHT",
+    );
 
     let mut unknown = committed();
-    unknown["families"][1]["machines"].as_array_mut().expect("members").push(json!("VM99"));
-    assert_reports(&unknown, "families.ONCHAIN_PREFLIGHT: names VM99, which is not in the manifest");
+    unknown["families"][1]["machines"]
+        .as_array_mut()
+        .expect("members")
+        .push(json!("VM99"));
+    assert_reports(
+        &unknown,
+        "families.ONCHAIN_PREFLIGHT: names VM99, which is not in the manifest",
+    );
 
     let mut related = committed();
     machine_mut(&mut related, "VM01")["related"] = json!(["VM02"]);
-    assert_reports(&related, "VM01.related: names VM02 of family ONCHAIN_PREFLIGHT; only siblings");
+    assert_reports(
+        &related,
+        "VM01.related: names VM02 of family ONCHAIN_PREFLIGHT; only siblings",
+    );
 
     let mut dialect = committed();
-    machine_mut(&mut dialect, "VM04")["input_schema"]["properties"]["limit"]["type"] = json!(["integer", "string"]);
-    assert_reports(&dialect, "VM04.input_schema: type list at \"/properties/limit\"");
+    machine_mut(&mut dialect, "VM04")["input_schema"]["properties"]["limit"]["type"] =
+        json!(["integer", "string"]);
+    assert_reports(
+        &dialect,
+        "VM04.input_schema: type list at \"/properties/limit\"",
+    );
 
     let mut forbidden = committed();
-    machine_mut(&mut forbidden, "VM10")["output_schema"]["properties"]["state"]["$ref"] = json!("#/x");
+    machine_mut(&mut forbidden, "VM10")["output_schema"]["properties"]["state"]["$ref"] =
+        json!("#/x");
     assert_reports(&forbidden, "VM10.output_schema: uses \"$ref\"");
 
     let mut limit = committed();
@@ -123,19 +164,41 @@ fn the_build_script_fails_on_a_broken_manifest() {
     std::fs::create_dir_all(dir.join("out")).expect("dir");
     let mut broken = committed();
     machine_mut(&mut broken, "VM04")["price_atomic"] = json!("1");
-    std::fs::write(dir.join("machines.yaml"), serde_norway::to_string(&broken).expect("yaml")).expect("write");
+    std::fs::write(
+        dir.join("machines.yaml"),
+        serde_norway::to_string(&broken).expect("yaml"),
+    )
+    .expect("write");
     let output = Command::new(&script)
         .current_dir(&dir)
         .env("OUT_DIR", dir.join("out"))
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "a broken manifest must fail the build");
-    assert!(stderr.contains("machines.yaml: VM04.price_atomic"), "{stderr}");
+    assert!(
+        !output.status.success(),
+        "a broken manifest must fail the build"
+    );
+    assert!(
+        stderr.contains("machines.yaml: VM04.price_atomic"),
+        "{stderr}"
+    );
 
-    std::fs::write(dir.join("machines.yaml"), serde_norway::to_string(&committed()).expect("yaml")).expect("write");
-    let output = Command::new(&script).current_dir(&dir).env("OUT_DIR", dir.join("out")).output().expect("runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    std::fs::write(
+        dir.join("machines.yaml"),
+        serde_norway::to_string(&committed()).expect("yaml"),
+    )
+    .expect("write");
+    let output = Command::new(&script)
+        .current_dir(&dir)
+        .env("OUT_DIR", dir.join("out"))
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(dir.join("out/generated/catalog.json").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

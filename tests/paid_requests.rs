@@ -26,7 +26,11 @@ fn path(id: &str) -> String {
 /// `base` with the value at a JSON pointer replaced (or inserted).
 fn with(mut base: Value, pointer: &str, value: Value) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer");
-    let target = if parent.is_empty() { Some(&mut base) } else { base.pointer_mut(parent) };
+    let target = if parent.is_empty() {
+        Some(&mut base)
+    } else {
+        base.pointer_mut(parent)
+    };
     match target.expect("parent exists") {
         Value::Object(map) => {
             map.insert(key.to_string(), value);
@@ -42,7 +46,11 @@ fn with(mut base: Value, pointer: &str, value: Value) -> Value {
 
 fn without(mut base: Value, pointer: &str) -> Value {
     let (parent, key) = pointer.rsplit_once('/').expect("pointer");
-    let target = if parent.is_empty() { Some(&mut base) } else { base.pointer_mut(parent) };
+    let target = if parent.is_empty() {
+        Some(&mut base)
+    } else {
+        base.pointer_mut(parent)
+    };
     if let Some(Value::Object(map)) = target {
         map.shift_remove(key);
     }
@@ -57,15 +65,31 @@ async fn every_input_example_gets_a_402_with_the_advertised_terms() {
         let m = machine(id);
         let response = server.post_json(&path(id), &m["input_example"]).await;
         assert_eq!(response.status().as_u16(), 402, "{id}");
-        let expose = response.headers()["access-control-expose-headers"].to_str().expect("ascii");
-        assert!(expose.contains("PAYMENT-REQUIRED") && expose.contains("PAYMENT-RESPONSE"), "{id}");
-        let header = response.headers()["payment-required"].to_str().expect("ascii").to_string();
-        assert!(header.len() < 12 * 1024, "{id}: challenge header {} bytes; Node clients cap all headers at 16 KiB", header.len());
+        let expose = response.headers()["access-control-expose-headers"]
+            .to_str()
+            .expect("ascii");
+        assert!(
+            expose.contains("PAYMENT-REQUIRED") && expose.contains("PAYMENT-RESPONSE"),
+            "{id}"
+        );
+        let header = response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        assert!(
+            header.len() < 12 * 1024,
+            "{id}: challenge header {} bytes; Node clients cap all headers at 16 KiB",
+            header.len()
+        );
         let required = decode_header(&header);
         let body: Value = response.json().await.expect("json body");
         assert_eq!(body, required, "{id}: the body repeats the header");
         assert_eq!(required["x402Version"], 2, "{id}");
-        assert_eq!(required["resource"]["url"], format!("{BASE_URL}{}", m["path"].as_str().expect("path")), "{id}");
+        assert_eq!(
+            required["resource"]["url"],
+            format!("{BASE_URL}{}", m["path"].as_str().expect("path")),
+            "{id}"
+        );
         assert_eq!(required["resource"]["mimeType"], "application/json", "{id}");
         assert_eq!(required["resource"]["description"], m["purpose"], "{id}");
         let accepts = required["accepts"].as_array().expect("accepts");
@@ -75,15 +99,31 @@ async fn every_input_example_gets_a_402_with_the_advertised_terms() {
         assert_eq!(accept["network"], "eip155:8453", "{id}");
         assert_eq!(accept["amount"], m["price_atomic"], "{id}");
         assert!(accept["amount"].is_string(), "{id}: amount is a string");
-        assert_eq!(accept["asset"], "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "{id}");
+        assert_eq!(
+            accept["asset"], "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+            "{id}"
+        );
         assert_eq!(accept["payTo"], PAY_TO, "{id}");
-        assert_eq!(accept["maxTimeoutSeconds"], payment["max_timeout_seconds"], "{id}");
-        assert_eq!(accept["extra"], json!({"name": "USD Coin", "version": "2"}), "{id}");
+        assert_eq!(
+            accept["maxTimeoutSeconds"], payment["max_timeout_seconds"],
+            "{id}"
+        );
+        assert_eq!(
+            accept["extra"],
+            json!({"name": "USD Coin", "version": "2"}),
+            "{id}"
+        );
         let bazaar = &required["extensions"]["bazaar"];
         assert_eq!(bazaar["info"]["input"]["body"], m["input_example"], "{id}");
         assert_eq!(bazaar["info"]["input"]["method"], "POST", "{id}");
-        assert_eq!(bazaar["info"]["output"]["example"], m["output_example"], "{id}");
-        assert_eq!(bazaar["schema"]["properties"]["input"]["properties"]["body"], m["input_schema"], "{id}");
+        assert_eq!(
+            bazaar["info"]["output"]["example"], m["output_example"],
+            "{id}"
+        );
+        assert_eq!(
+            bazaar["schema"]["properties"]["input"]["properties"]["body"], m["input_schema"],
+            "{id}"
+        );
     }
     assert_eq!(server.outbound(), 0);
 }
@@ -106,9 +146,17 @@ async fn the_prices_are_the_specified_ones() {
     let server = TestServer::start().await;
     for (id, route, price, atomic) in expected {
         let m = machine(id);
-        assert_eq!((m["path"].as_str(), m["price"].as_str()), (Some(route), Some(price)), "{id}");
+        assert_eq!(
+            (m["path"].as_str(), m["price"].as_str()),
+            (Some(route), Some(price)),
+            "{id}"
+        );
         let response = server.post_json(route, &m["input_example"]).await;
-        let required = decode_header(response.headers()["payment-required"].to_str().expect("ascii"));
+        let required = decode_header(
+            response.headers()["payment-required"]
+                .to_str()
+                .expect("ascii"),
+        );
         assert_eq!(required["accepts"][0]["amount"], atomic, "{id}");
     }
 }
@@ -138,12 +186,19 @@ async fn generic_rejections_for_every_machine() {
             if body.as_object().is_some_and(|o| o.is_empty()) {
                 continue;
             }
-            let error = expect_400(server.post_json(&route, &body).await, "missing_field", &format!("{id} without {name}")).await;
+            let error = expect_400(
+                server.post_json(&route, &body).await,
+                "missing_field",
+                &format!("{id} without {name}"),
+            )
+            .await;
             assert_eq!(error["field"], format!("/{name}"), "{id}");
             cases += 1;
         }
         let error = expect_400(
-            server.post_json(&route, &with(base.clone(), "/surprise_field", json!(1))).await,
+            server
+                .post_json(&route, &with(base.clone(), "/surprise_field", json!(1)))
+                .await,
             "unknown_field",
             &format!("{id} extra field"),
         )
@@ -151,10 +206,18 @@ async fn generic_rejections_for_every_machine() {
         assert_eq!(error["field"], "/surprise_field");
         cases += 1;
         for name in &required {
-            let declared = m["input_schema"]["properties"][name]["type"].as_str().unwrap_or("string");
-            let wrong = if declared == "string" { json!(12345) } else { json!("not-the-right-type") };
+            let declared = m["input_schema"]["properties"][name]["type"]
+                .as_str()
+                .unwrap_or("string");
+            let wrong = if declared == "string" {
+                json!(12345)
+            } else {
+                json!("not-the-right-type")
+            };
             let error = expect_400(
-                server.post_json(&route, &with(base.clone(), &format!("/{name}"), wrong)).await,
+                server
+                    .post_json(&route, &with(base.clone(), &format!("/{name}"), wrong))
+                    .await,
                 "invalid_type",
                 &format!("{id} {name} of the wrong type"),
             )
@@ -172,7 +235,12 @@ async fn generic_rejections_for_every_machine() {
             (b"{}", "empty_request"),
         ];
         for (raw, code) in malformed {
-            expect_400(server.post_raw(&route, raw.to_vec()).await, code, &format!("{id} body {:?}", String::from_utf8_lossy(raw))).await;
+            expect_400(
+                server.post_raw(&route, raw.to_vec()).await,
+                code,
+                &format!("{id} body {:?}", String::from_utf8_lossy(raw)),
+            )
+            .await;
             cases += 1;
         }
     }
@@ -280,109 +348,749 @@ fn specific_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
     let other_queries = vm11_baseline(&["other query", "weather api"]);
     let mut vm06_ctrl = Vec::new();
     for (field, value) in [
-        ("nonce", json!(1)), ("gas", json!("21000")), ("gasPrice", json!("1")),
-        ("maxFeePerGas", json!("1")), ("maxPriorityFeePerGas", json!("1")),
-        ("accessList", json!([])), ("stateOverride", json!({})),
+        ("nonce", json!(1)),
+        ("gas", json!("21000")),
+        ("gasPrice", json!("1")),
+        ("maxFeePerGas", json!("1")),
+        ("maxPriorityFeePerGas", json!("1")),
+        ("accessList", json!([])),
+        ("stateOverride", json!({})),
     ] {
-        let code: &'static str = Box::leak(format!("unsupported_execution_control_{field}").into_boxed_str());
+        let code: &'static str =
+            Box::leak(format!("unsupported_execution_control_{field}").into_boxed_str());
         let at: &'static str = Box::leak(format!("/{field}").into_boxed_str());
         vm06_ctrl.push(("VM06", with(vm06.clone(), at, value), code, at));
     }
     for field in ["rpc_url", "rpcUrl", "rpc", "provider_url", "endpoint"] {
         let at: &'static str = Box::leak(format!("/{field}").into_boxed_str());
-        vm06_ctrl.push(("VM06", with(vm06.clone(), at, json!("https://rpc.example.com/")), "unsupported_rpc_host", at));
+        vm06_ctrl.push((
+            "VM06",
+            with(vm06.clone(), at, json!("https://rpc.example.com/")),
+            "unsupported_rpc_host",
+            at,
+        ));
     }
     let mut cases = vec![
-        ("VM02", with(vm02.clone(), "/token", zero.clone()), "zero_token_address", "/token"),
-        ("VM02", with(vm02.clone(), "/owner", bad_checksum.clone()), "invalid_address_checksum", "/owner"),
-        ("VM02", with(vm02.clone(), "/spender", json!("0x1234")), "invalid_address", "/spender"),
-        ("VM02", with(vm02.clone(), "/owner", json!("833589fCD6eDb6E08f4c7C32D4f71b54bdA02913")), "invalid_address", "/owner"),
-        ("VM02", with(vm02.clone(), "/chain", json!("eip155:1")), "unsupported_chain_field", "/chain"),
-        ("VM02", with(vm02.clone(), "/permit2", json!(true)), "unsupported_permit2", "/permit2"),
-        ("VM03", with(vm03.clone(), "/chains", json!(["eip155:1", "eip155:1"])), "duplicate_items", "/chains"),
-        ("VM03", with(vm03.clone(), "/chains", json!(["eip155:10"])), "unsupported_chain", "/chains/0"),
-        ("VM03", with(vm03.clone(), "/chains", json!([])), "too_few_items", "/chains"),
-        ("VM03", with(vm03.clone(), "/chains", json!(["eip155:1", "eip155:8453", "eip155:1"])), "too_many_items", "/chains"),
-        ("VM03", with(vm03.clone(), "/address", json!("0x12")), "invalid_address", "/address"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!((0..11).map(|_| holding(usdc.clone(), "1")).collect::<Vec<_>>())), "too_many_items", "/declared_holdings"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([holding(zero.clone(), "1")])), "zero_token_address", "/declared_holdings/0/token"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([holding(usdc.clone(), UINT256_MAX_PLUS_ONE)])), "uint256_out_of_range", "/declared_holdings/0/quantity_raw"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([holding(usdc.clone(), "007")])), "invalid_integer_string", "/declared_holdings/0/quantity_raw"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([{"chain": "eip155:8453", "token": usdc, "quantity_raw": "1", "note": "x"}])), "unknown_field", "/declared_holdings/0/note"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([{"chain": "eip155:8453", "token": usdc}])), "missing_field", "/declared_holdings/0/quantity_raw"),
-        ("VM03", with(vm03.clone(), "/declared_holdings", json!([{"chain": "eip155:1", "token": usdc, "quantity_raw": "1"}])), "declared_holding_chain_not_requested", "/declared_holdings/0/chain"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "symbol", "symbol": "stETH"})), "unsupported_symbol", "/asset/symbol"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "symbol", "symbol": "DOGE"})), "unsupported_symbol", "/asset/symbol"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "symbol"})), "missing_field", "/asset/symbol"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "erc20"})), "missing_field", "/asset/address"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "erc20", "address": zero})), "zero_token_address", "/asset/address"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "native", "address": usdc})), "asset_field_not_allowed", "/asset/address"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "native", "chain": 1})), "unknown_field", "/asset/chain"),
-        ("VM04", with(vm04.clone(), "/asset", json!({"kind": "wrapped"})), "invalid_value", "/asset/kind"),
-        ("VM04", with(vm04.clone(), "/chain_id", json!(10)), "unsupported_chain", "/chain_id"),
-        ("VM04", with(vm04.clone(), "/limit", json!(0)), "out_of_range", "/limit"),
-        ("VM04", with(vm04.clone(), "/limit", json!(21)), "out_of_range", "/limit"),
-        ("VM04", with(vm04.clone(), "/sort", json!("best")), "invalid_value", "/sort"),
-        ("VM04", with(vm04.clone(), "/venue_types", json!(["lending", "lending"])), "duplicate_items", "/venue_types"),
-        ("VM04", with(vm04.clone(), "/protocols", json!(["compound"])), "invalid_value", "/protocols/0"),
-        ("VM04", with(vm04.clone(), "/amount", json!("100")), "unsupported_position_sizing", "/amount"),
-        ("VM05", with(vm05.clone(), "/resource", json!("http://api.example.com/v1/weather")), "url_scheme_not_https", "/resource"),
-        ("VM05", with(vm05.clone(), "/resource", json!("https://api.example.com:8443/v1/weather")), "url_port_not_allowed", "/resource"),
-        ("VM05", with(vm05.clone(), "/pay_to", json!("0xnothex")), "invalid_address", "/pay_to"),
-        ("VM05", with(vm05.clone(), "/queries", json!([])), "too_few_items", "/queries"),
-        ("VM05", with(vm05.clone(), "/queries", json!(["aa", "bb", "cc", "dd"])), "too_many_items", "/queries"),
-        ("VM05", with(vm05.clone(), "/queries", json!(["a"])), "too_short", "/queries/0"),
-        ("VM05", with(vm05.clone(), "/queries", json!(["q".repeat(401)])), "too_long", "/queries/0"),
-        ("VM05", with(vm05.clone(), "/queries", json!(["  a   "])), "invalid_query", "/queries/0"),
-        ("VM05", with(vm05.clone(), "/queries", json!(["weather  api", "weather api"])), "duplicate_query", "/queries"),
-        ("VM06", with(vm06.clone(), "/data", json!("0x123")), "invalid_hex", "/data"),
-        ("VM06", with(vm06.clone(), "/data", json!("0xzz")), "invalid_hex", "/data"),
-        ("VM06", with(vm06.clone(), "/data", json!(format!("0x{}", "ab".repeat(8193)))), "calldata_too_large", "/data"),
-        ("VM06", with(vm06.clone(), "/value_wei", json!(UINT256_MAX_PLUS_ONE)), "uint256_out_of_range", "/value_wei"),
-        ("VM06", with(vm06.clone(), "/value_wei", json!("-1")), "invalid_integer_string", "/value_wei"),
-        ("VM06", with(vm06.clone(), "/value_wei", json!(1)), "invalid_type", "/value_wei"),
-        ("VM06", with(vm06.clone(), "/chain", json!("eip155:10")), "unsupported_chain", "/chain"),
-        ("VM06", with(vm06.clone(), "/to", bad_checksum.clone()), "invalid_address_checksum", "/to"),
-        ("VM06", with(vm06.clone(), "/from", json!("0x12")), "invalid_address", "/from"),
-        ("VM07", with(vm07.clone(), "/baseline", with(vm07_baseline(), "/methodology_version", json!("web-change-snapshot-9.9.9"))), "baseline_methodology_mismatch", "/baseline/methodology_version"),
-        ("VM07", with(vm07.clone(), "/baseline", tampered07), "baseline_tampered", "/baseline/page_sha256"),
-        ("VM07", with(vm07.clone(), "/baseline", without(vm07_baseline(), "/components/outline")), "missing_field", "/baseline/components/outline"),
-        ("VM07", with(vm07.clone(), "/baseline", with(vm07_baseline(), "/components/body", json!("a".repeat(64)))), "unknown_field", "/baseline/components/body"),
-        ("VM07", with(vm07.clone(), "/baseline", with(vm07_baseline(), "/components/http", json!("A".repeat(64)))), "invalid_sha256", "/baseline/components/http"),
-        ("VM07", with(vm07.clone(), "/baseline", with(vm07_baseline(), "/page_sha256", json!("abc"))), "invalid_sha256", "/baseline/page_sha256"),
-        ("VM07", with(vm07.clone(), "/baseline", with(vm07_baseline(), "/page_body", json!("<html>"))), "unknown_field", "/baseline/page_body"),
-        ("VM07", with(vm07.clone(), "/previous_body", json!("<html>")), "unsupported_baseline_body", "/previous_body"),
-        ("VM08", with(with(vm08.clone(), "/method", json!("GET")), "/body", json!({})), "body_not_allowed_for_get", "/body"),
-        ("VM08", with(vm08.clone(), "/method", json!("PUT")), "unsupported_method", "/method"),
-        ("VM08", with(vm08.clone(), "/price_policy", json!({"modest_increase_bps": 500, "max_increase_bps": 100})), "invalid_price_policy", "/price_policy"),
-        ("VM08", with(vm08.clone(), "/price_policy", json!({"modest_increase_bps": 5, "max_increase_bps": 10, "floor": 1})), "unknown_field", "/price_policy/floor"),
-        ("VM08", with(vm08.clone(), "/resource_url", json!("https://10.1.2.3/v1/quote")), "url_host_not_public", "/resource_url"),
-        ("VM08", with(vm08.clone(), "/baseline", with(vm08_baseline(), "/methodology_version", json!("x402-service-change-snapshot-0.0.1"))), "baseline_methodology_mismatch", "/baseline/methodology_version"),
-        ("VM08", with(vm08.clone(), "/baseline", tampered08), "baseline_tampered", "/baseline/fingerprint_sha256"),
-        ("VM08", with(vm08.clone(), "/payment_signature", json!("x")), "unsupported_target_payment", "/payment_signature"),
-        ("VM09", with(vm09.clone(), "/allowed_pay_to", json!([])), "too_few_items", "/allowed_pay_to"),
-        ("VM09", with(vm09.clone(), "/allowed_pay_to", json!(["0x12"])), "invalid_address", "/allowed_pay_to/0"),
-        ("VM09", with(vm09.clone(), "/allowed_pay_to", json!([bad_checksum])), "invalid_address_checksum", "/allowed_pay_to/0"),
-        ("VM09", with(vm09.clone(), "/max_amount_atomic", json!("-5")), "invalid_integer_string", "/max_amount_atomic"),
-        ("VM09", with(vm09.clone(), "/max_amount_atomic", json!(UINT256_MAX_PLUS_ONE)), "uint256_out_of_range", "/max_amount_atomic"),
-        ("VM09", with(vm09.clone(), "/max_amount_atomic", json!(10000)), "invalid_type", "/max_amount_atomic"),
-        ("VM09", with(with(vm09.clone(), "/method", json!("GET")), "/body", json!({"a": 1})), "body_not_allowed_for_get", "/body"),
-        ("VM09", with(vm09.clone(), "/resource_url", json!("https://user:pw@api.example.com/v1/quote")), "url_userinfo_not_allowed", "/resource_url"),
-        ("VM09", with(vm09.clone(), "/signature", json!("0x00")), "unsupported_signing", "/signature"),
-        ("VM10", with(vm10.clone(), "/baseline", without(vm10_baseline(), "/baseline_sha256")), "missing_field", "/baseline/baseline_sha256"),
-        ("VM10", with(vm10.clone(), "/baseline", tampered10), "baseline_tampered", "/baseline/baseline_sha256"),
-        ("VM10", with(vm10.clone(), "/baseline", with(vm10_baseline(), "/methodology_version", json!("payment-authority-snapshot-9.0.0"))), "baseline_methodology_mismatch", "/baseline/methodology_version"),
-        ("VM10", with(with(vm10.clone(), "/method", json!("GET")), "/body", json!({})), "body_not_allowed_for_get", "/body"),
-        ("VM10", with(vm10.clone(), "/spender", json!("0x000000000022D473030F116dDEE9F6B43aC78BA3")), "unsupported_spender", "/spender"),
-        ("VM10", with(vm10.clone(), "/resource_url", json!("https://localhost/v1/quote")), "url_host_name_not_allowed", "/resource_url"),
-        ("VM11", with(vm11.clone(), "/queries", json!(["weather api", " weather   api "])), "duplicate_query", "/queries"),
-        ("VM11", with(vm11.clone(), "/baseline", foreign11), "baseline_foreign", "/baseline/resource"),
-        ("VM11", with(vm11.clone(), "/baseline", other_queries), "baseline_foreign", "/baseline/queries"),
-        ("VM11", with(vm11.clone(), "/baseline", tampered11), "baseline_tampered", "/baseline/observation_sha256"),
-        ("VM11", with(vm11.clone(), "/baseline", reobserved11), "baseline_tampered", "/baseline/baseline_sha256"),
-        ("VM11", with(vm11.clone(), "/baseline", with(vm11_baseline(&queries), "/methodology_version", json!("bazaar-visibility-change-0.1.0"))), "baseline_methodology_mismatch", "/baseline/methodology_version"),
-        ("VM11", with(vm11.clone(), "/baseline", without(vm11_baseline(&queries), "/observation")), "missing_field", "/baseline/observation"),
-        ("VM11", with(vm11.clone(), "/schedule", json!("hourly")), "unsupported_monitoring_schedule", "/schedule"),
+        (
+            "VM02",
+            with(vm02.clone(), "/token", zero.clone()),
+            "zero_token_address",
+            "/token",
+        ),
+        (
+            "VM02",
+            with(vm02.clone(), "/owner", bad_checksum.clone()),
+            "invalid_address_checksum",
+            "/owner",
+        ),
+        (
+            "VM02",
+            with(vm02.clone(), "/spender", json!("0x1234")),
+            "invalid_address",
+            "/spender",
+        ),
+        (
+            "VM02",
+            with(
+                vm02.clone(),
+                "/owner",
+                json!("833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"),
+            ),
+            "invalid_address",
+            "/owner",
+        ),
+        (
+            "VM02",
+            with(vm02.clone(), "/chain", json!("eip155:1")),
+            "unsupported_chain_field",
+            "/chain",
+        ),
+        (
+            "VM02",
+            with(vm02.clone(), "/permit2", json!(true)),
+            "unsupported_permit2",
+            "/permit2",
+        ),
+        (
+            "VM03",
+            with(vm03.clone(), "/chains", json!(["eip155:1", "eip155:1"])),
+            "duplicate_items",
+            "/chains",
+        ),
+        (
+            "VM03",
+            with(vm03.clone(), "/chains", json!(["eip155:10"])),
+            "unsupported_chain",
+            "/chains/0",
+        ),
+        (
+            "VM03",
+            with(vm03.clone(), "/chains", json!([])),
+            "too_few_items",
+            "/chains",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/chains",
+                json!(["eip155:1", "eip155:8453", "eip155:1"]),
+            ),
+            "too_many_items",
+            "/chains",
+        ),
+        (
+            "VM03",
+            with(vm03.clone(), "/address", json!("0x12")),
+            "invalid_address",
+            "/address",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!(
+                    (0..11)
+                        .map(|_| holding(usdc.clone(), "1"))
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            "too_many_items",
+            "/declared_holdings",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([holding(zero.clone(), "1")]),
+            ),
+            "zero_token_address",
+            "/declared_holdings/0/token",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([holding(usdc.clone(), UINT256_MAX_PLUS_ONE)]),
+            ),
+            "uint256_out_of_range",
+            "/declared_holdings/0/quantity_raw",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([holding(usdc.clone(), "007")]),
+            ),
+            "invalid_integer_string",
+            "/declared_holdings/0/quantity_raw",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([{"chain": "eip155:8453", "token": usdc, "quantity_raw": "1", "note": "x"}]),
+            ),
+            "unknown_field",
+            "/declared_holdings/0/note",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([{"chain": "eip155:8453", "token": usdc}]),
+            ),
+            "missing_field",
+            "/declared_holdings/0/quantity_raw",
+        ),
+        (
+            "VM03",
+            with(
+                vm03.clone(),
+                "/declared_holdings",
+                json!([{"chain": "eip155:1", "token": usdc, "quantity_raw": "1"}]),
+            ),
+            "declared_holding_chain_not_requested",
+            "/declared_holdings/0/chain",
+        ),
+        (
+            "VM04",
+            with(
+                vm04.clone(),
+                "/asset",
+                json!({"kind": "symbol", "symbol": "stETH"}),
+            ),
+            "unsupported_symbol",
+            "/asset/symbol",
+        ),
+        (
+            "VM04",
+            with(
+                vm04.clone(),
+                "/asset",
+                json!({"kind": "symbol", "symbol": "DOGE"}),
+            ),
+            "unsupported_symbol",
+            "/asset/symbol",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/asset", json!({"kind": "symbol"})),
+            "missing_field",
+            "/asset/symbol",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/asset", json!({"kind": "erc20"})),
+            "missing_field",
+            "/asset/address",
+        ),
+        (
+            "VM04",
+            with(
+                vm04.clone(),
+                "/asset",
+                json!({"kind": "erc20", "address": zero}),
+            ),
+            "zero_token_address",
+            "/asset/address",
+        ),
+        (
+            "VM04",
+            with(
+                vm04.clone(),
+                "/asset",
+                json!({"kind": "native", "address": usdc}),
+            ),
+            "asset_field_not_allowed",
+            "/asset/address",
+        ),
+        (
+            "VM04",
+            with(
+                vm04.clone(),
+                "/asset",
+                json!({"kind": "native", "chain": 1}),
+            ),
+            "unknown_field",
+            "/asset/chain",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/asset", json!({"kind": "wrapped"})),
+            "invalid_value",
+            "/asset/kind",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/chain_id", json!(10)),
+            "unsupported_chain",
+            "/chain_id",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/limit", json!(0)),
+            "out_of_range",
+            "/limit",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/limit", json!(21)),
+            "out_of_range",
+            "/limit",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/sort", json!("best")),
+            "invalid_value",
+            "/sort",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/venue_types", json!(["lending", "lending"])),
+            "duplicate_items",
+            "/venue_types",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/protocols", json!(["compound"])),
+            "invalid_value",
+            "/protocols/0",
+        ),
+        (
+            "VM04",
+            with(vm04.clone(), "/amount", json!("100")),
+            "unsupported_position_sizing",
+            "/amount",
+        ),
+        (
+            "VM05",
+            with(
+                vm05.clone(),
+                "/resource",
+                json!("http://api.example.com/v1/weather"),
+            ),
+            "url_scheme_not_https",
+            "/resource",
+        ),
+        (
+            "VM05",
+            with(
+                vm05.clone(),
+                "/resource",
+                json!("https://api.example.com:8443/v1/weather"),
+            ),
+            "url_port_not_allowed",
+            "/resource",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/pay_to", json!("0xnothex")),
+            "invalid_address",
+            "/pay_to",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/queries", json!([])),
+            "too_few_items",
+            "/queries",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/queries", json!(["aa", "bb", "cc", "dd"])),
+            "too_many_items",
+            "/queries",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/queries", json!(["a"])),
+            "too_short",
+            "/queries/0",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/queries", json!(["q".repeat(401)])),
+            "too_long",
+            "/queries/0",
+        ),
+        (
+            "VM05",
+            with(vm05.clone(), "/queries", json!(["  a   "])),
+            "invalid_query",
+            "/queries/0",
+        ),
+        (
+            "VM05",
+            with(
+                vm05.clone(),
+                "/queries",
+                json!(["weather  api", "weather api"]),
+            ),
+            "duplicate_query",
+            "/queries",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/data", json!("0x123")),
+            "invalid_hex",
+            "/data",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/data", json!("0xzz")),
+            "invalid_hex",
+            "/data",
+        ),
+        (
+            "VM06",
+            with(
+                vm06.clone(),
+                "/data",
+                json!(format!("0x{}", "ab".repeat(8193))),
+            ),
+            "calldata_too_large",
+            "/data",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/value_wei", json!(UINT256_MAX_PLUS_ONE)),
+            "uint256_out_of_range",
+            "/value_wei",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/value_wei", json!("-1")),
+            "invalid_integer_string",
+            "/value_wei",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/value_wei", json!(1)),
+            "invalid_type",
+            "/value_wei",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/chain", json!("eip155:10")),
+            "unsupported_chain",
+            "/chain",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/to", bad_checksum.clone()),
+            "invalid_address_checksum",
+            "/to",
+        ),
+        (
+            "VM06",
+            with(vm06.clone(), "/from", json!("0x12")),
+            "invalid_address",
+            "/from",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                with(
+                    vm07_baseline(),
+                    "/methodology_version",
+                    json!("web-change-snapshot-9.9.9"),
+                ),
+            ),
+            "baseline_methodology_mismatch",
+            "/baseline/methodology_version",
+        ),
+        (
+            "VM07",
+            with(vm07.clone(), "/baseline", tampered07),
+            "baseline_tampered",
+            "/baseline/page_sha256",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                without(vm07_baseline(), "/components/outline"),
+            ),
+            "missing_field",
+            "/baseline/components/outline",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                with(vm07_baseline(), "/components/body", json!("a".repeat(64))),
+            ),
+            "unknown_field",
+            "/baseline/components/body",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                with(vm07_baseline(), "/components/http", json!("A".repeat(64))),
+            ),
+            "invalid_sha256",
+            "/baseline/components/http",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                with(vm07_baseline(), "/page_sha256", json!("abc")),
+            ),
+            "invalid_sha256",
+            "/baseline/page_sha256",
+        ),
+        (
+            "VM07",
+            with(
+                vm07.clone(),
+                "/baseline",
+                with(vm07_baseline(), "/page_body", json!("<html>")),
+            ),
+            "unknown_field",
+            "/baseline/page_body",
+        ),
+        (
+            "VM07",
+            with(vm07.clone(), "/previous_body", json!("<html>")),
+            "unsupported_baseline_body",
+            "/previous_body",
+        ),
+        (
+            "VM08",
+            with(
+                with(vm08.clone(), "/method", json!("GET")),
+                "/body",
+                json!({}),
+            ),
+            "body_not_allowed_for_get",
+            "/body",
+        ),
+        (
+            "VM08",
+            with(vm08.clone(), "/method", json!("PUT")),
+            "unsupported_method",
+            "/method",
+        ),
+        (
+            "VM08",
+            with(
+                vm08.clone(),
+                "/price_policy",
+                json!({"modest_increase_bps": 500, "max_increase_bps": 100}),
+            ),
+            "invalid_price_policy",
+            "/price_policy",
+        ),
+        (
+            "VM08",
+            with(
+                vm08.clone(),
+                "/price_policy",
+                json!({"modest_increase_bps": 5, "max_increase_bps": 10, "floor": 1}),
+            ),
+            "unknown_field",
+            "/price_policy/floor",
+        ),
+        (
+            "VM08",
+            with(
+                vm08.clone(),
+                "/resource_url",
+                json!("https://10.1.2.3/v1/quote"),
+            ),
+            "url_host_not_public",
+            "/resource_url",
+        ),
+        (
+            "VM08",
+            with(
+                vm08.clone(),
+                "/baseline",
+                with(
+                    vm08_baseline(),
+                    "/methodology_version",
+                    json!("x402-service-change-snapshot-0.0.1"),
+                ),
+            ),
+            "baseline_methodology_mismatch",
+            "/baseline/methodology_version",
+        ),
+        (
+            "VM08",
+            with(vm08.clone(), "/baseline", tampered08),
+            "baseline_tampered",
+            "/baseline/fingerprint_sha256",
+        ),
+        (
+            "VM08",
+            with(vm08.clone(), "/payment_signature", json!("x")),
+            "unsupported_target_payment",
+            "/payment_signature",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/allowed_pay_to", json!([])),
+            "too_few_items",
+            "/allowed_pay_to",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/allowed_pay_to", json!(["0x12"])),
+            "invalid_address",
+            "/allowed_pay_to/0",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/allowed_pay_to", json!([bad_checksum])),
+            "invalid_address_checksum",
+            "/allowed_pay_to/0",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/max_amount_atomic", json!("-5")),
+            "invalid_integer_string",
+            "/max_amount_atomic",
+        ),
+        (
+            "VM09",
+            with(
+                vm09.clone(),
+                "/max_amount_atomic",
+                json!(UINT256_MAX_PLUS_ONE),
+            ),
+            "uint256_out_of_range",
+            "/max_amount_atomic",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/max_amount_atomic", json!(10000)),
+            "invalid_type",
+            "/max_amount_atomic",
+        ),
+        (
+            "VM09",
+            with(
+                with(vm09.clone(), "/method", json!("GET")),
+                "/body",
+                json!({"a": 1}),
+            ),
+            "body_not_allowed_for_get",
+            "/body",
+        ),
+        (
+            "VM09",
+            with(
+                vm09.clone(),
+                "/resource_url",
+                json!("https://user:pw@api.example.com/v1/quote"),
+            ),
+            "url_userinfo_not_allowed",
+            "/resource_url",
+        ),
+        (
+            "VM09",
+            with(vm09.clone(), "/signature", json!("0x00")),
+            "unsupported_signing",
+            "/signature",
+        ),
+        (
+            "VM10",
+            with(
+                vm10.clone(),
+                "/baseline",
+                without(vm10_baseline(), "/baseline_sha256"),
+            ),
+            "missing_field",
+            "/baseline/baseline_sha256",
+        ),
+        (
+            "VM10",
+            with(vm10.clone(), "/baseline", tampered10),
+            "baseline_tampered",
+            "/baseline/baseline_sha256",
+        ),
+        (
+            "VM10",
+            with(
+                vm10.clone(),
+                "/baseline",
+                with(
+                    vm10_baseline(),
+                    "/methodology_version",
+                    json!("payment-authority-snapshot-9.0.0"),
+                ),
+            ),
+            "baseline_methodology_mismatch",
+            "/baseline/methodology_version",
+        ),
+        (
+            "VM10",
+            with(
+                with(vm10.clone(), "/method", json!("GET")),
+                "/body",
+                json!({}),
+            ),
+            "body_not_allowed_for_get",
+            "/body",
+        ),
+        (
+            "VM10",
+            with(
+                vm10.clone(),
+                "/spender",
+                json!("0x000000000022D473030F116dDEE9F6B43aC78BA3"),
+            ),
+            "unsupported_spender",
+            "/spender",
+        ),
+        (
+            "VM10",
+            with(
+                vm10.clone(),
+                "/resource_url",
+                json!("https://localhost/v1/quote"),
+            ),
+            "url_host_name_not_allowed",
+            "/resource_url",
+        ),
+        (
+            "VM11",
+            with(
+                vm11.clone(),
+                "/queries",
+                json!(["weather api", " weather   api "]),
+            ),
+            "duplicate_query",
+            "/queries",
+        ),
+        (
+            "VM11",
+            with(vm11.clone(), "/baseline", foreign11),
+            "baseline_foreign",
+            "/baseline/resource",
+        ),
+        (
+            "VM11",
+            with(vm11.clone(), "/baseline", other_queries),
+            "baseline_foreign",
+            "/baseline/queries",
+        ),
+        (
+            "VM11",
+            with(vm11.clone(), "/baseline", tampered11),
+            "baseline_tampered",
+            "/baseline/observation_sha256",
+        ),
+        (
+            "VM11",
+            with(vm11.clone(), "/baseline", reobserved11),
+            "baseline_tampered",
+            "/baseline/baseline_sha256",
+        ),
+        (
+            "VM11",
+            with(
+                vm11.clone(),
+                "/baseline",
+                with(
+                    vm11_baseline(&queries),
+                    "/methodology_version",
+                    json!("bazaar-visibility-change-0.1.0"),
+                ),
+            ),
+            "baseline_methodology_mismatch",
+            "/baseline/methodology_version",
+        ),
+        (
+            "VM11",
+            with(
+                vm11.clone(),
+                "/baseline",
+                without(vm11_baseline(&queries), "/observation"),
+            ),
+            "missing_field",
+            "/baseline/observation",
+        ),
+        (
+            "VM11",
+            with(vm11.clone(), "/schedule", json!("hourly")),
+            "unsupported_monitoring_schedule",
+            "/schedule",
+        ),
     ];
     cases.extend(vm06_ctrl);
     cases
@@ -405,20 +1113,57 @@ async fn machine_specific_rules_reject_before_payment() {
 async fn valid_variants_reach_402() {
     let queries = ["weather api", "x402 weather forecast"];
     let cases = vec![
-        ("VM03", json!({"address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c"})),
-        ("VM03", json!({"address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c", "chains": ["eip155:1", "eip155:8453"],
-            "declared_holdings": [{"chain": "eip155:1", "token": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "quantity_raw": UINT256_MAX}]})),
+        (
+            "VM03",
+            json!({"address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c"}),
+        ),
+        (
+            "VM03",
+            json!({"address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c", "chains": ["eip155:1", "eip155:8453"],
+            "declared_holdings": [{"chain": "eip155:1", "token": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "quantity_raw": UINT256_MAX}]}),
+        ),
         ("VM04", json!({"chain_id": 1, "asset": {"kind": "native"}})),
-        ("VM04", json!({"chain_id": 1, "asset": {"kind": "symbol", "symbol": "stETH"}, "venue_types": ["liquid_staking"], "protocols": ["lido"], "sort": "rate_asc", "limit": 1})),
-        ("VM04", json!({"chain_id": 8453, "asset": {"kind": "erc20", "address": "0xc1CBa3fCea344f92D9239c08C0568f6F2F0ee452"}, "limit": 20})),
-        ("VM06", json!({"chain": "eip155:1", "to": "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913", "data": format!("0x{}", "ab".repeat(8192)), "value_wei": UINT256_MAX})),
-        ("VM06", json!({"chain": "eip155:8453", "to": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"})),
-        ("VM07", json!({"url": "https://example.com/changelog", "baseline": vm07_baseline()})),
-        ("VM08", json!({"resource_url": "https://api.example.com/v1/quote", "method": "GET", "baseline": vm08_baseline(), "price_policy": {"modest_increase_bps": 500, "max_increase_bps": 2000}})),
-        ("VM09", json!({"resource_url": "https://api.example.com/v1/quote", "method": "GET", "payer_address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c", "max_amount_atomic": "0", "allowed_pay_to": ["0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b"]})),
+        (
+            "VM04",
+            json!({"chain_id": 1, "asset": {"kind": "symbol", "symbol": "stETH"}, "venue_types": ["liquid_staking"], "protocols": ["lido"], "sort": "rate_asc", "limit": 1}),
+        ),
+        (
+            "VM04",
+            json!({"chain_id": 8453, "asset": {"kind": "erc20", "address": "0xc1CBa3fCea344f92D9239c08C0568f6F2F0ee452"}, "limit": 20}),
+        ),
+        (
+            "VM06",
+            json!({"chain": "eip155:1", "to": "0x833589fcd6edb6e08f4c7c32d4f71b54bda02913", "data": format!("0x{}", "ab".repeat(8192)), "value_wei": UINT256_MAX}),
+        ),
+        (
+            "VM06",
+            json!({"chain": "eip155:8453", "to": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"}),
+        ),
+        (
+            "VM07",
+            json!({"url": "https://example.com/changelog", "baseline": vm07_baseline()}),
+        ),
+        (
+            "VM08",
+            json!({"resource_url": "https://api.example.com/v1/quote", "method": "GET", "baseline": vm08_baseline(), "price_policy": {"modest_increase_bps": 500, "max_increase_bps": 2000}}),
+        ),
+        (
+            "VM09",
+            json!({"resource_url": "https://api.example.com/v1/quote", "method": "GET", "payer_address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c", "max_amount_atomic": "0", "allowed_pay_to": ["0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b"]}),
+        ),
         ("VM10", with(example("VM10"), "/baseline", vm10_baseline())),
-        ("VM11", with(example("VM11"), "/baseline", vm11_baseline(&queries))),
-        ("VM11", with(example("VM11"), "/queries", json!(["  x402   weather forecast", "weather\tapi"]))),
+        (
+            "VM11",
+            with(example("VM11"), "/baseline", vm11_baseline(&queries)),
+        ),
+        (
+            "VM11",
+            with(
+                example("VM11"),
+                "/queries",
+                json!(["  x402   weather forecast", "weather\tapi"]),
+            ),
+        ),
     ];
     let server = TestServer::start().await;
     for (id, body) in cases {
@@ -435,10 +1180,22 @@ async fn size_limits_and_content_type_are_checked_first() {
     let server = TestServer::start().await;
     let vm06 = path("VM06");
     let padding = "x".repeat(21_000);
-    let oversized = format!("{{\"chain\":\"eip155:8453\",\"to\":\"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\",\"pad\":\"{padding}\"}}");
-    expect_400(server.post_raw(&vm06, oversized.into_bytes()).await, "body_too_large", "VM06 20 KiB").await;
+    let oversized = format!(
+        "{{\"chain\":\"eip155:8453\",\"to\":\"0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913\",\"pad\":\"{padding}\"}}"
+    );
+    expect_400(
+        server.post_raw(&vm06, oversized.into_bytes()).await,
+        "body_too_large",
+        "VM06 20 KiB",
+    )
+    .await;
     let garbage_but_big = vec![b'{'; 40_000];
-    expect_400(server.post_raw(&path("VM08"), garbage_but_big).await, "body_too_large", "VM08 size before JSON").await;
+    expect_400(
+        server.post_raw(&path("VM08"), garbage_but_big).await,
+        "body_too_large",
+        "VM08 size before JSON",
+    )
+    .await;
     let response = server
         .client
         .post(format!("{}{}", server.url, path("VM01")))
@@ -480,13 +1237,21 @@ async fn presented_payments_and_missing_payee_get_503_after_validation() {
     assert_eq!(body["error"]["code"], "payment_rail_not_ready");
 
     let disabled = TestServer::with_env(&[]).await;
-    let response = disabled.post_json(&path("VM02"), &vm02["input_example"]).await;
+    let response = disabled
+        .post_json(&path("VM02"), &vm02["input_example"])
+        .await;
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("payment-required").is_none());
     let body: Value = response.json().await.expect("json");
     assert_eq!(body["error"]["code"], "service_disabled");
-    let invalid = disabled.post_json(&path("VM02"), &json!({"owner": "x"})).await;
-    assert_eq!(invalid.status().as_u16(), 400, "validation still runs first");
+    let invalid = disabled
+        .post_json(&path("VM02"), &json!({"owner": "x"}))
+        .await;
+    assert_eq!(
+        invalid.status().as_u16(),
+        400,
+        "validation still runs first"
+    );
     assert_eq!(server.outbound() + disabled.outbound(), 0);
 }
 
@@ -510,12 +1275,17 @@ async fn unknown_paths_and_wrong_methods_get_json_errors() {
 
     let response = server
         .client
-        .request(reqwest::Method::OPTIONS, format!("{}{}", server.url, path("VM01")))
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}{}", server.url, path("VM01")),
+        )
         .send()
         .await
         .expect("answered");
     assert_eq!(response.status().as_u16(), 204);
-    let allowed = response.headers()["access-control-allow-headers"].to_str().expect("ascii");
+    let allowed = response.headers()["access-control-allow-headers"]
+        .to_str()
+        .expect("ascii");
     assert!(allowed.contains("PAYMENT-SIGNATURE"));
     assert_eq!(server.outbound(), 0);
 }

@@ -25,7 +25,10 @@ const REFUSED: &[(&str, &str)] = &[
     ("https://172.16.0.1/", "url_host_not_public"),
     ("https://172.31.255.254/", "url_host_not_public"),
     ("https://192.168.1.1/", "url_host_not_public"),
-    ("https://169.254.169.254/latest/meta-data/", "url_host_not_public"),
+    (
+        "https://169.254.169.254/latest/meta-data/",
+        "url_host_not_public",
+    ),
     ("https://100.64.0.1/", "url_host_not_public"),
     ("https://100.127.255.254/", "url_host_not_public"),
     ("https://192.0.2.10/", "url_host_not_public"),
@@ -50,13 +53,19 @@ const REFUSED: &[(&str, &str)] = &[
     ("https://LOCALHOST/", "url_host_name_not_allowed"),
     ("https://api.localhost/", "url_host_name_not_allowed"),
     ("https://printer.local/", "url_host_name_not_allowed"),
-    ("https://metadata.google.internal/", "url_host_name_not_allowed"),
+    (
+        "https://metadata.google.internal/",
+        "url_host_name_not_allowed",
+    ),
     ("https://nas.home.arpa/", "url_host_name_not_allowed"),
     ("https://intranet/", "url_host_name_not_allowed"),
     ("https://localhost./", "url_host_trailing_dot"),
     ("https://example.com./", "url_host_trailing_dot"),
     ("https://user@example.com/", "url_userinfo_not_allowed"),
-    ("https://user:secret@example.com/", "url_userinfo_not_allowed"),
+    (
+        "https://user:secret@example.com/",
+        "url_userinfo_not_allowed",
+    ),
     ("https://@example.com/", "url_userinfo_not_allowed"),
     ("https://example.com/#top", "url_fragment_not_allowed"),
     ("https://example.com/#", "url_fragment_not_allowed"),
@@ -108,7 +117,12 @@ async fn hostile_url_spellings_are_refused_before_payment() {
     for id in ["VM05", "VM07", "VM08", "VM09", "VM10", "VM11"] {
         for (url, code) in REFUSED.iter().step_by(5) {
             let (path, body) = request_for(id, url);
-            expect_400(server.post_json(&path, &body).await, code, &format!("{id} {url}")).await;
+            expect_400(
+                server.post_json(&path, &body).await,
+                code,
+                &format!("{id} {url}"),
+            )
+            .await;
         }
     }
     assert_eq!(server.outbound(), 0, "a refused URL is never fetched");
@@ -122,8 +136,17 @@ async fn public_https_urls_reach_the_payment_challenge() {
             let (path, body) = request_for(id, url);
             let response = server.post_json(&path, &body).await;
             let status = response.status().as_u16();
-            assert_eq!(status, 402, "{id} {url}: {}", response.text().await.unwrap_or_default());
+            assert_eq!(
+                status,
+                402,
+                "{id} {url}: {}",
+                response.text().await.unwrap_or_default()
+            );
         }
     }
-    assert_eq!(server.outbound(), 0, "an unpaid valid request is never fetched either");
+    assert_eq!(
+        server.outbound(),
+        0,
+        "an unpaid valid request is never fetched either"
+    );
 }

@@ -12,14 +12,14 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
         .get("declared_holdings")
         .and_then(Value::as_array)
         .map_or(&[][..], Vec::as_slice);
-    if let Some(max) = machine.limit("max_declared_holdings") {
-        if holdings.len() as u64 > max {
-            return Err(ApiError::invalid_field(
-                "too_many_declared_holdings",
-                "/declared_holdings",
-                format!("at most {max} declared holdings"),
-            ));
-        }
+    if let Some(max) = machine.limit("max_declared_holdings")
+        && holdings.len() as u64 > max
+    {
+        return Err(ApiError::invalid_field(
+            "too_many_declared_holdings",
+            "/declared_holdings",
+            format!("at most {max} declared holdings"),
+        ));
     }
     let requested: Option<Vec<&str>> = request
         .get("chains")
@@ -29,8 +29,14 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
         let at = format!("/declared_holdings/{i}");
         rc::token_address(request, &format!("{at}/token"))?;
         rc::uint256(request, &format!("{at}/quantity_raw"))?;
-        let chain = holding.get("chain").and_then(Value::as_str).unwrap_or_default();
-        if requested.as_ref().is_some_and(|chains| !chains.contains(&chain)) {
+        let chain = holding
+            .get("chain")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if requested
+            .as_ref()
+            .is_some_and(|chains| !chains.contains(&chain))
+        {
             return Err(ApiError::invalid_field(
                 "declared_holding_chain_not_requested",
                 format!("{at}/chain"),

@@ -62,7 +62,10 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 
 /// The manifest's per-chain symbol allowlist (`allowlists.symbols.<chain_id>`).
 fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Result<(), ApiError> {
-    let chain_id = request.get("chain_id").and_then(Value::as_u64).unwrap_or_default();
+    let chain_id = request
+        .get("chain_id")
+        .and_then(Value::as_u64)
+        .unwrap_or_default();
     let allowed: Vec<&str> = machine
         .allowlists
         .get("symbols")
@@ -76,7 +79,10 @@ fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Re
         Err(ApiError::invalid_field(
             "unsupported_symbol",
             "/asset/symbol",
-            format!("{symbol} is not supported on chain {chain_id}; supported: {}", allowed.join(", ")),
+            format!(
+                "{symbol} is not supported on chain {chain_id}; supported: {}",
+                allowed.join(", ")
+            ),
         ))
     }
 }

@@ -13,14 +13,14 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::uint256(request, "/value_wei")?;
     let data = rc::text(request, "/data").unwrap_or("0x");
     let calldata_bytes = (data.len().saturating_sub(2) / 2) as u64;
-    if let Some(max) = machine.limit("max_calldata_bytes") {
-        if calldata_bytes > max {
-            return Err(ApiError::invalid_field(
-                "calldata_too_large",
-                "/data",
-                format!("calldata holds {calldata_bytes} bytes; at most {max}"),
-            ));
-        }
+    if let Some(max) = machine.limit("max_calldata_bytes")
+        && calldata_bytes > max
+    {
+        return Err(ApiError::invalid_field(
+            "calldata_too_large",
+            "/data",
+            format!("calldata holds {calldata_bytes} bytes; at most {max}"),
+        ));
     }
     Ok(())
 }

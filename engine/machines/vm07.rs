@@ -11,7 +11,10 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/url")?;
     if request.get("baseline").is_some() {
         rc::baseline_methodology(request, &machine.methodology_version)?;
-        let components = request.pointer("/baseline/components").cloned().unwrap_or(Value::Null);
+        let components = request
+            .pointer("/baseline/components")
+            .cloned()
+            .unwrap_or(Value::Null);
         rc::seal_matches(request, "/baseline/page_sha256", &components)?;
     }
     Ok(())

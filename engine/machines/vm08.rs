@@ -12,20 +12,23 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     if let Some(policy) = request.get("price_policy") {
         let modest = policy.get("modest_increase_bps").and_then(Value::as_u64);
         let max = policy.get("max_increase_bps").and_then(Value::as_u64);
-        if let (Some(modest), Some(max)) = (modest, max) {
-            if modest > max {
-                return Err(ApiError::invalid_field(
-                    "invalid_price_policy",
-                    "/price_policy",
-                    "modest_increase_bps must not exceed max_increase_bps",
-                ));
-            }
+        if let (Some(modest), Some(max)) = (modest, max)
+            && modest > max
+        {
+            return Err(ApiError::invalid_field(
+                "invalid_price_policy",
+                "/price_policy",
+                "modest_increase_bps must not exceed max_increase_bps",
+            ));
         }
     }
     if request.get("baseline").is_some() {
         rc::baseline_methodology(request, &machine.methodology_version)?;
         if request.pointer("/baseline/fingerprint").is_some() {
-            let fingerprint = request.pointer("/baseline/fingerprint").cloned().unwrap_or(Value::Null);
+            let fingerprint = request
+                .pointer("/baseline/fingerprint")
+                .cloned()
+                .unwrap_or(Value::Null);
             rc::seal_matches(request, "/baseline/fingerprint_sha256", &fingerprint)?;
         }
     }

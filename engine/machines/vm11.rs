@@ -15,7 +15,10 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
         return Ok(());
     }
     rc::baseline_methodology(request, &machine.methodology_version)?;
-    let observation = request.pointer("/baseline/observation").cloned().unwrap_or(Value::Null);
+    let observation = request
+        .pointer("/baseline/observation")
+        .cloned()
+        .unwrap_or(Value::Null);
     rc::seal_matches(request, "/baseline/observation_sha256", &observation)?;
     let sealed = rc::without_keys(request, "/baseline", &["baseline_sha256"]);
     rc::seal_matches(request, "/baseline/baseline_sha256", &sealed)?;
@@ -27,7 +30,10 @@ fn check_binding(request: &Value, queries: &[String]) -> Result<(), ApiError> {
     if !same_text("/baseline/resource", "/resource") {
         return Err(foreign("/baseline/resource", "resource"));
     }
-    let pay_to_matches = match (rc::address(request, "/baseline/pay_to"), rc::address(request, "/pay_to")) {
+    let pay_to_matches = match (
+        rc::address(request, "/baseline/pay_to"),
+        rc::address(request, "/pay_to"),
+    ) {
         (Ok(Some(a)), Ok(Some(b))) => a == b,
         _ => false,
     };

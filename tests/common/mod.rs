@@ -36,7 +36,11 @@ impl TestServer {
             .no_proxy()
             .build()
             .expect("client");
-        TestServer { server, url, client }
+        TestServer {
+            server,
+            url,
+            client,
+        }
     }
 
     pub fn outbound(&self) -> u64 {
@@ -52,7 +56,8 @@ impl TestServer {
     }
 
     pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
-        self.post_raw(path, serde_json::to_vec(body).expect("json")).await
+        self.post_raw(path, serde_json::to_vec(body).expect("json"))
+            .await
     }
 
     pub async fn post_raw(&self, path: &str, body: Vec<u8>) -> reqwest::Response {
@@ -69,7 +74,9 @@ impl TestServer {
 /// Decodes a PAYMENT-REQUIRED header (standard padded base64 of JSON).
 pub fn decode_header(value: &str) -> Value {
     assert!(
-        value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='),
+        value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='),
         "header must be standard base64: {value}"
     );
     let bytes = base64::engine::general_purpose::STANDARD
@@ -106,10 +113,21 @@ pub fn machine(id: &str) -> Value {
 /// Asserts a 400 with the given code and returns the error object.
 pub async fn expect_400(response: reqwest::Response, code: &str, context: &str) -> Value {
     let status = response.status().as_u16();
-    assert!(response.headers().get("payment-required").is_none(), "{context}: a 400 never carries a payment contract");
+    assert!(
+        response.headers().get("payment-required").is_none(),
+        "{context}: a 400 never carries a payment contract"
+    );
     let body: Value = response.json().await.expect("error body is JSON");
-    assert_eq!(status, 400, "{context}: expected 400 {code}, got {status} {body}");
+    assert_eq!(
+        status, 400,
+        "{context}: expected 400 {code}, got {status} {body}"
+    );
     assert_eq!(body["error"]["code"], code, "{context}: {body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{context}: message");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{context}: message"
+    );
     body["error"].clone()
 }

@@ -1,0 +1,160 @@
+#!/usr/bin/env node
+// Small chain CLI for tests (viem against the dev stack's anvil). Each command prints ONE JSON line;
+// uint256 values are decimal strings. Exit 1 with {"error": ...} on failure.
+//
+//   node devstack/chain.mjs [--state PATH] [--chain-id 8453|1] [--rpc-url URL] <command> ...
+//     balance <token|usdc|eth> <address>            ERC-20 balanceOf (or native balance for "eth")
+//     allowance <token|usdc> <owner> <spender>
+//     mint <address> <amount> [--token T]             mint atomic units (default token: usdc)
+//     approve --from-key K <token|usdc> <spender> <amount>   gives K's address ETH first (anvil_setBalance)
+//     deploy-erc20 <name> <symbol> <decimals> [eip712-version]   deploy TestERC20 (ERC-20 + EIP-2612 + EIP-3009)
+//     auth-state <authorizer> <nonce> [--token T]     EIP-3009 authorizationState
+//     set-eth <address> <wei>                         anvil_setBalance
+//     block                                           latest block number and timestamp
+// --chain-id 1 selects the state's rpc_url_eip155_1 (start with --mainnet-anvil); "usdc" only exists on 8453.
+// Transactions are sent by anvil account #1 ("admin"); account #0 belongs to the facilitator.
+import { parseArgs } from 'node:util';
+import path from 'node:path';
+import { createPublicClient, createWalletClient, http, getAddress, isHex, pad, parseEther } from 'viem';
+import { privateKeyToAccount } from 'viem/accounts';
+import {
+  DEFAULT_STATE_PATH,
+  USDC_ADDRESS,
+  BASE_CHAIN_ID,
+  anvilAccount,
+  localChain,
+  loadArtifact,
+  readState,
+  jsonLine,
+} from './lib.mjs';
+
+const ERC20_ABI = loadArtifact('TestERC20').abi; // superset of LocalUSDC's ABI
+
+function fail(msg) {
+  console.log(jsonLine({ error: msg }));
+  process.exit(1);
+}
+
+let opt, pos;
+try {
+  ({ values: opt, positionals: pos } = parseArgs({
+  allowPositionals: true,
+  options: {
+    state: { type: 'string', default: process.env.FACTOMAT_DEVSTACK_STATE || DEFAULT_STATE_PATH },
+    'chain-id': { type: 'string', default: String(BASE_CHAIN_ID) },
+    'rpc-url': { type: 'string' },
+    'from-key': { type: 'string' },
+    token: { type: 'string', default: 'usdc' },
+  },
+  }));
+} catch (e) {
+  fail(`${e.message}; see the header of devstack/chain.mjs`);
+}
+
+async function main() {
+  const chainId = Number(opt['chain-id']);
+  let rpcUrl = opt['rpc-url'];
+  if (!rpcUrl) {
+    const st = readState(path.resolve(opt.state));
+    rpcUrl = chainId === BASE_CHAIN_ID ? st.rpc_url : st[`rpc_url_eip155_${chainId}`];
+    if (!rpcUrl) throw new Error(`state file has no rpc_url_eip155_${chainId} (start with --mainnet-anvil?)`);
+  }
+  const chain = localChain(chainId, rpcUrl);
+  const pub = createPublicClient({ chain, transport: http(rpcUrl) });
+  const admin = createWalletClient({ account: anvilAccount(1), chain, transport: http(rpcUrl) });
+
+  const token = (t) => {
+    if (String(t).toLowerCase() === 'usdc') return USDC_ADDRESS;
+    return getAddress(t);
+  };
+  const uint = (v, what) => {
+    if (!/^\d+$/.test(String(v ?? ''))) throw new Error(`${what} must be a non-negative integer (atomic units), got ${v}`);
+    return BigInt(v);
+  };
+  const wait = async (hash) => {
+    const r = await pub.waitForTransactionReceipt({ hash });
+    if (r.status !== 'success') throw new Error(`transaction ${hash} reverted`);
+    return r;
+  };
+  const read = (address, functionName, args) => pub.readContract({ address, abi: ERC20_ABI, functionName, args });
+
+  const [cmd, ...a] = pos;
+  switch (cmd) {
+    case 'balance': {
+      if (a.length !== 2) throw new Error('usage: balance <token|usdc|eth> <address>');
+      const who = getAddress(a[1]);
+      if (a[0].toLowerCase() === 'eth') {
+        return { token: 'eth', address: who, balance: await pub.getBalance({ address: who }) };
+      }
+      const t = token(a[0]);
+      return { token: t, address: who, balance: await read(t, 'balanceOf', [who]) };
+    }
+    case 'allowance': {
+      if (a.length !== 3) throw new Error('usage: allowance <token|usdc> <owner> <spender>');
+      const t = token(a[0]);
+      const [owner, spender] = [getAddress(a[1]), getAddress(a[2])];
+      return { token: t, owner, spender, allowance: await read(t, 'allowance', [owner, spender]) };
+    }
+    case 'mint': {
+      if (a.length !== 2) throw new Error('usage: mint <address> <amount> [--token T]');
+      const t = token(opt.token);
+      const to = getAddress(a[0]);
+      const amount = uint(a[1], 'amount');
+      const hash = await admin.writeContract({ address: t, abi: ERC20_ABI, functionName: 'mint', args: [to, amount] });
+      await wait(hash);
+      return { token: t, to, amount, tx: hash, balance: await read(t, 'balanceOf', [to]) };
+    }
+    case 'approve': {
+      if (!opt['from-key'] || a.length !== 3) throw new Error('usage: approve --from-key K <token|usdc> <spender> <amount>');
+      const acct = privateKeyToAccount(opt['from-key']);
+      const t = token(a[0]);
+      const spender = getAddress(a[1]);
+      const amount = uint(a[2], 'amount');
+      const eth = await pub.getBalance({ address: acct.address });
+      if (eth < parseEther('1')) {
+        await pub.request({ method: 'anvil_setBalance', params: [acct.address, `0x${parseEther('10').toString(16)}`] });
+      }
+      const w = createWalletClient({ account: acct, chain, transport: http(rpcUrl) });
+      const hash = await w.writeContract({ address: t, abi: ERC20_ABI, functionName: 'approve', args: [spender, amount] });
+      await wait(hash);
+      return { token: t, owner: acct.address, spender, amount, tx: hash, allowance: await read(t, 'allowance', [acct.address, spender]) };
+    }
+    case 'deploy-erc20': {
+      if (a.length < 3 || a.length > 4) throw new Error('usage: deploy-erc20 <name> <symbol> <decimals> [eip712-version]');
+      const dec = Number(uint(a[2], 'decimals'));
+      if (dec > 255) throw new Error('decimals must be <= 255');
+      const art = loadArtifact('TestERC20');
+      const version = a[3] ?? '1';
+      const hash = await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [a[0], a[1], dec, version] });
+      const r = await wait(hash);
+      return { address: getAddress(r.contractAddress), name: a[0], symbol: a[1], decimals: dec, version, chain_id: chainId, tx: hash };
+    }
+    case 'auth-state': {
+      if (a.length !== 2) throw new Error('usage: auth-state <authorizer> <nonce> [--token T]');
+      const t = token(opt.token);
+      if (!isHex(a[1]) || a[1].length > 66) throw new Error('nonce must be 0x-hex, at most 32 bytes');
+      const authorizer = getAddress(a[0]);
+      const nonce = pad(a[1], { size: 32 });
+      return { token: t, authorizer, nonce, used: await read(t, 'authorizationState', [authorizer, nonce]) };
+    }
+    case 'set-eth': {
+      if (a.length !== 2) throw new Error('usage: set-eth <address> <wei>');
+      const who = getAddress(a[0]);
+      const wei = uint(a[1], 'wei');
+      await pub.request({ method: 'anvil_setBalance', params: [who, `0x${wei.toString(16)}`] });
+      return { address: who, balance: await pub.getBalance({ address: who }) };
+    }
+    case 'block': {
+      const b = await pub.getBlock();
+      return { chain_id: chainId, number: b.number, timestamp: b.timestamp, base_fee_per_gas: b.baseFeePerGas };
+    }
+    default:
+      throw new Error(`unknown command ${JSON.stringify(cmd ?? '')}; see the header of devstack/chain.mjs`);
+  }
+}
+
+try {
+  console.log(jsonLine(await main()));
+} catch (e) {
+  fail(String(e?.shortMessage ?? e?.message ?? e));
+}

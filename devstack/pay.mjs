@@ -1,0 +1,146 @@
+#!/usr/bin/env node
+// Make ONE paid HTTP call with the official x402 v2 client (@x402/fetch + @x402/evm exact client)
+// and print ONE line of JSON to stdout:
+//   {status, headers:{"payment-response","payment-required"}, body, payment_response,
+//    payment_required, payment_signature, payment_payload, requests, elapsed_ms, error}
+// payment_signature is the exact PAYMENT-SIGNATURE header value the client sent (captured in the
+// fetch passed to the wrapper), so tests can replay it byte for byte. null when no payment was sent.
+//
+//   node devstack/pay.mjs --url URL [--method POST] [--body JSON] [--header 'K: V']... [--key 0x..]
+//                         [--state PATH] [--no-spend-controls] [--timeout-ms 30000]
+// --key defaults to the state file's buyer_private_key. --body is sent as-is with
+// content-type application/json (default body for POST/PUT/PATCH: none).
+// --no-spend-controls disables the client's default spend controls (default assets only, <= $1).
+// Exit code: 0 when the client returned a response (whatever its status), 1 when it threw (error set;
+// status/headers/payment_required then describe the last response seen, e.g. the 402 it refused to pay).
+import fs from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { privateKeyToAccount } from 'viem/accounts';
+import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from '@x402/fetch';
+import { ExactEvmScheme } from '@x402/evm/exact/client'; // client-side scheme
+import { DEFAULT_STATE_PATH } from './lib.mjs';
+
+const out = {
+  status: null,
+  headers: { 'payment-response': null, 'payment-required': null },
+  body: null,
+  payment_response: null,
+  payment_required: null,
+  payment_signature: null,
+  payment_payload: null,
+  requests: 0,
+  elapsed_ms: null,
+  error: null,
+};
+const t0 = performance.now();
+
+function decodeB64Json(v) {
+  if (!v) return null;
+  try {
+    return JSON.parse(Buffer.from(v, 'base64').toString('utf8'));
+  } catch {
+    return null;
+  }
+}
+
+async function main() {
+  const { values: opt } = parseArgs({
+    options: {
+      url: { type: 'string' },
+      method: { type: 'string', default: 'POST' },
+      body: { type: 'string' },
+      header: { type: 'string', multiple: true, default: [] },
+      key: { type: 'string' },
+      state: { type: 'string', default: process.env.FACTOMAT_DEVSTACK_STATE || DEFAULT_STATE_PATH },
+      'no-spend-controls': { type: 'boolean', default: false },
+      'timeout-ms': { type: 'string', default: '30000' },
+    },
+  });
+  if (!opt.url) throw new Error('--url is required');
+  let key = opt.key;
+  if (!key) {
+    const statePath = path.resolve(opt.state);
+    if (!fs.existsSync(statePath)) throw new Error(`no --key and no state file at ${statePath}`);
+    key = JSON.parse(fs.readFileSync(statePath, 'utf8')).buyer_private_key;
+  }
+  const account = privateKeyToAccount(key);
+
+  // The inner fetch sees every request the wrapper makes; record the PAYMENT-SIGNATURE exactly.
+  const signatures = [];
+  let last = null; // status + headers of the latest response seen (reported if the client throws)
+  const capturingFetch = async (input, init) => {
+    out.requests += 1;
+    const req = input instanceof Request ? input : new Request(input, init);
+    const sig = req.headers.get('payment-signature');
+    if (sig !== null) signatures.push(sig);
+    const r = await fetch(req, { signal: AbortSignal.timeout(Number(opt['timeout-ms'])) });
+    last = { status: r.status, headers: r.headers };
+    return r;
+  };
+
+  const config = { schemes: [{ network: 'eip155:*', client: new ExactEvmScheme(account) }] };
+  if (opt['no-spend-controls']) config.spendControls = false;
+  const payFetch = wrapFetchWithPaymentFromConfig(capturingFetch, config);
+
+  const method = opt.method.toUpperCase();
+  const headers = new Headers();
+  for (const h of opt.header) {
+    const i = h.indexOf(':');
+    if (i <= 0) throw new Error(`bad --header ${JSON.stringify(h)} (want 'Name: value')`);
+    headers.append(h.slice(0, i).trim(), h.slice(i + 1).trim());
+  }
+  const init = { method, headers };
+  if (opt.body !== undefined) {
+    if (!headers.has('content-type')) headers.set('content-type', 'application/json');
+    init.body = opt.body;
+  }
+
+  let res;
+  try {
+    res = await payFetch(opt.url, init);
+  } catch (e) {
+    if (last) {
+      // e.g. the client refused to pay (spend controls, no matching scheme): report the 402 it got
+      out.status = last.status;
+      out.headers['payment-response'] = last.headers.get('payment-response');
+      out.headers['payment-required'] = last.headers.get('payment-required');
+      out.payment_required = decodeB64Json(out.headers['payment-required']);
+    }
+    throw e;
+  } finally {
+    out.payment_signature = signatures.length ? signatures[signatures.length - 1] : null;
+    if (signatures.length > 1) out.payment_signatures = signatures;
+    out.payment_payload = decodeB64Json(out.payment_signature);
+  }
+  out.status = res.status;
+  const pr = res.headers.get('payment-response');
+  const preq = res.headers.get('payment-required');
+  out.headers['payment-response'] = pr;
+  out.headers['payment-required'] = preq;
+  if (pr) {
+    try {
+      out.payment_response = decodePaymentResponseHeader(pr);
+    } catch {
+      out.payment_response = decodeB64Json(pr);
+    }
+  }
+  out.payment_required = decodeB64Json(preq);
+  const text = await res.text();
+  try {
+    out.body = text === '' ? null : JSON.parse(text);
+  } catch {
+    out.body = text;
+  }
+}
+
+let code = 0;
+try {
+  await main();
+} catch (e) {
+  out.error = String(e?.message ?? e) + (e?.cause ? `: ${e.cause.code || e.cause.message || e.cause}` : '');
+  code = 1;
+}
+out.elapsed_ms = Math.round(performance.now() - t0);
+process.stdout.write(JSON.stringify(out) + '\n');
+process.exitCode = code;
