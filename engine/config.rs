@@ -59,6 +59,18 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "Optional static Authorization header value for the facilitator.",
     ),
     (
+        "facilitator_verify_timeout_ms",
+        "FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS",
+        false,
+        "Response timeout of /verify and /supported in ms (default 10000).",
+    ),
+    (
+        "facilitator_settle_timeout_ms",
+        "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS",
+        false,
+        "Response timeout of /settle in ms; settle waits for the chain (default 60000).",
+    ),
+    (
         "database_url",
         "FACTOMAT_DATABASE_URL",
         false,
@@ -112,6 +124,8 @@ pub struct Config {
     pub log_level: String,
     pub facilitator_url: Option<url::Url>,
     pub facilitator_authorization: Option<Secret>,
+    pub facilitator_verify_timeout_ms: u64,
+    pub facilitator_settle_timeout_ms: u64,
     pub database_url: String,
     pub rpc_url_eip155_8453: Option<Secret>,
     pub rpc_url_eip155_1: Option<Secret>,
@@ -141,6 +155,8 @@ struct FileConfig {
     log_level: Option<String>,
     facilitator_url: Option<String>,
     facilitator_authorization: Option<String>,
+    facilitator_verify_timeout_ms: Option<String>,
+    facilitator_settle_timeout_ms: Option<String>,
     database_url: Option<String>,
     rpc_url_eip155_8453: Option<String>,
     rpc_url_eip155_1: Option<String>,
@@ -156,6 +172,8 @@ impl FileConfig {
             "log_level" => self.log_level.as_ref(),
             "facilitator_url" => self.facilitator_url.as_ref(),
             "facilitator_authorization" => self.facilitator_authorization.as_ref(),
+            "facilitator_verify_timeout_ms" => self.facilitator_verify_timeout_ms.as_ref(),
+            "facilitator_settle_timeout_ms" => self.facilitator_settle_timeout_ms.as_ref(),
             "database_url" => self.database_url.as_ref(),
             "rpc_url_eip155_8453" => self.rpc_url_eip155_8453.as_ref(),
             "rpc_url_eip155_1" => self.rpc_url_eip155_1.as_ref(),
@@ -252,6 +270,22 @@ impl RawLayer {
         }
     }
 
+    fn millis(&self, key: &'static str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some((value, _)) => value
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| (1..=600_000).contains(ms))
+                .ok_or_else(|| {
+                    self.error(
+                        key,
+                        format!("{value:?} is not a number of milliseconds from 1 to 600000"),
+                    )
+                }),
+        }
+    }
+
     fn check(self) -> Result<Config, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -293,6 +327,8 @@ impl RawLayer {
             }
             None => None,
         };
+        let facilitator_verify_timeout_ms = self.millis("facilitator_verify_timeout_ms", 10_000)?;
+        let facilitator_settle_timeout_ms = self.millis("facilitator_settle_timeout_ms", 60_000)?;
         let database_url = self
             .get("database_url")
             .map(|(v, _)| v)
@@ -325,6 +361,8 @@ impl RawLayer {
             log_level,
             facilitator_url,
             facilitator_authorization: secret("facilitator_authorization")?,
+            facilitator_verify_timeout_ms,
+            facilitator_settle_timeout_ms,
             database_url,
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
@@ -430,6 +468,46 @@ mod tests {
         )
         .expect("valid");
         assert!(!format!("{config:?}").contains("secretkey123"));
+    }
+
+    #[test]
+    fn every_key_is_read_from_the_file_and_from_the_environment() {
+        let dir = std::env::temp_dir().join(format!("factomat-config-all-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let values = |key: &str| match key {
+            "listen" => "127.0.0.1:9001",
+            "base_url" => "https://api.example.com",
+            "pay_to" => "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+            "log_format" => "json",
+            "log_level" => "debug",
+            "database_url" => "sqlite:/tmp/x.db",
+            k if k.ends_with("_ms") => "1234",
+            k if k.ends_with("_url") || k.starts_with("rpc_url") => "https://x.example/",
+            _ => "token",
+        };
+        let toml: String = KEYS
+            .iter()
+            .map(|(k, _, _, _)| format!("{k} = \"{}\"\n", values(k)))
+            .collect();
+        let file = dir.join("all.toml");
+        std::fs::write(&file, toml).expect("write");
+        let from_file =
+            Config::load(Some(&file), env(&[])).expect("every key is accepted in the file");
+        let env_pairs: Vec<(&str, &str)> = KEYS
+            .iter()
+            .map(|(k, var, _, _)| (*var, values(k)))
+            .collect();
+        let from_env =
+            Config::from_env(env(&env_pairs)).expect("every key is accepted from the environment");
+        for config in [from_file, from_env] {
+            assert_eq!(config.listen.port(), 9001);
+            assert_eq!(config.facilitator_verify_timeout_ms, 1234);
+            assert_eq!(config.facilitator_settle_timeout_ms, 1234);
+            assert!(
+                config.facilitator_authorization.is_some() && config.rpc_url_eip155_1.is_some()
+            );
+            assert_eq!(config.log_level, "debug");
+        }
     }
 
     #[test]

@@ -35,6 +35,21 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Settlement ledger tools.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Unique paying wallets per family; paid calls and USDC per machine.
+    Report {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -42,6 +57,9 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(cli.config.as_deref()),
         Command::Generate { out_dir, check } => generate(&out_dir, check),
+        Command::Ledger {
+            command: LedgerCommand::Report { json },
+        } => ledger_report(cli.config.as_deref(), json),
     }
 }
 
@@ -114,6 +132,33 @@ fn init_logging(config: &Config) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
+}
+
+fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
+    let config = match Config::load(config_path, std::env::vars()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("factomat: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let rows = match factomat::ledger::open(&config.database_url).and_then(|l| l.rows()) {
+        Ok(rows) => rows,
+        Err(error) => {
+            eprintln!("factomat: ledger {}: {error}", config.database_url);
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = factomat::report::build(&factomat::renders::MANIFEST, &rows);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", factomat::report::render_text(&report));
+    }
+    ExitCode::SUCCESS
 }
 
 fn generate(out_dir: &Path, check: bool) -> ExitCode {

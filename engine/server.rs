@@ -16,9 +16,12 @@ use warp::Filter;
 
 use crate::api_error::ApiError;
 use crate::config::Config;
+use crate::facilitator::FacilitatorClient;
 use crate::gateway::Gateway;
-use crate::machines::{self, Check};
+use crate::ledger;
+use crate::machines::{self, Check, WorkContext};
 use crate::manifest::{Machine, Manifest};
+use crate::payment::{self, PaidOutcome, PaymentRail};
 use crate::render::{self, BASE_URL_TOKEN};
 use crate::renders::{self, MANIFEST};
 use crate::validation::{self, RequestValidator};
@@ -42,6 +45,8 @@ struct PaidRoute {
     max_body: usize,
     /// None when no pay_to is configured: valid requests answer 503 service_disabled.
     challenge: Option<Challenge>,
+    /// The PaymentRequirements a payment's `accepted` must equal.
+    requirement: Option<Value>,
 }
 
 /// Shared, immutable state of a running server.
@@ -49,6 +54,8 @@ pub struct AppState {
     pub config: Config,
     pub base_url: String,
     pub gateway: Gateway,
+    rail: Option<PaymentRail>,
+    work: WorkContext,
     free: HashMap<String, FreeDoc>,
     paid: HashMap<String, PaidRoute>,
 }
@@ -109,6 +116,8 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let state = Arc::new(AppState::prepare(config, base_url)?);
+    state.report_unfinished_attempts();
+    state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
     let routes = routes(state.clone());
     let server = warp::serve(routes).incoming(listener).graceful(async move {
@@ -128,20 +137,90 @@ impl AppState {
     fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
         let manifest: &'static Manifest = &MANIFEST;
         let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
+        let rail = payment_rail(&config, &gateway)?;
         let free = free_documents(manifest, &base_url, &config)?;
         let mut paid = HashMap::new();
         for machine in &manifest.machines {
             let route = PaidRoute::prepare(manifest, machine, &base_url, config.pay_to.as_deref())?;
             paid.insert(machine.path.clone(), route);
         }
+        let work = WorkContext {
+            gateway: gateway.clone(),
+            config: config.clone(),
+        };
         Ok(AppState {
             config,
             base_url,
             gateway,
+            rail,
+            work,
             free,
             paid,
         })
     }
+
+    /// Rows left `reserved` by an earlier process: paid work whose end is unknown. They are
+    /// reported, never dropped.
+    fn report_unfinished_attempts(&self) {
+        let Some(rail) = &self.rail else { return };
+        match rail.ledger.reserved() {
+            Ok(rows) if rows.is_empty() => {}
+            Ok(rows) => {
+                for row in &rows {
+                    tracing::warn!(
+                        attempt = row.id, machine = %row.machine, payer = %row.payer,
+                        amount_atomic = %row.amount_atomic, created_at = %row.created_at,
+                        "ledger row left reserved by an earlier run: settlement outcome unknown, check the chain"
+                    );
+                }
+                tracing::warn!(
+                    count = rows.len(),
+                    "unfinished paid attempts found at start-up"
+                );
+            }
+            Err(error) => tracing::error!(%error, "could not read unfinished ledger rows"),
+        }
+    }
+
+    /// `GET /supported` once; a facilitator without exact on our network gets a warning.
+    fn check_facilitator_in_background(&self) {
+        let Some(rail) = &self.rail else { return };
+        let facilitator = rail.facilitator.clone();
+        let (scheme, network) = (
+            MANIFEST.payment.scheme.clone(),
+            MANIFEST.payment.network.clone(),
+        );
+        tokio::spawn(async move {
+            match facilitator.supports(&scheme, &network).await {
+                Ok(true) => {
+                    tracing::info!(%scheme, %network, "facilitator supports our payment kind")
+                }
+                Ok(false) => {
+                    tracing::warn!(%scheme, %network, "facilitator /supported does not list our payment kind; payments may fail")
+                }
+                Err(error) => tracing::warn!(%error, "facilitator /supported check failed"),
+            }
+        });
+    }
+}
+
+fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail>, StartError> {
+    let Some(url) = &config.facilitator_url else {
+        return Ok(None);
+    };
+    let ledger = ledger::open(&config.database_url)
+        .map_err(|e| StartError::Prepare(format!("ledger {}: {e}", config.database_url)))?;
+    let facilitator = FacilitatorClient::new(
+        gateway.clone(),
+        url.clone(),
+        config.facilitator_authorization.clone(),
+        std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
+        std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
+    );
+    Ok(Some(PaymentRail {
+        facilitator,
+        ledger,
+    }))
 }
 
 impl PaidRoute {
@@ -154,6 +233,7 @@ impl PaidRoute {
         let validator = RequestValidator::new(machine).map_err(StartError::Prepare)?;
         let check = machines::check_for(&machine.machine)
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
+        let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
         let challenge = pay_to
             .map(|pay_to| {
                 let required = x402::payment_required(manifest, machine, base_url, pay_to, None);
@@ -170,6 +250,7 @@ impl PaidRoute {
             check,
             max_body,
             challenge,
+            requirement,
         })
     }
 }
@@ -237,8 +318,9 @@ fn free_documents(
 /// The health object (schema `Health`): static facts of this process, no upstream work.
 fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
     let pay_to_configured = config.pay_to.is_some();
+    let ready = pay_to_configured && config.facilitator_url.is_some();
     let body = json!({
-        "status": if pay_to_configured { "ok" } else { "degraded" },
+        "status": if ready { "ok" } else { "degraded" },
         "service": manifest.service.name,
         "catalog_version": manifest.service.catalog_version,
         "api_version": manifest.service.api_version,
@@ -250,7 +332,7 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
             "asset": manifest.payment.asset,
             "pay_to_configured": pay_to_configured,
             "facilitator_configured": config.facilitator_url.is_some(),
-            "rail": "not_ready",
+            "rail": if config.facilitator_url.is_some() { "configured" } else { "not_configured" },
         },
     });
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
@@ -324,7 +406,7 @@ where
 }
 
 async fn paid<S, B>(
-    _state: &AppState,
+    state: &AppState,
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
@@ -333,24 +415,99 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
-    match validate_paid_request(route, headers, body).await {
-        Err(error) => error_response(&error),
-        Ok(_request) => {
-            let Some(challenge) = &route.challenge else {
-                return error_response(&ApiError::unavailable(
-                    "service_disabled",
-                    "payments are not configured on this deployment (no pay_to); no payment is requested",
-                ));
-            };
-            if headers.contains_key(x402::PAYMENT_SIGNATURE) {
-                tracing::info!(machine = %route.machine.machine, "payment presented before the rail is ready");
-                return error_response(&ApiError::unavailable(
-                    "payment_rail_not_ready",
-                    "payment verification is not available yet; nothing was charged",
-                ));
-            }
-            payment_required(challenge)
+    let request = match validate_paid_request(route, headers, body).await {
+        Ok(request) => request,
+        Err(error) => return error_response(&error),
+    };
+    let (Some(challenge), Some(requirement), Some(pay_to)) = (
+        &route.challenge,
+        &route.requirement,
+        state.config.pay_to.as_deref(),
+    ) else {
+        return error_response(&ApiError::unavailable(
+            "service_disabled",
+            "payments are not configured on this deployment (no pay_to); no payment is requested",
+        ));
+    };
+    let Some(signature) = headers.get(x402::PAYMENT_SIGNATURE) else {
+        return payment_required(challenge);
+    };
+    let Some(rail) = &state.rail else {
+        return error_response(&ApiError::unavailable(
+            "service_disabled",
+            "no payment facilitator is configured on this deployment; nothing was charged",
+        ));
+    };
+    if let Err(error) = machines::readiness(route.machine, &state.config) {
+        return error_response(&error);
+    }
+    let outcome = payment::run(
+        rail,
+        &MANIFEST,
+        route.machine,
+        requirement,
+        pay_to,
+        &state.work,
+        &request,
+        signature.as_bytes(),
+    )
+    .await;
+    paid_response(state, route, pay_to, outcome)
+}
+
+fn paid_response(
+    state: &AppState,
+    route: &PaidRoute,
+    pay_to: &str,
+    outcome: PaidOutcome,
+) -> Response<Bytes> {
+    match outcome {
+        PaidOutcome::Delivered {
+            body,
+            payment_response,
+        } => {
+            let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let mut response = base_response(StatusCode::OK, JSON, bytes);
+            insert_header(&mut response, x402::PAYMENT_RESPONSE, &payment_response);
+            response
         }
+        PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, &reason),
+        PaidOutcome::SettleFailed {
+            reason,
+            payment_response,
+        } => {
+            let mut response = rejection(state, route, pay_to, &reason);
+            insert_header(&mut response, x402::PAYMENT_RESPONSE, &payment_response);
+            response
+        }
+        PaidOutcome::Failed(error) => error_response(&error),
+    }
+}
+
+/// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
+fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) -> Response<Bytes> {
+    let required = x402::payment_required(
+        &MANIFEST,
+        route.machine,
+        &state.base_url,
+        pay_to,
+        Some(reason),
+    );
+    match Challenge::new(&required) {
+        Ok(challenge) => payment_required(&challenge),
+        Err(_) => error_response(&ApiError::new(
+            StatusCode::PAYMENT_REQUIRED,
+            "payment_rejected",
+            reason,
+        )),
+    }
+}
+
+fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static(name), value);
     }
 }
 

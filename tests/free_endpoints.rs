@@ -90,19 +90,31 @@ async fn head_answers_without_a_body() {
 
 #[tokio::test]
 async fn health_reports_static_facts_only() {
-    let server = TestServer::start().await;
-    let health: Value = server.get("/health").await.json().await.expect("json");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let facilitator = format!("http://{closed}");
+    let ready = TestServer::with_env(&[
+        ("FACTOMAT_PAY_TO", common::PAY_TO),
+        ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
+    ])
+    .await;
+    let health: Value = ready.get("/health").await.json().await.expect("json");
     assert_eq!(health["status"], "ok");
     assert_eq!(health["service"], "factomat");
     assert_eq!(health["catalog_version"], "factomat-catalog-0.2.0");
     assert_eq!(health["machines"], 11);
     assert_eq!(health["payment"]["pay_to_configured"], true);
+    assert_eq!(health["payment"]["facilitator_configured"], true);
     assert_eq!(health["payment"]["network"], "eip155:8453");
-    let disabled = TestServer::with_env(&[]).await;
-    let health: Value = disabled.get("/health").await.json().await.expect("json");
-    assert_eq!(health["status"], "degraded");
-    assert_eq!(health["payment"]["pay_to_configured"], false);
-    assert_eq!(server.outbound() + disabled.outbound(), 0);
+    for env in [vec![("FACTOMAT_PAY_TO", common::PAY_TO)], vec![]] {
+        let degraded = TestServer::with_env(&env).await;
+        let health: Value = degraded.get("/health").await.json().await.expect("json");
+        assert_eq!(health["status"], "degraded", "{env:?}");
+        assert_eq!(health["payment"]["facilitator_configured"], false);
+        assert_eq!(degraded.outbound(), 0, "health does no outbound work");
+    }
 }
 
 #[tokio::test]

@@ -1220,7 +1220,7 @@ async fn size_limits_and_content_type_are_checked_first() {
 }
 
 #[tokio::test]
-async fn presented_payments_and_missing_payee_get_503_after_validation() {
+async fn payments_without_a_facilitator_and_a_missing_payee_get_503_after_validation() {
     let server = TestServer::start().await;
     let vm02 = machine("VM02");
     let response = server
@@ -1234,7 +1234,10 @@ async fn presented_payments_and_missing_payee_get_503_after_validation() {
         .expect("answered");
     assert_eq!(response.status().as_u16(), 503);
     let body: Value = response.json().await.expect("json");
-    assert_eq!(body["error"]["code"], "payment_rail_not_ready");
+    assert_eq!(
+        body["error"]["code"], "service_disabled",
+        "no facilitator is configured"
+    );
 
     let disabled = TestServer::with_env(&[]).await;
     let response = disabled

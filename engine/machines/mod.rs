@@ -4,6 +4,8 @@
 use serde_json::Value;
 
 use crate::api_error::ApiError;
+use crate::config::{Config, Secret};
+use crate::gateway::Gateway;
 use crate::manifest::Machine;
 
 pub mod vm01;
@@ -38,4 +40,70 @@ pub fn check_for(id: &str) -> Option<Check> {
         _ => return None,
     };
     Some(check)
+}
+
+/// What a machine's paid work may use: the counted gateway and the configured providers.
+#[derive(Clone)]
+pub struct WorkContext {
+    pub gateway: Gateway,
+    pub config: Config,
+}
+
+impl WorkContext {
+    /// The configured JSON-RPC URL of a CAIP-2 chain.
+    pub fn rpc_url(&self, chain: &str) -> Option<&Secret> {
+        match chain {
+            "eip155:8453" => self.config.rpc_url_eip155_8453.as_ref(),
+            "eip155:1" => self.config.rpc_url_eip155_1.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// A failure of our own while producing an observation (upstream failures are not errors:
+/// they are truthful HOLD/PARTIAL results).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    #[error("{0} is not implemented yet")]
+    NotImplemented(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Whether a machine can take paid calls with this configuration. Checked after validation
+/// and before any payment is asked or verified, so nobody pays for a machine that cannot run.
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    let missing = |what: &str| {
+        Err(ApiError::unavailable(
+            "provider_not_configured",
+            format!(
+                "{} is not available on this deployment: {what} is not configured",
+                machine.machine
+            ),
+        ))
+    };
+    match machine.machine.as_str() {
+        "VM02" if config.rpc_url_eip155_8453.is_none() => missing("the eip155:8453 RPC endpoint"),
+        "VM02" => Ok(()),
+        _ => Err(ApiError::unavailable(
+            "machine_not_implemented",
+            format!(
+                "{} is not available yet; no payment is requested",
+                machine.machine
+            ),
+        )),
+    }
+}
+
+/// Runs a machine's paid work.
+pub async fn observe(
+    id: &str,
+    context: &WorkContext,
+    machine: &Machine,
+    request: &Value,
+) -> Result<Value, WorkError> {
+    match id {
+        "VM02" => vm02::observe(context, machine, request).await,
+        other => Err(WorkError::NotImplemented(other.to_string())),
+    }
 }

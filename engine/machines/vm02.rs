@@ -1,14 +1,222 @@
-//! VM02 allowance exposure.
+//! VM02 allowance exposure: one ERC-20 allowance against the owner's balance, both read at
+//! one block on eip155:8453.
+//!
+//! Reads (at most 6 RPC methods): eth_blockNumber, then at that block eth_call allowance,
+//! balanceOf, decimals, symbol, and eth_getCode. A failing or slow RPC gives a truthful HOLD.
 
-use serde_json::Value;
+use std::time::Duration;
 
+use alloy::eips::BlockId;
+use alloy::primitives::{Address, U256};
+use alloy::providers::{Provider, RootProvider};
+use alloy::sol;
+use serde_json::{Value, json};
+
+use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::evm;
 use crate::manifest::Machine;
+use crate::report::format_units;
 use crate::request_checks as rc;
+use crate::rpc::{CountedRpc, describe_error};
+
+const CHAIN: &str = "eip155:8453";
+
+sol! {
+    #[sol(rpc)]
+    interface IERC20Metadata {
+        function allowance(address owner, address spender) external view returns (uint256);
+        function balanceOf(address account) external view returns (uint256);
+        function decimals() external view returns (uint8);
+        function symbol() external view returns (string);
+    }
+}
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::address(request, "/owner")?;
     rc::token_address(request, "/token")?;
     rc::address(request, "/spender")?;
     Ok(())
+}
+
+/// An allowance at or above 2^96-1 (the largest balance a uint96 token can hold) cannot be
+/// exhausted by any realistic balance; wallets commonly approve 2^256-1, 2^255 or 2^96-1.
+fn effectively_unlimited(allowance: U256) -> bool {
+    allowance >= (U256::from(1u8) << 96) - U256::from(1u8)
+}
+
+struct Reads {
+    block: Option<u64>,
+    allowance: Option<U256>,
+    balance: Option<U256>,
+    decimals: Option<u8>,
+    symbol: Option<String>,
+    code_present: Option<bool>,
+    limitations: Vec<String>,
+}
+
+fn address_field(request: &Value, field: &str) -> Result<Address, WorkError> {
+    let text = request
+        .get(field)
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    evm::parse_address(text)
+        .map_err(|e| WorkError::Internal(format!("{field} passed validation but {e}")))
+}
+
+pub async fn observe(
+    context: &WorkContext,
+    machine: &Machine,
+    request: &Value,
+) -> Result<Value, WorkError> {
+    let owner = address_field(request, "owner")?;
+    let token = address_field(request, "token")?;
+    let spender = address_field(request, "spender")?;
+    let url = context
+        .rpc_url(CHAIN)
+        .ok_or_else(|| WorkError::Internal("no eip155:8453 RPC endpoint".into()))?;
+    let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+    let provider = CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider();
+    let reads = read_at_one_block(&provider, owner, token, spender).await;
+    Ok(respond(machine, request, reads))
+}
+
+async fn read_at_one_block(
+    provider: &RootProvider,
+    owner: Address,
+    token: Address,
+    spender: Address,
+) -> Reads {
+    let mut reads = Reads {
+        block: None,
+        allowance: None,
+        balance: None,
+        decimals: None,
+        symbol: None,
+        code_present: None,
+        limitations: Vec::new(),
+    };
+    let block = match provider.get_block_number().await {
+        Ok(block) => block,
+        Err(error) => {
+            reads.limitations.push(format!(
+                "The eip155:8453 RPC endpoint could not be read ({}); no allowance or balance was observed.",
+                describe_error(&error)
+            ));
+            return reads;
+        }
+    };
+    reads.block = Some(block);
+    let at = BlockId::number(block);
+    let erc20 = IERC20Metadata::new(token, provider);
+    let allowance_call = erc20.allowance(owner, spender).block(at);
+    let balance_call = erc20.balanceOf(owner).block(at);
+    let decimals_call = erc20.decimals().block(at);
+    let symbol_call = erc20.symbol().block(at);
+    let (allowance, balance, decimals, symbol, code) = tokio::join!(
+        allowance_call.call(),
+        balance_call.call(),
+        decimals_call.call(),
+        symbol_call.call(),
+        provider.get_code_at(token).block_id(at),
+    );
+    let mut note = |what: &str, error: String| {
+        reads.limitations.push(format!(
+            "{what} could not be read at block {block}: {error}."
+        ));
+    };
+    match code {
+        Ok(code) => reads.code_present = Some(!code.is_empty()),
+        Err(e) => note("Token code presence", describe_error(&e)),
+    }
+    match allowance {
+        Ok(v) => reads.allowance = Some(v),
+        Err(e) => note("allowance(owner, spender)", contract_error(&e)),
+    }
+    match balance {
+        Ok(v) => reads.balance = Some(v),
+        Err(e) => note("balanceOf(owner)", contract_error(&e)),
+    }
+    match decimals {
+        Ok(v) => reads.decimals = Some(v),
+        Err(e) => note("decimals()", contract_error(&e)),
+    }
+    match symbol {
+        Ok(v) => reads.symbol = Some(v),
+        Err(e) => note("symbol()", contract_error(&e)),
+    }
+    if reads.code_present == Some(false) {
+        reads
+            .limitations
+            .push(format!("The token address holds no contract code at block {block}; it is not an ERC-20 contract there."));
+    }
+    reads
+}
+
+fn contract_error(error: &alloy::contract::Error) -> String {
+    match error {
+        alloy::contract::Error::TransportError(e) => describe_error(e),
+        alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {
+            "the call returned no decodable value".to_string()
+        }
+        _ => "the call failed".to_string(),
+    }
+}
+
+fn adjusted(raw: Option<U256>, decimals: Option<u8>) -> Value {
+    match (raw, decimals) {
+        (Some(raw), Some(decimals)) => json!(format_units(raw, u32::from(decimals))),
+        _ => Value::Null,
+    }
+}
+
+fn respond(machine: &Machine, request: &Value, reads: Reads) -> Value {
+    let both = reads.allowance.zip(reads.balance);
+    let status = if both.is_some() && reads.code_present == Some(true) {
+        "OK"
+    } else {
+        "HOLD"
+    };
+    let exposure = both.map(|(allowance, balance)| allowance.min(balance));
+    let block = reads.block.map(|b| b.to_string());
+    let raw = |v: Option<U256>| v.map_or(Value::Null, |v| json!(v.to_string()));
+    json!({
+        "status": status,
+        "machine": machine.machine,
+        "methodology_version": machine.methodology_version,
+        "network": CHAIN,
+        "block_number": block,
+        "owner": request["owner"],
+        "token": request["token"],
+        "spender": request["spender"],
+        "token_metadata": {"symbol": reads.symbol, "decimals": reads.decimals},
+        "allowance_raw": raw(reads.allowance),
+        "allowance_adjusted": adjusted(reads.allowance, reads.decimals),
+        "balance_raw": raw(reads.balance),
+        "balance_adjusted": adjusted(reads.balance, reads.decimals),
+        "allowance_balance_exposure_raw": raw(exposure),
+        "allowance_balance_exposure_adjusted": adjusted(exposure, reads.decimals),
+        "allowance_covers_current_balance": both.is_some_and(|(a, b)| a >= b),
+        "max_uint256_approval": reads.allowance == Some(U256::MAX),
+        "effectively_unlimited": reads.allowance.is_some_and(effectively_unlimited),
+        "evidence": {
+            "block_number": block,
+            "same_block_reads": both.is_some(),
+            "token_code_present": reads.code_present,
+        },
+        "limitations": reads.limitations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unlimited_threshold_is_uint96_max() {
+        let uint96_max = (U256::from(1u8) << 96) - U256::from(1u8);
+        assert!(effectively_unlimited(uint96_max));
+        assert!(effectively_unlimited(U256::MAX));
+        assert!(!effectively_unlimited(uint96_max - U256::from(1u8)));
+    }
 }

@@ -1,6 +1,8 @@
 //! Shared harness of the black-box tests: the real server on loopback, a real HTTP client.
 #![allow(dead_code)]
 
+pub mod devstack;
+
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
@@ -27,7 +29,13 @@ impl TestServer {
     }
 
     pub async fn with_env(pairs: &[(&str, &str)]) -> TestServer {
-        let mut env: Vec<(String, String)> = vec![("FACTOMAT_LISTEN".into(), "127.0.0.1:0".into())];
+        let mut env: Vec<(String, String)> = vec![
+            ("FACTOMAT_LISTEN".into(), "127.0.0.1:0".into()),
+            (
+                "FACTOMAT_DATABASE_URL".into(),
+                format!("sqlite:{}", temp_path("ledger.db").display()),
+            ),
+        ];
         env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let config = Config::from_env(env).expect("test configuration is valid");
         let server = server::start(config).await.expect("server starts");
@@ -130,4 +138,13 @@ pub async fn expect_400(response: reqwest::Response, code: &str, context: &str) 
         "{context}: message"
     );
     body["error"].clone()
+}
+
+/// A fresh path in a per-process temporary folder.
+pub fn temp_path(name: &str) -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("factomat-test-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
 }

@@ -1,0 +1,226 @@
+//! The settlement ledger: one row per paid attempt, so nothing paid is lost and nothing is
+//! charged twice.
+//!
+//! A row holds what accounting needs and nothing a buyer would not want kept: never a
+//! response body, a purchased page, the raw payment payload or its signature. The nonce is
+//! stored as its sha256 and is unique: two requests carrying one authorization can never
+//! both reserve, however many arrive at once.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+
+/// What the payment gate knows when it reserves.
+#[derive(Debug, Clone)]
+pub struct NewAttempt {
+    pub machine: String,
+    pub family: String,
+    pub payer: String,
+    pub amount_atomic: String,
+    pub asset: String,
+    pub network: String,
+    pub pay_to: String,
+    pub nonce_sha256: String,
+    pub request_sha256: String,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Settled { transaction: String },
+    SettleFailed { reason: String },
+    WorkFailed { reason: String },
+}
+
+/// A row as stored (for reports and start-up recovery).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    pub id: i64,
+    pub machine: String,
+    pub family: String,
+    pub payer: String,
+    pub amount_atomic: String,
+    pub state: String,
+    pub transaction_hash: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("this payment authorization was already presented")]
+    Duplicate,
+    #[error("ledger storage failed: {0}")]
+    Storage(String),
+}
+
+impl From<rusqlite::Error> for LedgerError {
+    fn from(error: rusqlite::Error) -> Self {
+        match error.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => LedgerError::Duplicate,
+            _ => LedgerError::Storage(error.to_string()),
+        }
+    }
+}
+
+/// A ledger backend. SQLite is the default; a PostgreSQL backend can implement this too.
+pub trait Ledger: Send + Sync {
+    /// Reserves an attempt; `Duplicate` when its nonce is already reserved or settled.
+    fn reserve(&self, attempt: &NewAttempt) -> Result<i64, LedgerError>;
+    /// True when a nonce is already on record (any state).
+    fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError>;
+    /// Records how a reserved attempt ended.
+    fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError>;
+    /// Attempts still `reserved` (after a crash: paid work whose end is unknown).
+    fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError>;
+    /// Every attempt, oldest first.
+    fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError>;
+}
+
+pub struct SqliteLedger {
+    connection: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS payment_attempts (
+    id               INTEGER PRIMARY KEY,
+    machine          TEXT NOT NULL,
+    family           TEXT NOT NULL,
+    payer            TEXT NOT NULL,
+    amount_atomic    TEXT NOT NULL,
+    asset            TEXT NOT NULL,
+    network          TEXT NOT NULL,
+    pay_to           TEXT NOT NULL,
+    nonce_sha256     TEXT NOT NULL UNIQUE,
+    request_sha256   TEXT NOT NULL,
+    state            TEXT NOT NULL
+                     CHECK (state IN ('reserved', 'settled', 'settle_failed', 'work_failed')),
+    transaction_hash TEXT,
+    failure_reason   TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
+";
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl SqliteLedger {
+    /// Opens (creating if needed) the ledger named by a `sqlite:PATH` URL.
+    pub fn open(database_url: &str) -> Result<SqliteLedger, LedgerError> {
+        let path = database_url
+            .strip_prefix("sqlite:")
+            .ok_or_else(|| LedgerError::Storage(format!("{database_url:?} is not sqlite:PATH")))?;
+        let path = PathBuf::from(path.strip_prefix("//").unwrap_or(path));
+        let connection = Connection::open(&path)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        connection.execute_batch(SCHEMA)?;
+        Ok(SqliteLedger {
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, LedgerError> {
+        let connection = self
+            .connection
+            .lock()
+            .map_err(|_| LedgerError::Storage("ledger lock poisoned".into()))?;
+        f(&connection).map_err(LedgerError::from)
+    }
+
+    fn select(&self, filter: &str) -> Result<Vec<AttemptRow>, LedgerError> {
+        let sql = format!(
+            "SELECT id, machine, family, payer, amount_atomic, state, transaction_hash, created_at
+             FROM payment_attempts {filter} ORDER BY id"
+        );
+        self.with(|c| {
+            let mut statement = c.prepare(&sql)?;
+            let rows = statement.query_map([], |r| {
+                Ok(AttemptRow {
+                    id: r.get(0)?,
+                    machine: r.get(1)?,
+                    family: r.get(2)?,
+                    payer: r.get(3)?,
+                    amount_atomic: r.get(4)?,
+                    state: r.get(5)?,
+                    transaction_hash: r.get(6)?,
+                    created_at: r.get(7)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+}
+
+impl Ledger for SqliteLedger {
+    fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
+        let at = now();
+        self.with(|c| {
+            c.execute(
+                "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset, network,
+                     pay_to, nonce_sha256, request_sha256, state, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'reserved', ?10, ?10)",
+                params![
+                    a.machine, a.family, a.payer, a.amount_atomic, a.asset, a.network, a.pay_to,
+                    a.nonce_sha256, a.request_sha256, at
+                ],
+            )?;
+            Ok(c.last_insert_rowid())
+        })
+    }
+
+    fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+        self.with(|c| {
+            c.query_row(
+                "SELECT 1 FROM payment_attempts WHERE nonce_sha256 = ?1",
+                [nonce_sha256],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|found| found.is_some())
+        })
+    }
+
+    fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
+        let (state, transaction, reason) = match outcome {
+            Outcome::Settled { transaction } => ("settled", Some(transaction.as_str()), None),
+            Outcome::SettleFailed { reason } => ("settle_failed", None, Some(reason.as_str())),
+            Outcome::WorkFailed { reason } => ("work_failed", None, Some(reason.as_str())),
+        };
+        let changed = self.with(|c| {
+            c.execute(
+                "UPDATE payment_attempts
+                 SET state = ?1, transaction_hash = ?2, failure_reason = ?3, updated_at = ?4
+                 WHERE id = ?5 AND state = 'reserved'",
+                params![state, transaction, reason, now(), id],
+            )
+        })?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(LedgerError::Storage(format!(
+                "attempt {id} is not reserved"
+            )))
+        }
+    }
+
+    fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError> {
+        self.select("WHERE state = 'reserved'")
+    }
+
+    fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError> {
+        self.select("")
+    }
+}
+
+/// Opens the configured ledger.
+pub fn open(database_url: &str) -> Result<Arc<dyn Ledger>, LedgerError> {
+    Ok(Arc::new(SqliteLedger::open(database_url)?))
+}

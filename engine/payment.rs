@@ -1,0 +1,286 @@
+//! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`:
+//! decode → x402Version 2 → `accepted` equals our requirement → facilitator `/verify` →
+//! ledger reserve → the machine's work → facilitator `/settle` → ledger record.
+//!
+//! Nothing goes outbound before `/verify` says the payment is valid, and the unique nonce in
+//! the ledger makes sure one authorization runs the work at most once.
+
+use std::sync::Arc;
+
+use alloy_primitives::B256;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::api_error::ApiError;
+use crate::canonical::{canonical_sha256, sha256_hex};
+use crate::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
+use crate::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::machines::{self, WorkContext, WorkError};
+use crate::manifest::{Machine, Manifest};
+
+/// Payment headers are small; anything larger is not a payment.
+const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
+
+/// The configured facilitator and ledger.
+pub struct PaymentRail {
+    pub facilitator: FacilitatorClient,
+    pub ledger: Arc<dyn Ledger>,
+}
+
+/// What the gate decided; the server turns it into HTTP.
+#[derive(Debug)]
+pub enum PaidOutcome {
+    /// 200 with the result and the PAYMENT-RESPONSE header value.
+    Delivered {
+        body: Value,
+        payment_response: String,
+    },
+    /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
+    Rejected { reason: String },
+    /// 402 with PAYMENT-RESPONSE success:false; the work ran but its result is withheld.
+    SettleFailed {
+        reason: String,
+        payment_response: String,
+    },
+    /// 503 or 500: a refusal of ours; nothing was charged.
+    Failed(ApiError),
+}
+
+/// The parts of a PaymentPayload the gate relies on.
+struct Presented {
+    payload: Value,
+    payer: String,
+    nonce_sha256: String,
+}
+
+fn reject(reason: &str) -> PaidOutcome {
+    PaidOutcome::Rejected {
+        reason: reason.to_string(),
+    }
+}
+
+/// Decodes and checks a `PAYMENT-SIGNATURE` against the machine's requirement.
+fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> {
+    if header.len() > MAX_PAYMENT_HEADER_BYTES {
+        return Err(reject("invalid_payload"));
+    }
+    let trimmed = std::str::from_utf8(header)
+        .map(str::trim)
+        .map_err(|_| reject("invalid_payload"))?;
+    let bytes = STANDARD
+        .decode(trimmed)
+        .map_err(|_| reject("invalid_payload"))?;
+    let payload: Value = serde_json::from_slice(&bytes).map_err(|_| reject("invalid_payload"))?;
+    if payload.get("x402Version").and_then(Value::as_u64) != Some(2) {
+        return Err(reject("invalid_x402_version"));
+    }
+    if payload.get("accepted") != Some(requirement) {
+        return Err(reject("payment_requirements_mismatch"));
+    }
+    let authorization = payload.pointer("/payload/authorization");
+    let field = |name: &str| {
+        authorization
+            .and_then(|a| a.get(name))
+            .and_then(Value::as_str)
+    };
+    let nonce: B256 = field("nonce")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| reject("invalid_payload"))?;
+    let payer = field("from")
+        .ok_or_else(|| reject("invalid_payload"))?
+        .to_string();
+    Ok(Presented {
+        nonce_sha256: sha256_hex(nonce.as_slice()),
+        payer,
+        payload,
+    })
+}
+
+fn unavailable(code: &str, message: impl Into<String>) -> PaidOutcome {
+    PaidOutcome::Failed(ApiError::unavailable(code, message))
+}
+
+fn ledger_failure(error: &LedgerError) -> PaidOutcome {
+    tracing::error!(%error, "ledger failure");
+    unavailable(
+        "ledger_unavailable",
+        "the settlement ledger is unavailable; nothing was charged",
+    )
+}
+
+/// Runs the whole paid path for one request.
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    machine: &Machine,
+    requirement: &Value,
+    pay_to: &str,
+    work: &WorkContext,
+    request: &Value,
+    header: &[u8],
+) -> PaidOutcome {
+    let presented = match decode(header, requirement) {
+        Ok(presented) => presented,
+        Err(outcome) => return outcome,
+    };
+    let ledger = rail.ledger.clone();
+    let nonce = presented.nonce_sha256.clone();
+    match blocking(move || ledger.knows_nonce(&nonce)).await {
+        Ok(true) => return reject("payment_nonce_already_presented"),
+        Ok(false) => {}
+        Err(error) => return ledger_failure(&error),
+    }
+    match rail
+        .facilitator
+        .verify(&presented.payload, requirement)
+        .await
+    {
+        Ok(verdict) if verdict.is_valid => {}
+        Ok(verdict) => {
+            let reason = verdict
+                .invalid_reason
+                .unwrap_or_else(|| "payment_invalid".into());
+            tracing::info!(machine = %machine.machine, %reason, "payment refused by the facilitator");
+            return reject(&reason);
+        }
+        Err(error) => return facilitator_down("verify", &error),
+    }
+    let attempt = NewAttempt {
+        machine: machine.machine.clone(),
+        family: machine.family.clone(),
+        payer: presented.payer.clone(),
+        amount_atomic: machine.price_atomic.clone(),
+        asset: manifest.payment.asset.clone(),
+        network: manifest.payment.network.clone(),
+        pay_to: pay_to.to_string(),
+        nonce_sha256: presented.nonce_sha256.clone(),
+        request_sha256: canonical_sha256(request),
+    };
+    let ledger = rail.ledger.clone();
+    let id = match blocking(move || ledger.reserve(&attempt)).await {
+        Ok(id) => id,
+        Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
+        Err(error) => return ledger_failure(&error),
+    };
+    let body = match machines::observe(&machine.machine, work, machine, request).await {
+        Ok(body) => body,
+        Err(error) => return work_failed(rail, id, machine, &error).await,
+    };
+    let settled = rail
+        .facilitator
+        .settle(&presented.payload, requirement)
+        .await;
+    finish_settlement(rail, id, machine, manifest, &presented, settled, body).await
+}
+
+async fn work_failed(
+    rail: &PaymentRail,
+    id: i64,
+    machine: &Machine,
+    error: &WorkError,
+) -> PaidOutcome {
+    tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
+    let ledger = rail.ledger.clone();
+    let reason = error.to_string();
+    if let Err(e) = blocking(move || ledger.finish(id, &Outcome::WorkFailed { reason })).await {
+        tracing::error!(error = %e, attempt = id, "could not record work_failed");
+    }
+    PaidOutcome::Failed(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "work_failed",
+        "the observation could not be produced; the payment was not settled and nothing was charged",
+    ))
+}
+
+async fn finish_settlement(
+    rail: &PaymentRail,
+    id: i64,
+    machine: &Machine,
+    manifest: &Manifest,
+    presented: &Presented,
+    settled: Result<SettleOutcome, FacilitatorError>,
+    body: Value,
+) -> PaidOutcome {
+    let ledger = rail.ledger.clone();
+    match settled {
+        Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
+            let transaction = outcome.transaction.clone().unwrap_or_default();
+            tracing::info!(machine = %machine.machine, %transaction, "payment settled");
+            let recorded =
+                blocking(move || ledger.finish(id, &Outcome::Settled { transaction })).await;
+            if let Err(error) = recorded {
+                // Settled on chain: deliver, and leave the row reserved for start-up reporting.
+                tracing::error!(%error, attempt = id, "settled but not recorded");
+            }
+            PaidOutcome::Delivered {
+                body,
+                payment_response: STANDARD
+                    .encode(serde_json::to_vec(&outcome.response).unwrap_or_default()),
+            }
+        }
+        Ok(outcome) => {
+            let reason = outcome
+                .error_reason
+                .clone()
+                .unwrap_or_else(|| "settlement_failed".into());
+            tracing::warn!(machine = %machine.machine, %reason, "settlement failed; result withheld");
+            record_settle_failure(ledger, id, reason.clone()).await;
+            let mut response = outcome.response;
+            response["success"] = json!(false);
+            if response.get("transaction").is_none() {
+                response["transaction"] = json!("");
+            }
+            PaidOutcome::SettleFailed {
+                reason,
+                payment_response: STANDARD
+                    .encode(serde_json::to_vec(&response).unwrap_or_default()),
+            }
+        }
+        Err(error) => {
+            tracing::error!(machine = %machine.machine, %error, "settlement outcome unknown; result withheld");
+            let reason = "settlement_unconfirmed".to_string();
+            record_settle_failure(ledger, id, format!("{reason}: {error}")).await;
+            let response = json!({
+                "success": false,
+                "errorReason": reason,
+                "transaction": "",
+                "network": manifest.payment.network,
+                "payer": presented.payer,
+            });
+            PaidOutcome::SettleFailed {
+                reason,
+                payment_response: STANDARD
+                    .encode(serde_json::to_vec(&response).unwrap_or_default()),
+            }
+        }
+    }
+}
+
+async fn record_settle_failure(ledger: Arc<dyn Ledger>, id: i64, reason: String) {
+    if let Err(error) = blocking(move || ledger.finish(id, &Outcome::SettleFailed { reason })).await
+    {
+        tracing::error!(%error, attempt = id, "could not record settle_failed");
+    }
+}
+
+fn facilitator_down(step: &str, error: &FacilitatorError) -> PaidOutcome {
+    tracing::warn!(step, %error, "facilitator unavailable");
+    unavailable(
+        "facilitator_unavailable",
+        format!(
+            "the payment facilitator did not answer {step}; no work ran and nothing was charged"
+        ),
+    )
+}
+
+/// Runs a short ledger operation off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
+) -> Result<T, LedgerError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| LedgerError::Storage(format!("ledger task failed: {e}")))?
+}

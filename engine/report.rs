@@ -1,0 +1,121 @@
+//! `factomat ledger report`: unique paying wallets per family, calls and USDC per machine.
+//!
+//! Only settled attempts count as paid. A wallet that buys several machines of one family
+//! counts once for that family; family counts are never summed into a portfolio-wide count.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use alloy_primitives::U256;
+use serde_json::{Value, json};
+
+use crate::ledger::AttemptRow;
+use crate::manifest::Manifest;
+
+/// Formats atomic units with `decimals` places, trimming trailing zeros.
+pub fn format_units(amount: U256, decimals: u32) -> String {
+    let text = amount.to_string();
+    let decimals = decimals as usize;
+    if decimals == 0 {
+        return text;
+    }
+    let padded = format!("{text:0>width$}", width = decimals + 1);
+    let (whole, frac) = padded.split_at(padded.len() - decimals);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        whole.to_string()
+    } else {
+        format!("{whole}.{frac}")
+    }
+}
+
+/// The report as JSON.
+pub fn build(manifest: &Manifest, rows: &[AttemptRow]) -> Value {
+    let settled: Vec<&AttemptRow> = rows.iter().filter(|r| r.state == "settled").collect();
+    let families: Vec<Value> = manifest
+        .families
+        .iter()
+        .map(|family| {
+            let wallets: BTreeSet<String> = settled
+                .iter()
+                .filter(|r| family.machines.contains(&r.machine))
+                .map(|r| r.payer.to_ascii_lowercase())
+                .collect();
+            json!({"family": family.family, "unique_paying_wallets": wallets.len()})
+        })
+        .collect();
+    let mut states: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for row in rows {
+        *states
+            .entry(&row.machine)
+            .or_default()
+            .entry(&row.state)
+            .or_default() += 1;
+    }
+    let decimals = manifest.payment.decimals;
+    let machines: Vec<Value> = manifest
+        .machines
+        .iter()
+        .map(|m| {
+            let paid: Vec<&&AttemptRow> =
+                settled.iter().filter(|r| r.machine == m.machine).collect();
+            let atomic = paid
+                .iter()
+                .filter_map(|r| U256::from_str_radix(&r.amount_atomic, 10).ok())
+                .fold(U256::ZERO, |sum, v| sum.saturating_add(v));
+            json!({
+                "machine": m.machine,
+                "family": m.family,
+                "paid_calls": paid.len(),
+                "usdc_atomic": atomic.to_string(),
+                "usdc": format_units(atomic, decimals),
+                "attempts_by_state": states.get(m.machine.as_str()).cloned().unwrap_or_default(),
+            })
+        })
+        .collect();
+    json!({
+        "families": families,
+        "machines": machines,
+        "note": manifest.service.family_wallet_note,
+    })
+}
+
+/// The report as a text table.
+pub fn render_text(report: &Value) -> String {
+    let mut out = String::from("unique paying wallets per family (never summed across families)\n");
+    for family in report["families"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {:<20} {}\n",
+            family["family"].as_str().unwrap_or_default(),
+            family["unique_paying_wallets"]
+        ));
+    }
+    out.push_str("\nmachine  family               paid calls  USDC\n");
+    for m in report["machines"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "  {:<6} {:<20} {:>10}  {}\n",
+            m["machine"].as_str().unwrap_or_default(),
+            m["family"].as_str().unwrap_or_default(),
+            m["paid_calls"],
+            m["usdc"].as_str().unwrap_or_default()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_formatted_exactly() {
+        assert_eq!(format_units(U256::from(10_000u64), 6), "0.01");
+        assert_eq!(format_units(U256::from(5_000u64), 6), "0.005");
+        assert_eq!(format_units(U256::from(1_000_000u64), 6), "1");
+        assert_eq!(format_units(U256::ZERO, 6), "0");
+        assert_eq!(format_units(U256::from(123u64), 0), "123");
+        assert_eq!(
+            format_units(U256::MAX, 18),
+            "115792089237316195423570985008687907853269984665640564039457.584007913129639935"
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! EVM JSON-RPC through the counted gateway, with an alloy provider on top.
+//!
+//! The transport is ours rather than alloy's reqwest transport for two reasons: every request
+//! must pass the one counted gateway, and an RPC URL may carry a provider key, so it must
+//! never reach a log line, an error message or a response (alloy's transport records the URL
+//! in a tracing span).
+
+use std::task;
+use std::time::Duration;
+
+use alloy::network::Ethereum;
+use alloy::providers::RootProvider;
+use alloy::rpc::client::RpcClient;
+use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
+use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
+
+use crate::config::Secret;
+use crate::gateway::Gateway;
+
+/// Bytes of an RPC answer we read at most; a larger answer is an error.
+const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+/// A JSON-RPC endpoint whose URL is a secret.
+#[derive(Clone, Debug)]
+pub struct CountedRpc {
+    gateway: Gateway,
+    url: Secret,
+    response_timeout: Duration,
+}
+
+impl CountedRpc {
+    pub fn new(gateway: Gateway, url: Secret, response_timeout: Duration) -> Self {
+        CountedRpc {
+            gateway,
+            url,
+            response_timeout,
+        }
+    }
+
+    /// An alloy provider speaking through this transport.
+    pub fn provider(self) -> RootProvider<Ethereum> {
+        RootProvider::new(RpcClient::new(self, false))
+    }
+
+    async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
+        let url = reqwest::Url::parse(self.url.expose())
+            .map_err(|_| TransportErrorKind::custom_str("the configured RPC URL is invalid"))?;
+        let request = self
+            .gateway
+            .request(reqwest::Method::POST, url)
+            .timeout(self.response_timeout)
+            .json(&packet)
+            .build()
+            .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
+        let response = self
+            .gateway
+            .send(request)
+            .await
+            .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
+        let status = response.status();
+        let body = read_capped(response).await?;
+        if !status.is_success() {
+            return Err(TransportErrorKind::http_error(
+                status.as_u16(),
+                String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+            ));
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| TransportError::deser_err(e, "<RPC answer withheld>"))
+    }
+}
+
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, TransportError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?
+    {
+        if body.len() + chunk.len() > MAX_RPC_RESPONSE_BYTES {
+            return Err(TransportErrorKind::custom_str(
+                "RPC answer exceeds the size limit",
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A reqwest error without its URL (which may hold a key).
+fn redacted(error: &reqwest::Error) -> String {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "connection failed"
+    } else if error.is_body() || error.is_decode() {
+        "answer could not be read"
+    } else {
+        "request failed"
+    };
+    format!("RPC {kind}")
+}
+
+impl tower::Service<RequestPacket> for CountedRpc {
+    type Response = ResponsePacket;
+    type Error = TransportError;
+    type Future = TransportFut<'static>;
+
+    fn poll_ready(&mut self, _cx: &mut task::Context<'_>) -> task::Poll<Result<(), Self::Error>> {
+        task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, packet: RequestPacket) -> Self::Future {
+        Box::pin(self.clone().send(packet))
+    }
+}
+
+/// Describes an RPC failure for a response's limitations: never the URL.
+pub fn describe_error(error: &TransportError) -> String {
+    match error {
+        TransportError::ErrorResp(payload) => {
+            format!("RPC error {}: {}", payload.code, payload.message)
+        }
+        TransportError::Transport(kind) => match kind {
+            TransportErrorKind::HttpError(http) => format!("RPC HTTP status {}", http.status),
+            TransportErrorKind::Custom(custom) => custom.to_string(),
+            _ => "RPC transport failure".to_string(),
+        },
+        TransportError::DeserError { .. } => "RPC answer was not valid JSON-RPC".to_string(),
+        TransportError::NullResp => "RPC returned null".to_string(),
+        _ => "RPC call failed".to_string(),
+    }
+}

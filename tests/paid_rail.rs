@@ -1,0 +1,764 @@
+//! The x402 payment rail end to end on one machine: the official client pays, the official
+//! facilitator settles a real EIP-3009 transfer on anvil, the ledger records it. Every
+//! network peer is on 127.0.0.1.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use common::devstack::DevStack;
+use common::{TestServer, decode_header, temp_path};
+use factomat::ledger::{Ledger, SqliteLedger};
+use serde_json::{Value, json};
+use warp::Filter;
+
+const VM02: &str = "/v1/allowance-exposure";
+const PRICE: u128 = 10_000;
+const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
+const UINT256_MAX: &str =
+    "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+
+/// Everything the server logs in this test binary, at every level.
+static LOGS: LazyLock<Arc<Mutex<Vec<u8>>>> = LazyLock::new(|| {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let writer = buffer.clone();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("trace")
+        .with_writer(move || LogWriter(writer.clone()))
+        .try_init();
+    buffer
+});
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut buffer) = self.0.lock() {
+            buffer.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().expect("logs").clone()).into_owned()
+}
+
+struct Rig {
+    stack: DevStack,
+    server: TestServer,
+    ledger_url: String,
+}
+
+async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
+    LazyLock::force(&LOGS);
+    let ledger_url = format!("sqlite:{}", temp_path("ledger.db").display());
+    let pay_to = stack.field("pay_to");
+    let server = TestServer::with_env(&[
+        ("FACTOMAT_PAY_TO", pay_to.as_str()),
+        ("FACTOMAT_FACILITATOR_URL", facilitator),
+        ("FACTOMAT_RPC_URL_EIP155_8453", rpc),
+        ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
+        ("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", "1500"),
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+    ])
+    .await;
+    Rig {
+        stack,
+        server,
+        ledger_url,
+    }
+}
+
+async fn rig() -> Rig {
+    let stack = DevStack::start();
+    let facilitator = stack.field("facilitator_url");
+    let rpc = stack.field("rpc_url");
+    rig_with(stack, &facilitator, &rpc).await
+}
+
+impl Rig {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    fn ledger_rows(&self) -> Vec<factomat::ledger::AttemptRow> {
+        SqliteLedger::open(&self.ledger_url)
+            .expect("ledger")
+            .rows()
+            .expect("rows")
+    }
+
+    fn buyer(&self) -> String {
+        self.stack.field("buyer_address")
+    }
+
+    fn balances(&self) -> (u128, u128) {
+        let parse = |s: String| s.trim_matches('"').parse::<u128>().expect("balance");
+        (
+            parse(self.stack.usdc_balance(&self.buyer())),
+            parse(self.stack.usdc_balance(&self.stack.field("pay_to"))),
+        )
+    }
+
+    /// The PAYMENT-REQUIRED header of an unpaid call.
+    async fn challenge(&self, body: &Value) -> String {
+        let response = self.server.post_json(VM02, body).await;
+        assert_eq!(response.status().as_u16(), 402);
+        response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string()
+    }
+
+    async fn send_paid(&self, body: &Value, header: &str) -> reqwest::Response {
+        self.server
+            .client
+            .post(self.url(VM02))
+            .header("content-type", "application/json")
+            .header("PAYMENT-SIGNATURE", header)
+            .json(body)
+            .send()
+            .await
+            .expect("answered")
+    }
+}
+
+fn vm02_request(owner: &str, token: &str, spender: &str) -> Value {
+    json!({"owner": owner, "token": token, "spender": spender})
+}
+
+/// The rejection reason of a 402 (the `error` of its fresh PAYMENT-REQUIRED).
+fn reason_of(response: &reqwest::Response) -> String {
+    let header = response
+        .headers()
+        .get("payment-required")
+        .expect("a fresh challenge");
+    decode_header(header.to_str().expect("ascii"))["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
+    let rig = rig().await;
+    let token = rig
+        .stack
+        .chain(&["deploy-erc20", "Test Token", "TST", "18"])["address"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let owner = rig.stack.chain(&[
+        "approve",
+        "--from-key",
+        OWNER_KEY,
+        &token,
+        "0x0000000000000000000000000000000000000001",
+        "0",
+    ])["owner"]
+        .as_str()
+        .expect("owner")
+        .to_string();
+    rig.stack
+        .chain(&["mint", &owner, "100000000000000000000", "--token", &token]);
+    // (spender, allowance, expected allowance_adjusted, exposure_adjusted, covers, max, unlimited)
+    let cases = [
+        (
+            "0x00000000000000000000000000000000000000a1",
+            "0",
+            "0",
+            "0",
+            false,
+            false,
+            false,
+        ),
+        (
+            "0x00000000000000000000000000000000000000a2",
+            "40000000000000000000",
+            "40",
+            "40",
+            false,
+            false,
+            false,
+        ),
+        (
+            "0x00000000000000000000000000000000000000a3",
+            "250500000000000000000",
+            "250.5",
+            "100",
+            true,
+            false,
+            false,
+        ),
+        (
+            "0x00000000000000000000000000000000000000a4",
+            UINT256_MAX,
+            "115792089237316195423570985008687907853269984665640564039457.584007913129639935",
+            "100",
+            true,
+            true,
+            true,
+        ),
+    ];
+    for (spender, allowance, ..) in &cases {
+        if *allowance != "0" {
+            rig.stack.chain(&[
+                "approve",
+                "--from-key",
+                OWNER_KEY,
+                &token,
+                spender,
+                allowance,
+            ]);
+        }
+    }
+    let outbound_before = rig.server.outbound();
+    for (i, (spender, allowance, allowance_adjusted, exposure_adjusted, covers, max, unlimited)) in
+        cases.iter().enumerate()
+    {
+        let (buyer_before, payee_before) = rig.balances();
+        let answer = rig
+            .stack
+            .pay(&rig.url(VM02), &vm02_request(&owner, &token, spender));
+        assert_eq!(answer["status"], 200, "case {i}: {answer}");
+        let settlement = &answer["payment_response"];
+        assert_eq!(settlement["success"], true, "case {i}");
+        assert_eq!(settlement["network"], "eip155:8453");
+        let tx = settlement["transaction"].as_str().expect("tx hash");
+        assert!(tx.starts_with("0x") && tx.len() == 66, "{tx}");
+        let (buyer_after, payee_after) = rig.balances();
+        assert_eq!(
+            buyer_before - buyer_after,
+            PRICE,
+            "case {i}: exactly the price left the buyer"
+        );
+        assert_eq!(
+            payee_after - payee_before,
+            PRICE,
+            "case {i}: exactly the price reached pay_to"
+        );
+        let body = &answer["body"];
+        assert_eq!(body["status"], "OK", "case {i}: {body}");
+        assert_eq!(body["machine"], "VM02");
+        assert_eq!(
+            body["token_metadata"],
+            json!({"symbol": "TST", "decimals": 18})
+        );
+        assert_eq!(body["allowance_raw"], *allowance, "case {i}");
+        assert_eq!(body["balance_raw"], "100000000000000000000", "case {i}");
+        assert_eq!(body["balance_adjusted"], "100", "case {i}");
+        assert_eq!(body["allowance_adjusted"], *allowance_adjusted, "case {i}");
+        assert_eq!(
+            body["allowance_balance_exposure_adjusted"], *exposure_adjusted,
+            "case {i}"
+        );
+        assert_eq!(
+            body["allowance_covers_current_balance"], *covers,
+            "case {i}"
+        );
+        assert_eq!(body["max_uint256_approval"], *max, "case {i}");
+        assert_eq!(body["effectively_unlimited"], *unlimited, "case {i}");
+        assert_eq!(body["evidence"]["same_block_reads"], true);
+        assert_eq!(body["evidence"]["token_code_present"], true);
+        assert_eq!(body["block_number"], body["evidence"]["block_number"]);
+        assert!(
+            body["block_number"]
+                .as_str()
+                .is_some_and(|b| b.parse::<u64>().is_ok())
+        );
+        assert_eq!(body["limitations"], json!([]));
+    }
+    let rows = rig.ledger_rows();
+    assert_eq!(rows.len(), cases.len());
+    for row in &rows {
+        assert_eq!(
+            (
+                row.state.as_str(),
+                row.machine.as_str(),
+                row.family.as_str()
+            ),
+            ("settled", "VM02", "ONCHAIN_PREFLIGHT")
+        );
+        assert_eq!(row.amount_atomic, "10000");
+        assert!(
+            row.transaction_hash
+                .as_deref()
+                .is_some_and(|t| t.len() == 66)
+        );
+        assert_eq!(row.payer.to_lowercase(), rig.buyer().to_lowercase());
+    }
+    // Per paid call: 1 verify + 6 RPC reads + 1 settle, nothing else.
+    assert_eq!(
+        rig.server.outbound() - outbound_before,
+        8 * cases.len() as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
+    let rig = rig().await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let required = rig.challenge(&body).await;
+    let (buyer_start, _) = rig.balances();
+
+    let signed = rig.stack.sign(&required, &[]);
+    let header = signed["header"].as_str().expect("header").to_string();
+    let first = rig.send_paid(&body, &header).await;
+    assert_eq!(first.status().as_u16(), 200);
+    assert!(first.headers().contains_key("payment-response"));
+    let replay = rig.send_paid(&body, &header).await;
+    assert_eq!(replay.status().as_u16(), 402);
+    assert_eq!(reason_of(&replay), "payment_nonce_already_presented");
+
+    let raced = rig.stack.sign(&required, &[]);
+    let header = raced["header"].as_str().expect("header").to_string();
+    let attempts = (0..50).map(|_| rig.send_paid(&body, &header));
+    let responses = futures_util::future::join_all(attempts).await;
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 402).count(),
+        49,
+        "{statuses:?}"
+    );
+
+    let (buyer_end, _) = rig.balances();
+    assert_eq!(
+        buyer_start - buyer_end,
+        2 * PRICE,
+        "two signatures, two charges, never more"
+    );
+    let rows = rig.ledger_rows();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.state == "settled"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
+    let rig = rig().await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let required = rig.challenge(&body).await;
+    let balances = rig.balances();
+    let past = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        - 100)
+        .to_string();
+    let empty_key = "0x1b9f1c3a8c2b8f2e5d6c7b8a9f0e1d2c3b4a5968778695a4b3c2d1e0f1a2b3c4";
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        (
+            "wrong amount",
+            vec!["--signed-value", "5000"],
+            "invalid_exact_evm_payload_authorization_value_mismatch",
+        ),
+        (
+            "wrong payTo",
+            vec!["--to", "0x90F79bf6EB2c4f870365E785982E1f101E93b906"],
+            "invalid_exact_evm_recipient_mismatch",
+        ),
+        (
+            "wrong network",
+            vec!["--accepted-network", "eip155:84532"],
+            "payment_requirements_mismatch",
+        ),
+        (
+            "wrong asset",
+            vec![
+                "--accepted-asset",
+                "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+            ],
+            "payment_requirements_mismatch",
+        ),
+        (
+            "wrong accepted amount",
+            vec!["--accepted-amount", "1"],
+            "payment_requirements_mismatch",
+        ),
+        (
+            "expired validBefore",
+            vec!["--valid-before", past.as_str()],
+            "invalid_exact_evm_payload_authorization_valid_before",
+        ),
+        (
+            "bad signature",
+            vec!["--corrupt-signature"],
+            "invalid_exact_evm_signature",
+        ),
+        (
+            "insufficient balance",
+            vec!["--key", empty_key],
+            "invalid_exact_evm_insufficient_balance",
+        ),
+        (
+            "x402 version 1",
+            vec!["--x402-version", "1"],
+            "invalid_x402_version",
+        ),
+    ];
+    for (name, mutations, reason) in cases {
+        let header = rig.stack.sign(&required, &mutations)["header"]
+            .as_str()
+            .expect("header")
+            .to_string();
+        let response = rig.send_paid(&body, &header).await;
+        assert_eq!(response.status().as_u16(), 402, "{name}");
+        assert_eq!(reason_of(&response), reason, "{name}");
+        assert!(
+            response.headers().get("payment-response").is_none(),
+            "{name}: nothing was settled"
+        );
+    }
+    for (name, header) in [
+        ("not base64", "%%%"),
+        ("not JSON", "bm90IGpzb24="),
+        ("url-safe base64", "eyJ4NDAyVmVyc2lvbiI6Mn0_"),
+    ] {
+        let response = rig.send_paid(&body, header).await;
+        assert_eq!(response.status().as_u16(), 402, "{name}");
+        assert_eq!(reason_of(&response), "invalid_payload", "{name}");
+    }
+    assert_eq!(rig.balances(), balances, "no wrong payment moved any money");
+    assert!(
+        rig.ledger_rows().is_empty(),
+        "no wrong payment reserved a ledger row"
+    );
+}
+
+/// A facilitator that answers /verify and /supported like the real one (by forwarding to it)
+/// but whose /settle fails, as a facilitator does when the transfer cannot be executed.
+async fn settle_failing_facilitator(real: String) -> SocketAddr {
+    let client = reqwest::Client::new();
+    let forward = warp::path!("verify")
+        .and(warp::post())
+        .and(warp::body::bytes())
+        .then(move |body: bytes::Bytes| {
+            let (client, real) = (client.clone(), real.clone());
+            async move {
+                let answer = client
+                    .post(format!("{real}/verify"))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("real facilitator");
+                let bytes = answer.bytes().await.expect("body");
+                http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(bytes)
+                    .expect("response")
+            }
+        });
+    let settle = warp::path!("settle").and(warp::post()).map(|| {
+        warp::reply::json(
+            &json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
+            "transaction": "", "network": "eip155:8453"}),
+        )
+    });
+    let supported = warp::path!("supported").map(|| {
+        warp::reply::json(
+            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
+        )
+    });
+    serve(forward.or(settle).or(supported)).await
+}
+
+async fn serve<F>(filter: F) -> SocketAddr
+where
+    F: Filter + Clone + Send + Sync + 'static,
+    F::Extract: warp::Reply,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(warp::serve(filter).incoming(listener).run());
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
+    let stack = DevStack::start();
+    let failing = settle_failing_facilitator(stack.field("facilitator_url")).await;
+    let rpc = stack.field("rpc_url");
+    let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let required = rig.challenge(&body).await;
+    let balances = rig.balances();
+    let header = rig.stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
+    let response = rig.send_paid(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 402);
+    let settlement = decode_header(
+        response.headers()["payment-response"]
+            .to_str()
+            .expect("ascii"),
+    );
+    assert_eq!(settlement["success"], false);
+    assert_eq!(
+        settlement["errorReason"],
+        "invalid_exact_evm_transaction_failed"
+    );
+    assert_eq!(reason_of(&response), "invalid_exact_evm_transaction_failed");
+    let challenge: Value = response.json().await.expect("json body");
+    assert_eq!(challenge["x402Version"], 2, "the body is a fresh challenge");
+    assert!(
+        challenge.get("machine").is_none() && challenge.get("block_number").is_none(),
+        "the result is withheld: {challenge}"
+    );
+    assert_eq!(rig.balances(), balances);
+    let rows = rig.ledger_rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "settle_failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
+    let stack = DevStack::start();
+    // An RPC tripwire: any request reaching it would mean paid work ran.
+    let rpc_hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let hits = rpc_hits.clone();
+    let tripwire = serve(warp::any().map(move || {
+        hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        "{}"
+    }))
+    .await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr")
+    };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let silent_addr = silent.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let rpc = format!("http://{tripwire}");
+    let down = rig_with(stack, &format!("http://{closed}"), &rpc).await;
+    let body = vm02_request(
+        &down.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &down.stack.field("pay_to"),
+    );
+    let required = down.challenge(&body).await;
+    let header = down.stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
+    let balances = down.balances();
+    let response = down.send_paid(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 503);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["code"], "facilitator_unavailable");
+
+    let hanging = rig_with(DevStack::start(), &format!("http://{silent_addr}"), &rpc).await;
+    let started = std::time::Instant::now();
+    let response = hanging.send_paid(&body, &header).await;
+    let status = response.status().as_u16();
+    assert_eq!(status, 503, "{}", response.text().await.unwrap_or_default());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "the verify timeout bounds the wait: {:?}",
+        started.elapsed()
+    );
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(error["error"]["code"], "facilitator_unavailable");
+
+    assert_eq!(
+        rpc_hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no work ran"
+    );
+    assert_eq!(down.balances(), balances, "nothing was charged");
+    assert!(down.ledger_rows().is_empty() && hanging.ledger_rows().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
+    let stack = DevStack::start();
+    let facilitator = stack.field("facilitator_url");
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr")
+    };
+    let secret_rpc = format!("http://{closed}/v2/SECRETKEY-do-not-leak-4242");
+    let rig = rig_with(stack, &facilitator, &secret_rpc).await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    assert_eq!(answer["status"], 200, "{answer}");
+    assert_eq!(answer["payment_response"]["success"], true);
+    let result = &answer["body"];
+    assert_eq!(result["status"], "HOLD");
+    assert_eq!(result["block_number"], Value::Null);
+    assert_eq!(result["allowance_raw"], Value::Null);
+    assert_eq!(result["evidence"]["same_block_reads"], false);
+    assert_eq!(result["allowance_covers_current_balance"], false);
+    let limitations = result["limitations"].as_array().expect("limitations");
+    assert!(!limitations.is_empty());
+    assert!(
+        limitations[0]
+            .as_str()
+            .is_some_and(|l| l.contains("could not be read")),
+        "{limitations:?}"
+    );
+    let everything = format!("{answer}\n{}", logs());
+    assert!(!everything.contains("SECRETKEY"), "the RPC key leaked");
+    assert_eq!(
+        rig.ledger_rows()[0].state,
+        "settled",
+        "HOLD is a paid, truthful result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
+    let rig = rig().await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let mut secrets = Vec::new();
+    for _ in 0..2 {
+        let answer = rig.stack.pay(&rig.url(VM02), &body);
+        assert_eq!(answer["status"], 200, "{answer}");
+        let signature = answer["payment_payload"]["payload"]["signature"]
+            .as_str()
+            .expect("signature")
+            .to_string();
+        secrets.push(signature.trim_start_matches("0x").to_string());
+        secrets.push(answer["payment_signature"].as_str().expect("header")[..40].to_string());
+    }
+    let path = rig.ledger_url.trim_start_matches("sqlite:").to_string();
+    let mut bytes = std::fs::read(&path).expect("ledger file");
+    for suffix in ["-wal", "-shm"] {
+        bytes.extend(std::fs::read(format!("{path}{suffix}")).unwrap_or_default());
+    }
+    let text = String::from_utf8_lossy(&bytes).to_lowercase();
+    for secret in &secrets {
+        assert!(
+            !text.contains(&secret.to_lowercase()),
+            "the ledger holds a signature or payment header"
+        );
+    }
+    for fragment in [
+        "allowance_balance_exposure",
+        "same_block_reads",
+        "limitations",
+        "usd coin",
+    ] {
+        assert!(
+            !text.contains(fragment),
+            "the ledger holds response or payload content: {fragment}"
+        );
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .args(["ledger", "report", "--json"])
+        .env("FACTOMAT_DATABASE_URL", &rig.ledger_url)
+        .output()
+        .expect("report runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("json report");
+    let family = |name: &str| {
+        report["families"]
+            .as_array()
+            .expect("families")
+            .iter()
+            .find(|f| f["family"] == name)
+            .cloned()
+            .expect("family")
+    };
+    assert_eq!(
+        family("ONCHAIN_PREFLIGHT")["unique_paying_wallets"],
+        1,
+        "one wallet, two calls: counted once"
+    );
+    assert_eq!(family("WEB_INTELLIGENCE")["unique_paying_wallets"], 0);
+    let vm02 = report["machines"]
+        .as_array()
+        .expect("machines")
+        .iter()
+        .find(|m| m["machine"] == "VM02")
+        .cloned()
+        .expect("vm02");
+    assert_eq!(vm02["paid_calls"], 2);
+    assert_eq!(vm02["usdc"], "0.02");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
+    LazyLock::force(&LOGS);
+    let ledger_url = format!("sqlite:{}", temp_path("crashed.db").display());
+    let ledger = SqliteLedger::open(&ledger_url).expect("ledger");
+    ledger
+        .reserve(&factomat::ledger::NewAttempt {
+            machine: "VM02".into(),
+            family: "ONCHAIN_PREFLIGHT".into(),
+            payer: "0x00000000000000000000000000000000000c4a54".into(),
+            amount_atomic: "10000".into(),
+            asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+            network: "eip155:8453".into(),
+            pay_to: common::PAY_TO.into(),
+            nonce_sha256: "ab".repeat(32),
+            request_sha256: "cd".repeat(32),
+        })
+        .expect("reserve");
+    drop(ledger);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let facilitator = format!("http://{closed}");
+    let _server = TestServer::with_env(&[
+        ("FACTOMAT_PAY_TO", common::PAY_TO),
+        ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
+        ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
+    ])
+    .await;
+    let logs = logs();
+    assert!(
+        logs.contains("left reserved") && logs.contains("00000000000000000000000000000000000c4a54"),
+        "{logs}"
+    );
+    let still = SqliteLedger::open(&ledger_url)
+        .expect("ledger")
+        .reserved()
+        .expect("rows");
+    assert_eq!(still.len(), 1, "the row is kept, never dropped");
+}
