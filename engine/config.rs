@@ -7,8 +7,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::evm;
 
 /// The default listen address: loopback only.
@@ -88,6 +86,36 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         true,
         "JSON-RPC URL for Ethereum (may hold a key).",
     ),
+    (
+        "inventory_url_eip155_1",
+        "FACTOMAT_INVENTORY_URL_EIP155_1",
+        true,
+        "Inventory provider (alchemy_getTokenBalances) for eip155:1; may hold a key.",
+    ),
+    (
+        "inventory_url_eip155_8453",
+        "FACTOMAT_INVENTORY_URL_EIP155_8453",
+        true,
+        "Inventory provider (alchemy_getTokenBalances) for eip155:8453; may hold a key.",
+    ),
+    (
+        "dexscreener_url",
+        "FACTOMAT_DEXSCREENER_URL",
+        false,
+        "DexScreener-compatible pricing API base URL.",
+    ),
+    (
+        "lido_api_url",
+        "FACTOMAT_LIDO_API_URL",
+        false,
+        "Lido API base URL (stETH APR).",
+    ),
+    (
+        "discovery_url",
+        "FACTOMAT_DISCOVERY_URL",
+        false,
+        "x402 discovery provider base URL (/discovery/merchant, /discovery/search).",
+    ),
 ];
 
 /// A value that must never be printed: Debug and Display show only that it is set.
@@ -129,6 +157,11 @@ pub struct Config {
     pub database_url: String,
     pub rpc_url_eip155_8453: Option<Secret>,
     pub rpc_url_eip155_1: Option<Secret>,
+    pub inventory_url_eip155_1: Option<Secret>,
+    pub inventory_url_eip155_8453: Option<Secret>,
+    pub dexscreener_url: Option<url::Url>,
+    pub lido_api_url: Option<url::Url>,
+    pub discovery_url: Option<url::Url>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,43 +176,6 @@ pub struct ConfigError {
 #[derive(Debug, Default, Clone)]
 struct RawLayer {
     values: BTreeMap<&'static str, (String, String)>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<String>,
-    base_url: Option<String>,
-    pay_to: Option<String>,
-    log_format: Option<String>,
-    log_level: Option<String>,
-    facilitator_url: Option<String>,
-    facilitator_authorization: Option<String>,
-    facilitator_verify_timeout_ms: Option<String>,
-    facilitator_settle_timeout_ms: Option<String>,
-    database_url: Option<String>,
-    rpc_url_eip155_8453: Option<String>,
-    rpc_url_eip155_1: Option<String>,
-}
-
-impl FileConfig {
-    fn get(&self, key: &str) -> Option<&String> {
-        match key {
-            "listen" => self.listen.as_ref(),
-            "base_url" => self.base_url.as_ref(),
-            "pay_to" => self.pay_to.as_ref(),
-            "log_format" => self.log_format.as_ref(),
-            "log_level" => self.log_level.as_ref(),
-            "facilitator_url" => self.facilitator_url.as_ref(),
-            "facilitator_authorization" => self.facilitator_authorization.as_ref(),
-            "facilitator_verify_timeout_ms" => self.facilitator_verify_timeout_ms.as_ref(),
-            "facilitator_settle_timeout_ms" => self.facilitator_settle_timeout_ms.as_ref(),
-            "database_url" => self.database_url.as_ref(),
-            "rpc_url_eip155_8453" => self.rpc_url_eip155_8453.as_ref(),
-            "rpc_url_eip155_1" => self.rpc_url_eip155_1.as_ref(),
-            _ => None,
-        }
-    }
 }
 
 impl Config {
@@ -240,12 +236,23 @@ impl RawLayer {
             message,
         };
         let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-        let parsed: FileConfig = toml::from_str(&text).map_err(|e| error(e.to_string()))?;
-        for (key, _, _, _) in KEYS {
-            if let Some(value) = parsed.get(key) {
-                self.values
-                    .insert(key, (value.clone(), source_name.clone()));
-            }
+        let table: toml::Table = toml::from_str(&text).map_err(|e| error(e.to_string()))?;
+        for (name, value) in table {
+            let Some((key, _, _, _)) = KEYS.iter().find(|(k, _, _, _)| *k == name) else {
+                return Err(error(format!("unknown key {name:?}")));
+            };
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(error(format!(
+                        "{name}: {} is not a string or number",
+                        other.type_str()
+                    )));
+                }
+            };
+            self.values.insert(key, (text, source_name.clone()));
         }
         Ok(())
     }
@@ -267,6 +274,15 @@ impl RawLayer {
                 .map(|(_, s)| s.clone())
                 .unwrap_or_else(|| "default".into()),
             message: message.into(),
+        }
+    }
+
+    fn service_url(&self, key: &'static str) -> Result<Option<url::Url>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some((value, _)) => check_service_url(value)
+                .map(Some)
+                .map_err(|m| self.error(key, m)),
         }
     }
 
@@ -321,12 +337,7 @@ impl RawLayer {
             .map(|(v, _)| v)
             .unwrap_or("info")
             .to_string();
-        let facilitator_url = match self.get("facilitator_url") {
-            Some((value, _)) => {
-                Some(check_service_url(value).map_err(|m| self.error("facilitator_url", m))?)
-            }
-            None => None,
-        };
+        let facilitator_url = self.service_url("facilitator_url")?;
         let facilitator_verify_timeout_ms = self.millis("facilitator_verify_timeout_ms", 10_000)?;
         let facilitator_settle_timeout_ms = self.millis("facilitator_settle_timeout_ms", 60_000)?;
         let database_url = self
@@ -340,7 +351,9 @@ impl RawLayer {
         let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
             match self.get(key) {
                 None => Ok(None),
-                Some((value, _)) if key.starts_with("rpc_url") => {
+                Some((value, _))
+                    if key.starts_with("rpc_url") || key.starts_with("inventory_url") =>
+                {
                     // Never echo the value: it may carry a provider key.
                     check_service_url(value).map_err(|_| {
                         self.error(
@@ -366,6 +379,11 @@ impl RawLayer {
             database_url,
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
+            inventory_url_eip155_1: secret("inventory_url_eip155_1")?,
+            inventory_url_eip155_8453: secret("inventory_url_eip155_8453")?,
+            dexscreener_url: self.service_url("dexscreener_url")?,
+            lido_api_url: self.service_url("lido_api_url")?,
+            discovery_url: self.service_url("discovery_url")?,
         })
     }
 }
@@ -482,7 +500,7 @@ mod tests {
             "log_level" => "debug",
             "database_url" => "sqlite:/tmp/x.db",
             k if k.ends_with("_ms") => "1234",
-            k if k.ends_with("_url") || k.starts_with("rpc_url") => "https://x.example/",
+            k if k.contains("_url") => "https://x.example/",
             _ => "token",
         };
         let toml: String = KEYS

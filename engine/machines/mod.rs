@@ -70,32 +70,26 @@ pub enum WorkError {
     Internal(String),
 }
 
-/// Whether a machine can take paid calls with this configuration. Checked after validation
-/// and before any payment is asked or verified, so nobody pays for a machine that cannot run.
+/// Whether a machine can take paid calls with this configuration. Checked before any
+/// payment is verified, so nobody is charged for a machine that cannot run.
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    let missing = |what: &str| {
-        Err(ApiError::unavailable(
-            "provider_not_configured",
-            format!(
-                "{} is not available on this deployment: {what} is not configured",
-                machine.machine
-            ),
-        ))
-    };
     match machine.machine.as_str() {
-        "VM02" if config.rpc_url_eip155_8453.is_none() => missing("the eip155:8453 RPC endpoint"),
-        "VM02" => Ok(()),
-        _ => Err(ApiError::unavailable(
-            "machine_not_implemented",
-            format!(
-                "{} is not available yet; no payment is requested",
-                machine.machine
-            ),
-        )),
+        "VM01" => vm01::readiness(machine, config),
+        "VM02" => vm02::readiness(machine, config),
+        "VM03" => vm03::readiness(machine, config),
+        "VM04" => vm04::readiness(machine, config),
+        "VM05" => vm05::readiness(machine, config),
+        "VM06" => vm06::readiness(machine, config),
+        "VM07" => vm07::readiness(machine, config),
+        "VM08" => vm08::readiness(machine, config),
+        "VM09" => vm09::readiness(machine, config),
+        "VM10" => vm10::readiness(machine, config),
+        "VM11" => vm11::readiness(machine, config),
+        _ => not_implemented(machine),
     }
 }
 
-/// Runs a machine's paid work.
+/// Runs a machine's paid work. Upstream failures are truthful HOLD/PARTIAL results, not errors.
 pub async fn observe(
     id: &str,
     context: &WorkContext,
@@ -103,7 +97,39 @@ pub async fn observe(
     request: &Value,
 ) -> Result<Value, WorkError> {
     match id {
+        "VM01" => vm01::observe(context, machine, request).await,
         "VM02" => vm02::observe(context, machine, request).await,
+        "VM03" => vm03::observe(context, machine, request).await,
+        "VM04" => vm04::observe(context, machine, request).await,
+        "VM05" => vm05::observe(context, machine, request).await,
+        "VM06" => vm06::observe(context, machine, request).await,
+        "VM07" => vm07::observe(context, machine, request).await,
+        "VM08" => vm08::observe(context, machine, request).await,
+        "VM09" => vm09::observe(context, machine, request).await,
+        "VM10" => vm10::observe(context, machine, request).await,
+        "VM11" => vm11::observe(context, machine, request).await,
         other => Err(WorkError::NotImplemented(other.to_string())),
     }
+}
+
+/// The readiness answer of a machine whose work has not landed yet.
+pub fn not_implemented(machine: &Machine) -> Result<(), ApiError> {
+    Err(ApiError::unavailable(
+        "machine_not_implemented",
+        format!(
+            "{} is not available yet; no payment was verified and nothing was charged",
+            machine.machine
+        ),
+    ))
+}
+
+/// The readiness answer of a machine whose provider is not configured.
+pub fn provider_missing(machine: &Machine, what: &str) -> Result<(), ApiError> {
+    Err(ApiError::unavailable(
+        "provider_not_configured",
+        format!(
+            "{} is not available on this deployment: {what} is not configured",
+            machine.machine
+        ),
+    ))
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::config::Config;
 use crate::evm;
 use crate::manifest::Machine;
 use crate::report::format_units;
@@ -29,6 +30,13 @@ sol! {
         function balanceOf(address account) external view returns (uint256);
         function decimals() external view returns (uint8);
         function symbol() external view returns (string);
+    }
+}
+
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    match config.rpc_url_eip155_8453 {
+        Some(_) => Ok(()),
+        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
     }
 }
 

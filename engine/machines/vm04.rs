@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 
+use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::config::Config;
 use crate::manifest::Machine;
 use crate::request_checks as rc;
 
@@ -85,4 +87,16 @@ fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Re
             ),
         ))
     }
+}
+
+pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
+    super::not_implemented(machine)
+}
+
+pub async fn observe(
+    _context: &WorkContext,
+    machine: &Machine,
+    _request: &Value,
+) -> Result<Value, WorkError> {
+    Err(WorkError::NotImplemented(machine.machine.clone()))
 }

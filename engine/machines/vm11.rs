@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
+use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::config::Config;
 use crate::manifest::Machine;
 use crate::request_checks as rc;
 
@@ -57,4 +59,16 @@ fn foreign(field: &str, what: &str) -> ApiError {
         field,
         format!("the baseline is bound to a different {what} than this request"),
     )
+}
+
+pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
+    super::not_implemented(machine)
+}
+
+pub async fn observe(
+    _context: &WorkContext,
+    machine: &Machine,
+    _request: &Value,
+) -> Result<Value, WorkError> {
+    Err(WorkError::NotImplemented(machine.machine.clone()))
 }
