@@ -22,6 +22,30 @@ pub const HEALTH_PATH: &str = "/health";
 pub const WELL_KNOWN_PATH: &str = "/.well-known/x402";
 pub const SAMPLE_PATH: &str = "/samples/productive-venue-snapshot";
 pub const DOCS_PREFIX: &str = "/docs/machines/";
+/// Free documents: (served path, committed render path, content type). The service serves
+/// each render from memory with the base URL substituted.
+pub const FREE_DOCUMENTS: [(&str, &str, &str); 6] = [
+    ("/", "generated/index.json", "application/json"),
+    (CATALOG_PATH, "generated/catalog.json", "application/json"),
+    (OPENAPI_PATH, "generated/openapi.json", "application/json"),
+    (LLMS_PATH, "generated/llms.txt", "text/plain; charset=utf-8"),
+    (
+        WELL_KNOWN_PATH,
+        "generated/well-known-x402.json",
+        "application/json",
+    ),
+    (
+        SAMPLE_PATH,
+        "generated/samples/productive-venue-snapshot.json",
+        "application/json",
+    ),
+];
+
+/// The committed render path of a machine's documentation page.
+pub fn machine_doc_path(machine: &Machine) -> String {
+    format!("docs/machines/{}.md", machine.machine)
+}
+
 /// The machine whose output example is served as the free captured sample.
 pub const SAMPLE_MACHINE: &str = "VM04";
 
@@ -91,7 +115,7 @@ pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
             content: pretty(&machine.output_schema),
         });
         renders.push(Render {
-            path: format!("docs/machines/{}.md", machine.machine),
+            path: machine_doc_path(machine),
             content: machine_doc(manifest, machine)?,
         });
     }

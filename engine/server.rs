@@ -270,41 +270,18 @@ fn free_documents(
     let mut add = |path: String, content_type: &'static str, body: Bytes| {
         docs.insert(path, FreeDoc { content_type, body });
     };
-    add(
-        "/".into(),
-        JSON,
-        with_base_url("generated/index.json", base_url)?,
-    );
-    add(
-        render::CATALOG_PATH.into(),
-        JSON,
-        with_base_url("generated/catalog.json", base_url)?,
-    );
-    add(
-        render::OPENAPI_PATH.into(),
-        JSON,
-        with_base_url("generated/openapi.json", base_url)?,
-    );
-    add(
-        render::LLMS_PATH.into(),
-        "text/plain; charset=utf-8",
-        with_base_url("generated/llms.txt", base_url)?,
-    );
-    add(
-        render::WELL_KNOWN_PATH.into(),
-        JSON,
-        with_base_url("generated/well-known-x402.json", base_url)?,
-    );
-    add(
-        render::SAMPLE_PATH.into(),
-        JSON,
-        with_base_url("generated/samples/productive-venue-snapshot.json", base_url)?,
-    );
+    for (path, render_path, content_type) in render::FREE_DOCUMENTS {
+        add(
+            path.into(),
+            content_type,
+            with_base_url(render_path, base_url)?,
+        );
+    }
     for machine in &manifest.machines {
         add(
             format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
             "text/markdown; charset=utf-8",
-            with_base_url(&format!("docs/machines/{}.md", machine.machine), base_url)?,
+            with_base_url(&render::machine_doc_path(machine), base_url)?,
         );
     }
     add(
