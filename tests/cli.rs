@@ -1,0 +1,113 @@
+//! The `factomat` binary: help, fail-fast configuration, the drift check, and `serve` on
+//! embedded defaults answering over HTTP and stopping cleanly on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{repo_root, temp_path};
+
+fn factomat() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_factomat"));
+    command.current_dir(repo_root());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("FACTOMAT_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let output = factomat().arg("--help").output().expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for command in ["serve", "generate", "ledger"] {
+        assert!(text.contains(command), "{text}");
+    }
+}
+
+#[test]
+fn a_bad_configuration_value_stops_start_up_with_its_name() {
+    let output = factomat()
+        .arg("serve")
+        .env("FACTOMAT_LISTEN", "nowhere")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("listen") && stderr.contains("FACTOMAT_LISTEN"),
+        "{stderr}"
+    );
+
+    let config = temp_path("bad.toml");
+    std::fs::write(&config, "pay_to = \"0xnot-an-address\"\n").expect("write");
+    let output = factomat()
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("pay_to"));
+}
+
+#[test]
+fn the_committed_renders_pass_the_binary_drift_check() {
+    let output = factomat()
+        .args(["generate", "--check"])
+        .output()
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+#[tokio::test]
+async fn serve_runs_on_defaults_and_stops_on_sigterm() {
+    let dir = temp_path("serve");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut child = factomat()
+        .arg("serve")
+        .current_dir(&dir)
+        .env("FACTOMAT_LISTEN", "127.0.0.1:0")
+        .env("FACTOMAT_LOG_FORMAT", "json")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr = loop {
+        assert!(Instant::now() < deadline, "no listening line");
+        let line = lines.next().expect("a log line").expect("utf-8");
+        let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+        if entry["fields"]["message"] == "factomat listening" {
+            break entry["fields"]["addr"].as_str().expect("addr").to_string();
+        }
+    };
+    let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("health JSON");
+    assert_eq!(health["service"], "factomat");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let exit = child.wait().expect("exits");
+    assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
+    assert!(
+        !dir.join("factomat.db").exists(),
+        "no ledger is opened without a facilitator"
+    );
+}
