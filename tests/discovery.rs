@@ -14,7 +14,7 @@ use std::time::Duration;
 use alloy_primitives::Address;
 use common::devstack::DevStack;
 use common::{BASE_URL, TestServer, expect_400, machine};
-use factomat::canonical::canonical_sha256;
+use factomat::canonical::{canonical_sha256, sha256_hex};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -1000,6 +1000,43 @@ async fn vm11_holds_never_replace_a_baseline_and_bad_baselines_are_refused_befor
     p.search("weather api", weather_api_results(1));
     let again = rig.vm11(Some(&baseline));
     assert_eq!(again["decision"], "CONTINUE", "{again}");
+
+    // A long description is sealed as its digest; the change is still visible.
+    let long = "Weather. ".repeat(200);
+    let mut verbose = listing(LISTED);
+    verbose["description"] = json!(long);
+    p.merchant(
+        SELLER,
+        Reply::Json(merchant_page(SELLER, vec![verbose.clone()], 1)),
+    );
+    let digested = rig.vm11(Some(&baseline));
+    assert_eq!(digested["decision"], "CHANGED");
+    let sealed = format!("sha256:{}", sha256_hex(long.as_bytes()));
+    assert_eq!(
+        deltas(&digested),
+        vec![delta(
+            "METADATA_CHANGED",
+            "metadata.description",
+            "\"Current weather and 7-day forecast for one city.\"",
+            &format!("\"{sealed}\"")
+        )]
+    );
+
+    // A complete observation whose baseline could not be sent back is not reusable: HOLD.
+    verbose["tags"] = json!(
+        (0..16)
+            .map(|i| format!("{i}{}", "t".repeat(1000)))
+            .collect::<Vec<_>>()
+    );
+    p.merchant(SELLER, Reply::Json(merchant_page(SELLER, vec![verbose], 1)));
+    let oversized = rig.vm11(Some(&baseline));
+    assert_eq!(oversized["decision"], "HOLD", "{oversized}");
+    assert_eq!(oversized["status"], "HOLD");
+    assert_eq!(oversized["comparison_performed"], false);
+    assert_eq!(oversized["current_baseline"]["observation_complete"], true);
+    assert_eq!(oversized["current_baseline"]["reusable"], false);
+    let reason = oversized["hold_reason"].as_str().expect("hold_reason");
+    assert!(reason.contains("max_baseline_bytes 12288"), "{reason}");
 
     // Without a baseline an incomplete observation is a HOLD, never BASELINE_CREATED, and
     // a JSON bound names its limit.
