@@ -380,14 +380,8 @@ pub async fn observe(
     machine: &Machine,
     inputs: &Inputs,
 ) -> Result<Observation, DiscoveryError> {
-    let Inputs {
-        resource,
-        pay_to,
-        queries,
-    } = inputs;
-    let (resource, pay_to) = (resource, *pay_to);
     let limits = DiscoveryLimits::from_machine(machine)?;
-    let needed = 1 + queries.len() as u64;
+    let needed = 1 + inputs.queries.len() as u64;
     if needed > limits.max_outbound_requests {
         return Err(DiscoveryError::TooManyRequests {
             needed,
@@ -395,37 +389,44 @@ pub async fn observe(
         });
     }
     let provider = Provider::new(base.ok_or(DiscoveryError::NoProvider)?)?;
-    let gateway = gateway
-        .with_connect_timeout(limits.connect_timeout)
-        .map_err(|e| DiscoveryError::Client(e.to_string()))?;
     let reader = Reader {
-        gateway,
+        gateway: gateway
+            .with_connect_timeout(limits.connect_timeout)
+            .map_err(|e| DiscoveryError::Client(e.to_string()))?,
         limits,
         deadline: Instant::now() + limits.overall_timeout,
     };
-    let (merchant_url, merchant_path) = provider.merchant(pay_to, &limits)?;
-    let mut search_urls = Vec::new();
-    for query in queries {
-        search_urls.push(provider.search(query, &limits)?);
-    }
+    let merchant_url = provider.merchant(inputs.pay_to, &limits)?;
+    let search_urls = inputs
+        .queries
+        .iter()
+        .map(|query| provider.search(query, &limits))
+        .collect::<Result<Vec<Url>, DiscoveryError>>()?;
+    let (merchant_path, search_path) = (provider.path("merchant"), provider.path("search"));
     let (merchant, searches) = tokio::join!(
         reader.fetch(merchant_url),
-        futures_util::future::join_all(search_urls.into_iter().map(|(url, _)| reader.fetch(url))),
+        futures_util::future::join_all(search_urls.into_iter().map(|url| reader.fetch(url))),
     );
-    let search_path = provider.path("search");
     let evidence = Evidence {
-        host: provider.host.clone(),
-        origin: provider.origin.clone(),
-        path_prefix: provider.prefix.clone(),
+        host: provider.host,
+        origin: provider.origin,
+        path_prefix: provider.prefix,
         merchant_requests: u64::from(merchant.sent),
         search_requests: searches.iter().filter(|f| f.sent).count() as u64,
     };
-    let merchant = interpret_merchant(merchant, merchant_path, resource, pay_to, &limits);
-    let searches = queries
+    let merchant = interpret_merchant(merchant, merchant_path, inputs, &limits);
+    let searches = inputs
+        .queries
         .iter()
         .zip(searches)
         .map(|(query, fetched)| {
-            interpret_search(fetched, query, search_path.clone(), resource, &limits)
+            interpret_search(
+                fetched,
+                query,
+                search_path.clone(),
+                &inputs.resource,
+                &limits,
+            )
         })
         .collect();
     Ok(Observation {
@@ -472,11 +473,7 @@ impl Provider {
         format!("{}/{leaf}", self.prefix)
     }
 
-    fn endpoint(
-        &self,
-        leaf: &str,
-        query: &[(&str, String)],
-    ) -> Result<(Url, String), DiscoveryError> {
+    fn endpoint(&self, leaf: &str, query: &[(&str, String)]) -> Result<Url, DiscoveryError> {
         let mut url = self.base.clone();
         url.path_segments_mut()
             .map_err(|()| DiscoveryError::UnusableProviderUrl)?
@@ -484,16 +481,11 @@ impl Provider {
             .extend(["discovery", leaf]);
         url.query_pairs_mut()
             .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
-        let path = url.path().to_string();
-        Ok((url, path))
+        Ok(url)
     }
 
     /// The payTo is sent in its EIP-55 checksummed spelling.
-    fn merchant(
-        &self,
-        pay_to: Address,
-        limits: &DiscoveryLimits,
-    ) -> Result<(Url, String), DiscoveryError> {
+    fn merchant(&self, pay_to: Address, limits: &DiscoveryLimits) -> Result<Url, DiscoveryError> {
         self.endpoint(
             "merchant",
             &[
@@ -504,11 +496,7 @@ impl Provider {
         )
     }
 
-    fn search(
-        &self,
-        query: &str,
-        limits: &DiscoveryLimits,
-    ) -> Result<(Url, String), DiscoveryError> {
+    fn search(&self, query: &str, limits: &DiscoveryLimits) -> Result<Url, DiscoveryError> {
         self.endpoint(
             "search",
             &[
@@ -723,8 +711,7 @@ fn matches(items: &[Value], resource: &Url) -> Vec<usize> {
 fn interpret_merchant(
     fetched: Fetched,
     path: String,
-    resource: &Url,
-    pay_to: Address,
+    inputs: &Inputs,
     limits: &DiscoveryLimits,
 ) -> MerchantRead {
     let mut read = MerchantRead {
@@ -753,7 +740,7 @@ fn interpret_merchant(
             return read;
         }
     };
-    if let Err(error) = read_merchant_page(&mut read, &answer, resource, pay_to, limits) {
+    if let Err(error) = read_merchant_page(&mut read, &answer, inputs, limits) {
         read.presence = Presence::Unknown;
         read.matched = None;
         read.error = Some(error);
@@ -764,13 +751,12 @@ fn interpret_merchant(
 fn read_merchant_page(
     read: &mut MerchantRead,
     answer: &Value,
-    resource: &Url,
-    pay_to: Address,
+    inputs: &Inputs,
     limits: &DiscoveryLimits,
 ) -> Result<(), ReadError> {
     let items = resources(answer)?;
     if let Some(echo) = answer.get("payTo").and_then(Value::as_str)
-        && !echo.eq_ignore_ascii_case(&pay_to.to_checksum(None))
+        && !echo.eq_ignore_ascii_case(&inputs.pay_to.to_checksum(None))
     {
         return Err(unexpected("is for another payTo"));
     }
@@ -782,7 +768,7 @@ fn read_merchant_page(
         &mut read.notes,
     );
     read.returned = page.len() as u64;
-    let found = matches(page, resource);
+    let found = matches(page, &inputs.resource);
     if found.len() > 1 {
         read.notes.push(format!(
             "{} merchant listings equal the resource; the first is reported.",
@@ -1042,13 +1028,16 @@ mod tests {
         .expect("provider");
         assert_eq!(provider.origin, "https://api.example.net");
         assert_eq!(provider.prefix, "/platform/v2/x402/discovery");
-        let (search, path) = provider
+        let search = provider
             .endpoint(
                 "search",
                 &[("query", "a b&c".into()), ("limit", "20".into())],
             )
             .expect("endpoint");
-        assert_eq!(path, "/platform/v2/x402/discovery/search");
+        assert_eq!(
+            provider.path("search"),
+            "/platform/v2/x402/discovery/search"
+        );
         assert_eq!(
             search.as_str(),
             "https://api.example.net/platform/v2/x402/discovery/search?query=a+b%26c&limit=20"
