@@ -11,20 +11,45 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Gateway {
     client: reqwest::Client,
+    connect_timeout: Duration,
     sent: Arc<AtomicU64>,
+}
+
+/// The connect timeout of the default client; machines with a manifest connect limit of
+/// their own get a derived client ([`Gateway::with_connect_timeout`]).
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(5000);
+
+fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .timeout(Duration::from_millis(20_000))
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("factomat/", env!("CARGO_PKG_VERSION")))
+        .build()
 }
 
 impl Gateway {
     pub fn new() -> Result<Gateway, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(5000))
-            .timeout(Duration::from_millis(20_000))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("factomat/", env!("CARGO_PKG_VERSION")))
-            .build()?;
         Ok(Gateway {
-            client,
+            client: build_client(DEFAULT_CONNECT_TIMEOUT)?,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             sent: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// The same counted gateway with another connect timeout. reqwest fixes the connect
+    /// timeout per client, so a different value needs its own client; the count is shared.
+    pub fn with_connect_timeout(
+        &self,
+        connect_timeout: Duration,
+    ) -> Result<Gateway, reqwest::Error> {
+        if connect_timeout == self.connect_timeout {
+            return Ok(self.clone());
+        }
+        Ok(Gateway {
+            client: build_client(connect_timeout)?,
+            connect_timeout,
+            sent: self.sent.clone(),
         })
     }
 

@@ -4,8 +4,10 @@
 //! gate, gateway) → one module per machine under `machines/`.
 
 pub mod api_error;
+pub mod bounded_json;
 pub mod canonical;
 pub mod config;
+pub mod discovery;
 pub mod evm;
 pub mod facilitator;
 pub mod gateway;

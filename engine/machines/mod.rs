@@ -70,6 +70,12 @@ pub enum WorkError {
     Internal(String),
 }
 
+impl From<crate::discovery::DiscoveryError> for WorkError {
+    fn from(error: crate::discovery::DiscoveryError) -> Self {
+        WorkError::Internal(error.to_string())
+    }
+}
+
 /// Whether a machine can take paid calls with this configuration. Checked before any
 /// payment is verified, so nobody is charged for a machine that cannot run.
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {

@@ -1,10 +1,14 @@
-//! VM05 discovery visibility snapshot. The resource is an identifier only: never fetched.
+//! VM05 discovery visibility snapshot: whether one x402 resource is listed in the discovery
+//! provider's merchant index, and its position in the first 20 search results per query.
+//! The resource is an identifier only: it is compared with listed URLs and never fetched.
+//! Rules: docs/vm05-vm11-discovery.md.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
 use crate::config::Config;
+use crate::discovery::{self, Inputs, now_iso};
 use crate::manifest::Machine;
 use crate::request_checks as rc;
 
@@ -15,14 +19,33 @@ pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
-    super::not_implemented(machine)
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    discovery::readiness(machine, config)
 }
 
 pub async fn observe(
-    _context: &WorkContext,
+    context: &WorkContext,
     machine: &Machine,
-    _request: &Value,
+    request: &Value,
 ) -> Result<Value, WorkError> {
-    Err(WorkError::NotImplemented(machine.machine.clone()))
+    let inputs = Inputs::from_request(request)?;
+    let observation = discovery::observe(
+        &context.gateway,
+        context.config.discovery_url.as_ref(),
+        machine,
+        &inputs,
+    )
+    .await?;
+    Ok(json!({
+        "status": observation.status(),
+        "machine": machine.machine,
+        "methodology_version": machine.methodology_version,
+        "checked_at": now_iso(),
+        "resource": request["resource"],
+        "pay_to": request["pay_to"],
+        "merchant": observation.merchant_json(),
+        "searches": observation.searches_json(),
+        "evidence": observation.evidence_json(),
+        "limitations": observation.limitations(),
+    }))
 }
