@@ -144,7 +144,9 @@ fn broken_manifests_name_machine_and_field() {
 }
 
 fn build_script() -> Option<PathBuf> {
-    let build_dir = repo_root().join("target/debug/build");
+    // The test binary lives in <target>/<profile>/deps; build scripts in <target>/<profile>/build.
+    let exe = std::env::current_exe().ok()?;
+    let build_dir = exe.parent()?.parent()?.join("build");
     let mut candidates: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(build_dir)
         .ok()?
         .filter_map(Result::ok)

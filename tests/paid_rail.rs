@@ -56,6 +56,12 @@ struct Rig {
 }
 
 async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
+    rig_with_timeout(stack, facilitator, rpc, "10000").await
+}
+
+/// A rig whose /verify timeout is `verify_ms` (the default is generous so that 50 concurrent
+/// verifies on a loaded 2-core machine still answer).
+async fn rig_with_timeout(stack: DevStack, facilitator: &str, rpc: &str, verify_ms: &str) -> Rig {
     LazyLock::force(&LOGS);
     let ledger_url = format!("sqlite:{}", temp_path("ledger.db").display());
     let pay_to = stack.field("pay_to");
@@ -64,7 +70,7 @@ async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
         ("FACTOMAT_FACILITATOR_URL", facilitator),
         ("FACTOMAT_RPC_URL_EIP155_8453", rpc),
         ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
-        ("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", "1500"),
+        ("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", verify_ms),
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
     ])
     .await;
@@ -579,7 +585,13 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "facilitator_unavailable");
 
-    let hanging = rig_with(DevStack::start(), &format!("http://{silent_addr}"), &rpc).await;
+    let hanging = rig_with_timeout(
+        DevStack::start(),
+        &format!("http://{silent_addr}"),
+        &rpc,
+        "1500",
+    )
+    .await;
     let started = std::time::Instant::now();
     let response = hanging.send_paid(&body, &header).await;
     let status = response.status().as_u16();
