@@ -7,7 +7,6 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::repo_root;
 use factomat::manifest::Manifest;
 use serde_json::{Value, json};
 
