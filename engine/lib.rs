@@ -5,7 +5,9 @@
 
 pub mod api_error;
 pub mod canonical;
+pub mod chains;
 pub mod config;
+pub mod decimal;
 pub mod evm;
 pub mod facilitator;
 pub mod gateway;
@@ -19,6 +21,8 @@ pub mod report;
 pub mod request_checks;
 pub mod rpc;
 pub mod server;
+pub mod ttl_cache;
+pub mod upstream;
 pub mod url_policy;
 pub mod validation;
 pub mod x402;

@@ -7,6 +7,7 @@ use crate::api_error::ApiError;
 use crate::config::{Config, Secret};
 use crate::gateway::Gateway;
 use crate::manifest::Machine;
+use crate::ttl_cache::TtlCache;
 
 pub mod vm01;
 pub mod vm02;
@@ -47,6 +48,8 @@ pub fn check_for(id: &str) -> Option<Check> {
 pub struct WorkContext {
     pub gateway: Gateway,
     pub config: Config,
+    /// In-process cache of upstream observations (VM04's optional cache).
+    pub cache: TtlCache,
 }
 
 impl WorkContext {
