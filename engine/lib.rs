@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod machines;
 pub mod manifest;
 pub mod payment;
+pub mod providers;
 pub mod render;
 pub mod renders;
 pub mod report;

@@ -1,0 +1,1 @@
+//! DexScreener pair prices (VM03).

@@ -1,0 +1,1 @@
+//! alchemy_getTokenBalances inventory pagination (VM03).
