@@ -61,6 +61,15 @@ impl WorkContext {
             _ => None,
         }
     }
+
+    /// The configured inventory provider (alchemy_getTokenBalances) of a CAIP-2 chain.
+    pub fn inventory_url(&self, chain: &str) -> Option<&Secret> {
+        match chain {
+            "eip155:8453" => self.config.inventory_url_eip155_8453.as_ref(),
+            "eip155:1" => self.config.inventory_url_eip155_1.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// A failure of our own while producing an observation (upstream failures are not errors:

@@ -6,9 +6,11 @@
 //! - `lido`: the Lido API's stETH APR (VM04).
 //! - `inventory`: `alchemy_getTokenBalances` pagination (VM03).
 //! - `dexscreener`: DEX pair prices (VM03).
+//! - `erc20`: same-block balances and metadata of many tokens through Multicall3 (VM03).
 
 pub mod aave;
 pub mod dexscreener;
+pub mod erc20;
 pub mod inventory;
 pub mod lido;
 
