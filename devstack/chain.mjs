@@ -11,6 +11,12 @@
 //     auth-state <authorizer> <nonce> [--token T]     EIP-3009 authorizationState
 //     set-eth <address> <wei>                         anvil_setBalance
 //     block                                           latest block number and timestamp
+//     deploy <Artifact>                               deploy a build/ artifact without constructor args (e.g. RevertProbe)
+//     deploy-erc20-many <count> <symbol-prefix> <decimals> [--mint-to A --amount N]
+//                                                     deploy <count> TestERC20s (symbols PREFIX1..PREFIXn), optionally minting N to A
+//     aave-setup <provider-address>                   MockAavePool deployed, MockPoolAddressesProvider placed (anvil_setCode)
+//                                                     at <provider-address> with setPool(pool)
+//     aave-set-reserve <pool> <asset> <liquidity-rate-ray> <variable-borrow-rate-ray> <a-token>
 // --chain-id 1 selects the state's rpc_url_eip155_1 (start with --mainnet-anvil); "usdc" only exists on 8453.
 // Transactions are sent by anvil account #1 ("admin"); account #0 belongs to the facilitator.
 import { parseArgs } from 'node:util';
@@ -45,6 +51,8 @@ try {
     'rpc-url': { type: 'string' },
     'from-key': { type: 'string' },
     token: { type: 'string', default: 'usdc' },
+    'mint-to': { type: 'string' },
+    amount: { type: 'string' },
   },
   }));
 } catch (e) {
@@ -147,6 +155,55 @@ async function main() {
     case 'block': {
       const b = await pub.getBlock();
       return { chain_id: chainId, number: b.number, timestamp: b.timestamp, base_fee_per_gas: b.baseFeePerGas };
+    }
+    case 'deploy': {
+      if (a.length !== 1) throw new Error('usage: deploy <Artifact>');
+      const art = loadArtifact(a[0]);
+      const r = await wait(await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [] }));
+      return { address: getAddress(r.contractAddress), artifact: a[0], chain_id: chainId };
+    }
+    case 'deploy-erc20-many': {
+      if (a.length !== 3) throw new Error('usage: deploy-erc20-many <count> <symbol-prefix> <decimals> [--mint-to A --amount N]');
+      const count = Number(uint(a[0], 'count'));
+      const dec = Number(uint(a[2], 'decimals'));
+      const art = loadArtifact('TestERC20');
+      const mintTo = opt['mint-to'] ? getAddress(opt['mint-to']) : null;
+      const amount = mintTo ? uint(opt.amount, 'amount') : 0n;
+      const tokens = [];
+      for (let i = 1; i <= count; i++) {
+        const symbol = `${a[1]}${i}`;
+        const r = await wait(await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [`${symbol} Token`, symbol, dec, '1'] }));
+        const address = getAddress(r.contractAddress);
+        if (mintTo) {
+          await wait(await admin.writeContract({ address, abi: ERC20_ABI, functionName: 'mint', args: [mintTo, amount] }));
+        }
+        tokens.push(address);
+      }
+      return { tokens, decimals: dec, minted_to: mintTo, amount, chain_id: chainId };
+    }
+    case 'aave-setup': {
+      if (a.length !== 1) throw new Error('usage: aave-setup <provider-address>');
+      const target = getAddress(a[0]);
+      const poolArt = loadArtifact('MockAavePool');
+      const providerArt = loadArtifact('MockPoolAddressesProvider');
+      const pool = getAddress((await wait(await admin.deployContract({ abi: poolArt.abi, bytecode: poolArt.bytecode, args: [] }))).contractAddress);
+      const deployed = (await wait(await admin.deployContract({ abi: providerArt.abi, bytecode: providerArt.bytecode, args: [] }))).contractAddress;
+      const code = await pub.getCode({ address: deployed });
+      await pub.request({ method: 'anvil_setCode', params: [target, code] });
+      await wait(await admin.writeContract({ address: target, abi: providerArt.abi, functionName: 'setPool', args: [pool] }));
+      const got = await pub.readContract({ address: target, abi: providerArt.abi, functionName: 'getPool', args: [] });
+      if (getAddress(got) !== pool) throw new Error(`getPool() at ${target} returned ${got}, expected ${pool}`);
+      return { provider: target, pool, chain_id: chainId };
+    }
+    case 'aave-set-reserve': {
+      if (a.length !== 5) throw new Error('usage: aave-set-reserve <pool> <asset> <liquidity-rate-ray> <variable-borrow-rate-ray> <a-token>');
+      const art = loadArtifact('MockAavePool');
+      const [pool, asset, aToken] = [getAddress(a[0]), getAddress(a[1]), getAddress(a[4])];
+      const liquidity = uint(a[2], 'liquidity rate');
+      const borrow = uint(a[3], 'variable borrow rate');
+      const hash = await admin.writeContract({ address: pool, abi: art.abi, functionName: 'setReserve', args: [asset, liquidity, borrow, aToken] });
+      await wait(hash);
+      return { pool, asset, liquidity_rate_ray: liquidity, variable_borrow_rate_ray: borrow, a_token: aToken, tx: hash };
     }
     default:
       throw new Error(`unknown command ${JSON.stringify(cmd ?? '')}; see the header of devstack/chain.mjs`);

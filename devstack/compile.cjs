@@ -17,6 +17,9 @@ const TARGETS = {
   LocalUSDC: 'LocalUSDC.sol',
   Multicall3Shim: 'Multicall3Shim.sol',
   TestERC20: 'TestERC20.sol',
+  RevertProbe: 'RevertProbe.sol',
+  MockPoolAddressesProvider: 'MockAave.sol',
+  MockAavePool: 'MockAave.sol',
 };
 const SETTINGS = {
   optimizer: { enabled: true, runs: 200 },

@@ -131,3 +131,81 @@ pub fn describe_error(error: &TransportError) -> String {
         _ => "RPC call failed".to_string(),
     }
 }
+
+/// What a response may say about a configured endpoint whose URL is a secret: its host and,
+/// at most, its origin (scheme, host, port). Paths and queries often carry provider keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicEndpoint {
+    pub host: String,
+    /// None when even the origin is withheld: the configured URL carries userinfo, so the
+    /// whole URL is treated as credential material beyond its host.
+    pub origin: Option<String>,
+}
+
+pub fn public_endpoint(url: &Secret) -> PublicEndpoint {
+    let Ok(parsed) = url::Url::parse(url.expose()) else {
+        return PublicEndpoint {
+            host: String::new(),
+            origin: None,
+        };
+    };
+    let host = parsed.host_str().unwrap_or_default().to_string();
+    let has_userinfo = !parsed.username().is_empty() || parsed.password().is_some();
+    let origin = (!has_userinfo).then(|| parsed.origin().ascii_serialization());
+    PublicEndpoint { host, origin }
+}
+
+/// How an `eth_call`/`eth_estimateGas` failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// The node says the call reverts.
+    Reverted {
+        /// The node's own message, made printable.
+        message: String,
+        /// The decoded reason (`Error(string)`, `Panic(uint256)` or UTF-8 text), if any.
+        reason: Option<String>,
+        /// The raw revert data, if the node returned any.
+        data: Option<alloy::primitives::Bytes>,
+    },
+    /// Anything else: transport failure, timeout, other RPC error.
+    Unavailable(String),
+}
+
+/// Classifies a call failure. A revert is JSON-RPC error code 3 (geth, anvil, reth) or a
+/// message that names a revert (nodes that answer -32000 "execution reverted").
+pub fn classify_call_error(error: &TransportError) -> CallFailure {
+    let TransportError::ErrorResp(payload) = error else {
+        return CallFailure::Unavailable(describe_error(error));
+    };
+    let names_revert = payload.message.to_ascii_lowercase().contains("revert");
+    if payload.code != 3 && !names_revert {
+        return CallFailure::Unavailable(describe_error(error));
+    }
+    let data = payload.as_revert_data().or_else(|| {
+        let raw = payload.data.as_ref()?;
+        let text: String = serde_json::from_str(raw.get()).ok()?;
+        alloy::primitives::hex::decode(text).ok().map(Into::into)
+    });
+    let reason = data
+        .as_ref()
+        .filter(|d| !d.is_empty())
+        .and_then(|d| revert_reason(d))
+        .map(|r| crate::upstream::printable(&r, 240));
+    CallFailure::Reverted {
+        message: crate::upstream::printable(&payload.message, 240),
+        reason,
+        data,
+    }
+}
+
+/// The reason a contract gave: the `Error(string)` text as is, a panic as `panic: <kind>`,
+/// or the UTF-8 text some languages revert with. Custom errors have no reason text.
+fn revert_reason(data: &[u8]) -> Option<String> {
+    use alloy::sol_types::{ContractError, GenericRevertReason, RevertReason};
+    match GenericRevertReason::decode(data)? {
+        RevertReason::ContractError(ContractError::Revert(revert)) => Some(revert.reason),
+        RevertReason::ContractError(ContractError::Panic(panic)) => Some(panic.to_string()),
+        RevertReason::ContractError(ContractError::CustomError(never)) => match never {},
+        RevertReason::RawString(text) => Some(text),
+    }
+}

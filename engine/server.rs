@@ -147,6 +147,7 @@ impl AppState {
         let work = WorkContext {
             gateway: gateway.clone(),
             config: config.clone(),
+            cache: Default::default(),
         };
         Ok(AppState {
             config,

@@ -7,6 +7,7 @@ use crate::api_error::ApiError;
 use crate::config::{Config, Secret};
 use crate::gateway::Gateway;
 use crate::manifest::Machine;
+use crate::ttl_cache::TtlCache;
 
 pub mod vm01;
 pub mod vm02;
@@ -47,6 +48,8 @@ pub fn check_for(id: &str) -> Option<Check> {
 pub struct WorkContext {
     pub gateway: Gateway,
     pub config: Config,
+    /// In-process cache of upstream observations (VM04's optional cache).
+    pub cache: TtlCache,
 }
 
 impl WorkContext {
@@ -55,6 +58,15 @@ impl WorkContext {
         match chain {
             "eip155:8453" => self.config.rpc_url_eip155_8453.as_ref(),
             "eip155:1" => self.config.rpc_url_eip155_1.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The configured inventory provider (alchemy_getTokenBalances) of a CAIP-2 chain.
+    pub fn inventory_url(&self, chain: &str) -> Option<&Secret> {
+        match chain {
+            "eip155:8453" => self.config.inventory_url_eip155_8453.as_ref(),
+            "eip155:1" => self.config.inventory_url_eip155_1.as_ref(),
             _ => None,
         }
     }

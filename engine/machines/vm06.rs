@@ -1,13 +1,39 @@
-//! VM06 transaction gas preflight. Execution-control fields are refused by the schema, each
-//! with the code the manifest's `unsupported[]` gives it.
+//! VM06 transaction gas preflight: the node's gas estimate for one unsigned transaction and
+//! the fee history of the latest blocks, on eip155:1 or eip155:8453.
+//!
+//! Exactly two RPC methods run, concurrently: `eth_estimateGas` (against `latest`) and
+//! `eth_feeHistory(5, latest, [10, 50, 90])`. Status rules:
+//! - OK: both answered.
+//! - UNESTIMABLE: the node says the call reverts (whatever the fee history did); the node's
+//!   message, decoded reason and revert data are in `limitations`.
+//! - PARTIAL: exactly one of the two failed for another reason.
+//! - HOLD: neither could be read.
+//!
+//! Illustrative fees need both the estimate and the history: per percentile p of the fee
+//! history, `gas_units × (base fee of the next block + newest block's reward at p)`. They are
+//! observations, not a recommendation, a final cost or (on Base) the layer-1 fee.
 
-use serde_json::Value;
+use std::time::Duration;
+
+use alloy::eips::{BlockId, BlockNumberOrTag};
+use alloy::network::TransactionBuilder;
+use alloy::primitives::{Address, Bytes, U256};
+use alloy::providers::{Provider, RootProvider};
+use alloy::rpc::types::{FeeHistory, TransactionRequest};
+use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::chains::{self, Chain};
 use crate::config::Config;
+use crate::evm;
 use crate::manifest::Machine;
+use crate::report::format_units;
 use crate::request_checks as rc;
+use crate::rpc::{self, CallFailure, CountedRpc};
+
+/// Revert data quoted in limitations at most (bytes); longer data is cut and says so.
+const MAX_QUOTED_REVERT_BYTES: usize = 256;
 
 pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::address(request, "/to")?;
@@ -27,14 +53,340 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
-    super::not_implemented(machine)
+/// Both analysis chains must be readable: the machine offers both, and a caller must not pay
+/// for a chain this deployment cannot read.
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    if config.rpc_url_eip155_1.is_none() {
+        return super::provider_missing(machine, "the eip155:1 RPC endpoint");
+    }
+    if config.rpc_url_eip155_8453.is_none() {
+        return super::provider_missing(machine, "the eip155:8453 RPC endpoint");
+    }
+    Ok(())
+}
+
+/// The unsigned transaction of a validated request.
+struct Intent {
+    chain: Chain,
+    to: Address,
+    from: Option<Address>,
+    data: Bytes,
+    value: U256,
+}
+
+fn intent(request: &Value) -> Result<Intent, WorkError> {
+    let invalid =
+        |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
+    let chain = rc::text(request, "/chain")
+        .and_then(chains::by_caip2)
+        .ok_or_else(|| invalid("chain"))?;
+    let to = rc::text(request, "/to")
+        .and_then(|t| evm::parse_address(t).ok())
+        .ok_or_else(|| invalid("to"))?;
+    let from = match rc::text(request, "/from") {
+        Some(text) => Some(evm::parse_address(text).map_err(|_| invalid("from"))?),
+        None => None,
+    };
+    let data_text = rc::text(request, "/data").unwrap_or("0x");
+    let data = alloy::primitives::hex::decode(data_text)
+        .map(Bytes::from)
+        .map_err(|_| invalid("data"))?;
+    let value = match rc::text(request, "/value_wei") {
+        Some(text) => evm::parse_uint256(text).map_err(|_| invalid("value_wei"))?,
+        None => U256::ZERO,
+    };
+    Ok(Intent {
+        chain,
+        to,
+        from,
+        data,
+        value,
+    })
+}
+
+/// The fee-history parameters, from the manifest's limits.
+struct HistoryQuery {
+    block_count: u64,
+    percentiles: Vec<u64>,
+}
+
+fn history_query(machine: &Machine) -> HistoryQuery {
+    let percentiles = machine
+        .limits
+        .get("fee_history_reward_percentiles")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    HistoryQuery {
+        block_count: machine.limit("fee_history_block_count").unwrap_or(5),
+        percentiles,
+    }
 }
 
 pub async fn observe(
-    _context: &WorkContext,
+    context: &WorkContext,
     machine: &Machine,
-    _request: &Value,
+    request: &Value,
 ) -> Result<Value, WorkError> {
-    Err(WorkError::NotImplemented(machine.machine.clone()))
+    let intent = intent(request)?;
+    let url = context
+        .rpc_url(intent.chain.caip2)
+        .ok_or_else(|| WorkError::Internal(format!("no {} RPC endpoint", intent.chain.caip2)))?;
+    let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+    let provider = CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider();
+    let query = history_query(machine);
+    let (estimate, history) = read(&provider, &intent, &query).await;
+    let endpoint = rpc::public_endpoint(url);
+    Ok(respond(
+        machine, &intent, &query, estimate, history, &endpoint,
+    ))
+}
+
+async fn read(
+    provider: &RootProvider,
+    intent: &Intent,
+    query: &HistoryQuery,
+) -> (Result<u64, CallFailure>, Result<FeeHistory, String>) {
+    let mut tx = TransactionRequest::default()
+        .with_to(intent.to)
+        .with_input(intent.data.clone())
+        .with_value(intent.value);
+    if let Some(from) = intent.from {
+        tx = tx.with_from(from);
+    }
+    let percentiles: Vec<f64> = query.percentiles.iter().map(|p| *p as f64).collect();
+    let (estimate, history) = tokio::join!(
+        provider.estimate_gas(tx).block(BlockId::latest()),
+        provider.get_fee_history(query.block_count, BlockNumberOrTag::Latest, &percentiles),
+    );
+    (
+        estimate.map_err(|e| rpc::classify_call_error(&e)),
+        history.map_err(|e| rpc::describe_error(&e)),
+    )
+}
+
+fn status(
+    estimate: &Result<u64, CallFailure>,
+    history: &Result<FeeHistory, String>,
+) -> &'static str {
+    match (estimate, history) {
+        (Err(CallFailure::Reverted { .. }), _) => "UNESTIMABLE",
+        (Ok(_), Ok(_)) => "OK",
+        (Err(_), Err(_)) => "HOLD",
+        _ => "PARTIAL",
+    }
+}
+
+fn respond(
+    machine: &Machine,
+    intent: &Intent,
+    query: &HistoryQuery,
+    estimate: Result<u64, CallFailure>,
+    history: Result<FeeHistory, String>,
+    endpoint: &rpc::PublicEndpoint,
+) -> Value {
+    let chain = intent.chain;
+    let mut limitations = Vec::new();
+    let status = status(&estimate, &history);
+    match &estimate {
+        Ok(_) => {}
+        Err(failure) => limitations.push(estimate_limitation(chain, failure)),
+    }
+    if let Err(why) = &history {
+        limitations.push(format!(
+            "eth_feeHistory on {} could not be read ({why}); no fee history or illustrative fees are given.",
+            chain.caip2
+        ));
+    }
+    let fee_history = history.as_ref().ok().map(|h| fee_history_json(h, query));
+    let fees = match (&estimate, &history) {
+        (Ok(gas), Ok(h)) => illustrative_fees(chain, *gas, h, query, &mut limitations),
+        _ => Value::Null,
+    };
+    limitations.push(scope_limitation(chain));
+    if endpoint.origin.is_none() {
+        limitations.push(
+            "The configured RPC URL carries credentials; provider.url is withheld and only its host is named."
+                .to_string(),
+        );
+    }
+    json!({
+        "status": status,
+        "machine": machine.machine,
+        "methodology_version": machine.methodology_version,
+        "checked_at": now(),
+        "chain": {"caip2": chain.caip2, "chain_id": chain.chain_id, "name": chain.name},
+        "request_shape": {
+            "has_from": intent.from.is_some(),
+            "calldata_bytes": intent.data.len(),
+            "value_nonzero": !intent.value.is_zero(),
+        },
+        "gas_estimate": estimate.as_ref().ok().map(|gas| json!({"gas_units": gas.to_string()})),
+        "fee_history": fee_history,
+        "illustrative_execution_fees": fees,
+        "provider": {
+            "name": format!("{}-rpc", chain.slug),
+            "host": endpoint.host,
+            "methods": ["eth_estimateGas", "eth_feeHistory"],
+            "url": endpoint.origin.clone().unwrap_or_else(|| "withheld".to_string()),
+            "credential_material": false,
+        },
+        "limitations": limitations,
+    })
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn estimate_limitation(chain: Chain, failure: &CallFailure) -> String {
+    match failure {
+        CallFailure::Reverted {
+            message,
+            reason,
+            data,
+        } => {
+            let reason = match reason {
+                Some(reason) => format!("revert reason: {reason:?}"),
+                None => "no decodable revert reason".to_string(),
+            };
+            let data = match data {
+                Some(data) if !data.is_empty() => {
+                    let shown = &data[..data.len().min(MAX_QUOTED_REVERT_BYTES)];
+                    let cut = if data.len() > shown.len() {
+                        format!(" (first {} of {} bytes)", shown.len(), data.len())
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "revert data 0x{}{cut}",
+                        alloy::primitives::hex::encode(shown)
+                    )
+                }
+                _ => "no revert data".to_string(),
+            };
+            format!(
+                "The node reports that the call reverts on {} (node message: {message:?}; {reason}; {data}); no gas estimate exists for it.",
+                chain.caip2
+            )
+        }
+        CallFailure::Unavailable(why) => format!(
+            "eth_estimateGas on {} could not be read ({why}); no gas estimate is given.",
+            chain.caip2
+        ),
+    }
+}
+
+fn scope_limitation(chain: Chain) -> String {
+    if chain.chain_id == chains::BASE.chain_id {
+        "On eip155:8453 the figures cover only the layer-2 execution fee, not the separate layer-1 security/data fee, and are not a total transaction cost.".to_string()
+    } else {
+        "The figures are illustrative execution fees from recent fee history, not a recommendation, a fee setting or a guaranteed final cost.".to_string()
+    }
+}
+
+fn fee_history_json(history: &FeeHistory, query: &HistoryQuery) -> Value {
+    let strings = |values: &[u128]| values.iter().map(u128::to_string).collect::<Vec<_>>();
+    let rewards: Vec<Vec<String>> = history
+        .reward
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .map(|row| strings(row))
+        .collect();
+    json!({
+        "block_count": query.block_count,
+        "newest_block": "latest",
+        "reward_percentiles": query.percentiles,
+        "oldest_block": format!("{:#x}", history.oldest_block),
+        "base_fee_per_gas": strings(&history.base_fee_per_gas),
+        "gas_used_ratio": history.gas_used_ratio.iter().map(|r| format!("{r}")).collect::<Vec<_>>(),
+        "priority_fee_rewards": rewards,
+    })
+}
+
+/// One scenario per reward percentile: the next block's base fee (the last entry of
+/// `base_fee_per_gas`) plus the newest block's reward at that percentile, times the gas units.
+fn illustrative_fees(
+    chain: Chain,
+    gas: u64,
+    history: &FeeHistory,
+    query: &HistoryQuery,
+    limitations: &mut Vec<String>,
+) -> Value {
+    let Some(base_fee) = history.base_fee_per_gas.last().copied() else {
+        limitations.push(
+            "The fee history carries no base fee; no illustrative fees are given.".to_string(),
+        );
+        return Value::Null;
+    };
+    let newest_rewards = history
+        .reward
+        .as_ref()
+        .and_then(|rows| rows.last())
+        .cloned()
+        .unwrap_or_default();
+    let scenario = |label: String, priority: u128| {
+        let wei = U256::from(gas) * (U256::from(base_fee) + U256::from(priority));
+        json!({
+            "label": label,
+            "base_fee_per_gas_wei": base_fee.to_string(),
+            "priority_fee_per_gas_wei": priority.to_string(),
+            "execution_fee_wei": wei.to_string(),
+            "execution_fee_eth": format_units(wei, 18),
+        })
+    };
+    let scenarios: Vec<Value> = if newest_rewards.len() == query.percentiles.len() {
+        query
+            .percentiles
+            .iter()
+            .zip(&newest_rewards)
+            .map(|(p, reward)| scenario(format!("p{p}_latest_reward"), *reward))
+            .collect()
+    } else {
+        limitations.push(
+            "The node returned no priority fee rewards for the newest block; the only scenario uses the base fee alone."
+                .to_string(),
+        );
+        vec![scenario("next_base_fee_no_priority_fee".to_string(), 0)]
+    };
+    let covers = if chain.chain_id == chains::BASE.chain_id {
+        "l2_execution_fee_only"
+    } else {
+        "execution_fee_only"
+    };
+    json!({
+        "kind": "illustrative_execution_fee_observations",
+        "recommendation": false,
+        "guaranteed_final_cost": false,
+        "covers": covers,
+        "l1_security_or_data_fee_included": false,
+        "labeled_as_total_transaction_cost": false,
+        "scenarios": scenarios,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_follows_the_stated_rules() {
+        let reverted = || {
+            Err(CallFailure::Reverted {
+                message: "execution reverted".into(),
+                reason: None,
+                data: None,
+            })
+        };
+        let history = || Ok(FeeHistory::default());
+        let down = || Err::<FeeHistory, String>("RPC timed out".into());
+        assert_eq!(status(&Ok(21000), &history()), "OK");
+        assert_eq!(status(&reverted(), &history()), "UNESTIMABLE");
+        assert_eq!(status(&reverted(), &down()), "UNESTIMABLE");
+        assert_eq!(status(&Ok(21000), &down()), "PARTIAL");
+        let unavailable = || Err(CallFailure::Unavailable("RPC timed out".into()));
+        assert_eq!(status(&unavailable(), &history()), "PARTIAL");
+        assert_eq!(status(&unavailable(), &down()), "HOLD");
+    }
 }

@@ -42,6 +42,15 @@ fn node(script: &str, args: &[&str]) -> Value {
 
 impl DevStack {
     pub fn start() -> DevStack {
+        DevStack::launch(&[])
+    }
+
+    /// The stack plus a second anvil with chain id 1 (`rpc_url_eip155_1` in the state).
+    pub fn start_with_mainnet() -> DevStack {
+        DevStack::launch(&["--mainnet-anvil"])
+    }
+
+    fn launch(extra: &[&str]) -> DevStack {
         let anvil =
             repo_root().join("devstack/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil");
         assert!(
@@ -53,6 +62,7 @@ impl DevStack {
             .arg(repo_root().join("devstack/start.mjs"))
             .args(["--quiet", "--state"])
             .arg(&state_path)
+            .args(extra)
             .current_dir(repo_root())
             .status()
             .expect("start.mjs runs");
@@ -95,6 +105,14 @@ impl DevStack {
     pub fn chain(&self, args: &[&str]) -> Value {
         let state = self.state_arg();
         let mut all = vec!["--state", state.as_str()];
+        all.extend_from_slice(args);
+        node("chain.mjs", &all)
+    }
+
+    /// A chain.mjs command against the chain-1 anvil (start_with_mainnet).
+    pub fn chain_mainnet(&self, args: &[&str]) -> Value {
+        let state = self.state_arg();
+        let mut all = vec!["--state", state.as_str(), "--chain-id", "1"];
         all.extend_from_slice(args);
         node("chain.mjs", &all)
     }

@@ -1,0 +1,20 @@
+//! Adapters of the data providers the on-chain machines read. Each adapter has explicit
+//! timeouts and size limits (given by its caller from the manifest), reads only through the
+//! counted gateway, and describes its failures without the configured URL.
+//!
+//! - `aave`: Aave v3 reserve rates, on chain at one block (VM04).
+//! - `lido`: the Lido API's stETH APR (VM04).
+//! - `inventory`: `alchemy_getTokenBalances` pagination (VM03).
+//! - `dexscreener`: DEX pair prices (VM03).
+//! - `erc20`: same-block balances and metadata of many tokens through Multicall3 (VM03).
+
+pub mod aave;
+pub mod dexscreener;
+pub mod erc20;
+pub mod inventory;
+pub mod lido;
+
+/// An observation timestamp: ISO-8601 UTC, millisecond precision.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

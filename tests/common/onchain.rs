@@ -1,0 +1,225 @@
+//! Shared rig of the on-chain machine tests (VM03, VM04, VM06): the dev stack with both
+//! anvils, the real server paid through the official client, output-schema checks, captured
+//! logs, and loopback stand-ins for JSON-RPC and HTTP providers.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use serde_json::{Value, json};
+use warp::Filter;
+
+use super::devstack::DevStack;
+use super::{TestServer, machine};
+
+/// Everything the server logs in this test binary, at every level.
+static LOGS: LazyLock<Arc<Mutex<Vec<u8>>>> = LazyLock::new(|| {
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let writer = buffer.clone();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("trace")
+        .with_writer(move || LogWriter(writer.clone()))
+        .try_init();
+    buffer
+});
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut buffer) = self.0.lock() {
+            buffer.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().expect("logs").clone()).into_owned()
+}
+
+/// A closed loopback port: connecting to it fails at once.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+pub struct ChainRig {
+    pub stack: DevStack,
+    pub server: TestServer,
+}
+
+impl ChainRig {
+    /// The stack with both anvils and a server whose RPC URLs point at them; `env` adds or
+    /// overrides configuration (later pairs win).
+    pub async fn start(env: &[(&str, &str)]) -> ChainRig {
+        ChainRig::with_stack(DevStack::start_with_mainnet(), env).await
+    }
+
+    pub async fn with_stack(stack: DevStack, env: &[(&str, &str)]) -> ChainRig {
+        LazyLock::force(&LOGS);
+        let pay_to = stack.field("pay_to");
+        let facilitator = stack.field("facilitator_url");
+        let base = stack.field("rpc_url");
+        let mainnet = stack.field("rpc_url_eip155_1");
+        let mut all: Vec<(&str, &str)> = vec![
+            ("FACTOMAT_PAY_TO", pay_to.as_str()),
+            ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
+            ("FACTOMAT_RPC_URL_EIP155_8453", base.as_str()),
+            ("FACTOMAT_RPC_URL_EIP155_1", mainnet.as_str()),
+            ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+        ];
+        all.extend_from_slice(env);
+        let server = TestServer::with_env(&all).await;
+        ChainRig { stack, server }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    /// One paid call through the official client; asserts it was delivered and settled.
+    pub fn pay(&self, path: &str, body: &Value) -> Value {
+        let answer = self.stack.pay(&self.url(path), body);
+        assert_eq!(
+            answer["status"], 200,
+            "paid call to {path}: {} {}",
+            answer["body"], answer["error"]
+        );
+        assert_eq!(
+            answer["payment_response"]["success"], true,
+            "{}",
+            answer["payment_response"]
+        );
+        answer["body"].clone()
+    }
+
+    pub fn buyer_balance(&self) -> String {
+        self.stack.usdc_balance(&self.stack.field("buyer_address"))
+    }
+}
+
+/// Asserts that a result validates against the machine's output schema in machines.yaml.
+pub fn assert_output_valid(id: &str, body: &Value) {
+    let schema = machine(id)["output_schema"].clone();
+    let validator = factomat::manifest::compile_schema(&schema).expect("output schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{} at {}", e, e.instance_path().as_str()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{id} output fails its schema: {errors:?}\n{body:#}"
+    );
+}
+
+/// Serves a warp filter on a fresh loopback port.
+pub async fn serve<F>(filter: F) -> SocketAddr
+where
+    F: Filter + Clone + Send + Sync + 'static,
+    F::Extract: warp::Reply,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(warp::serve(filter).incoming(listener).run());
+    addr
+}
+
+/// What a JSON-RPC stand-in does with one request.
+pub enum RpcAction {
+    /// Forward to the real node.
+    Forward,
+    /// Answer with this JSON-RPC `error` object.
+    Error(Value),
+    /// Answer with this HTTP status and a text body.
+    Status(u16),
+    /// Never answer.
+    Hang,
+}
+
+/// A JSON-RPC endpoint that forwards to `upstream` unless `decide` says otherwise for a
+/// request (given its method). Counts the requests it receives.
+pub async fn rpc_proxy<D>(upstream: String, decide: D) -> (SocketAddr, Arc<Mutex<Vec<String>>>)
+where
+    D: Fn(&str) -> RpcAction + Send + Sync + 'static,
+{
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let decide = Arc::new(decide);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let route = warp::post()
+        .and(warp::body::json())
+        .then(move |request: Value| {
+            let (decide, client, upstream, log) = (
+                decide.clone(),
+                client.clone(),
+                upstream.clone(),
+                log.clone(),
+            );
+            async move {
+                let method = request["method"].as_str().unwrap_or("batch").to_string();
+                log.lock().expect("log").push(method.clone());
+                let reply = |status: u16, body: Vec<u8>| {
+                    http::Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .expect("response")
+                };
+                match decide(&method) {
+                    RpcAction::Forward => {
+                        let answer = client
+                            .post(&upstream)
+                            .json(&request)
+                            .send()
+                            .await
+                            .expect("upstream answers");
+                        reply(200, answer.bytes().await.expect("body").to_vec())
+                    }
+                    RpcAction::Error(error) => {
+                        let body = json!({"jsonrpc": "2.0", "id": request["id"], "error": error});
+                        reply(200, body.to_string().into_bytes())
+                    }
+                    RpcAction::Status(code) => reply(code, b"upstream says no".to_vec()),
+                    RpcAction::Hang => {
+                        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                        reply(200, Vec::new())
+                    }
+                }
+            }
+        });
+    (serve(route).await, seen)
+}
+
+/// A raw JSON-RPC call straight to a node (to compare our answers with the node's own).
+pub async fn rpc_call(url: &str, method: &str, params: Value) -> Value {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let answer: Value = client
+        .post(url)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .expect("node answers")
+        .json()
+        .await
+        .expect("json");
+    answer
+}
+
+/// The 4-byte selector of a function signature, as calldata hex.
+pub fn selector(signature: &str) -> String {
+    let hash = alloy::primitives::keccak256(signature.as_bytes());
+    format!("0x{}", alloy::primitives::hex::encode(&hash[..4]))
+}
