@@ -1,0 +1,199 @@
+//! Closed-loop load on factomat's paid path: N payers, each sending one request after the
+//! other on its own keep-alive connection, each request carrying a PAYMENT-SIGNATURE with a
+//! fresh EIP-3009 nonce whose `accepted` is factomat's own requirement (read from its 402).
+//! Signatures are placeholders: the benchmark's facilitator stub accepts every payment.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::BenchError;
+
+const PAYER: &str = "0x70997970C51812dc3A65C30b0cbB4C0ffC1B8cE8";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// factomat's base URL (loopback).
+    #[arg(long)]
+    url: String,
+    /// The paid path, e.g. /v1/allowance-exposure.
+    #[arg(long)]
+    path: String,
+    /// The JSON request body.
+    #[arg(long)]
+    body: String,
+    /// Concurrent payers.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+}
+
+/// What one payer saw.
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u64>,
+    statuses: BTreeMap<u16, u64>,
+    transport_errors: u64,
+}
+
+fn client() -> Result<reqwest::Client, BenchError> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .pool_max_idle_per_host(1)
+        .build()
+        .map_err(|e| BenchError::Setup(format!("http client: {e}")))
+}
+
+/// The PaymentRequired object of factomat's 402 for this path and body.
+async fn challenge(args: &Args) -> Result<Value, BenchError> {
+    let response = client()?
+        .post(format!("{}{}", args.url, args.path))
+        .header("content-type", "application/json")
+        .body(args.body.clone())
+        .send()
+        .await
+        .map_err(|e| BenchError::Setup(format!("challenge request: {e}")))?;
+    if response.status().as_u16() != 402 {
+        return Err(BenchError::Setup(format!(
+            "expected 402 without payment, got {}",
+            response.status()
+        )));
+    }
+    let header = response
+        .headers()
+        .get("payment-required")
+        .ok_or_else(|| BenchError::Setup("402 without PAYMENT-REQUIRED".into()))?;
+    let bytes = STANDARD
+        .decode(header.as_bytes())
+        .map_err(|e| BenchError::Setup(format!("PAYMENT-REQUIRED base64: {e}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| BenchError::Setup(format!("PAYMENT-REQUIRED JSON: {e}")))
+}
+
+/// A unique 32-byte nonce: run id, payer index, sequence number.
+fn nonce(run: u64, payer: usize, sequence: u64) -> String {
+    format!("0x{run:016x}{payer:016x}{sequence:032x}")
+}
+
+fn signature_header(required: &Value, nonce: &str) -> String {
+    let accepted = required
+        .pointer("/accepts/0")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let payload = json!({
+        "x402Version": 2,
+        "resource": required.get("resource").cloned().unwrap_or(Value::Null),
+        "accepted": accepted,
+        "payload": {
+            "signature": format!("0x{}", "11".repeat(65)),
+            "authorization": {
+                "from": PAYER,
+                "to": accepted.get("payTo").cloned().unwrap_or(Value::Null),
+                "value": accepted.get("amount").cloned().unwrap_or(Value::Null),
+                "validAfter": "0",
+                "validBefore": "99999999999",
+                "nonce": nonce,
+            },
+        },
+    });
+    STANDARD.encode(serde_json::to_vec(&payload).unwrap_or_default())
+}
+
+async fn payer(
+    index: usize,
+    run: u64,
+    url: String,
+    body: String,
+    required: Value,
+    deadline: Instant,
+) -> Result<Tally, BenchError> {
+    let client = client()?;
+    let mut tally = Tally::default();
+    let mut sequence = 0u64;
+    while Instant::now() < deadline {
+        sequence += 1;
+        let header = signature_header(&required, &nonce(run, index, sequence));
+        let started = Instant::now();
+        let sent = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("payment-signature", header)
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let _ = response.bytes().await;
+                tally
+                    .latencies_us
+                    .push(started.elapsed().as_micros() as u64);
+                *tally.statuses.entry(status).or_default() += 1;
+            }
+            Err(_) => tally.transport_errors += 1,
+        }
+    }
+    Ok(tally)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+pub async fn run(args: Args) -> Result<(), BenchError> {
+    let required = challenge(&args).await?;
+    let run = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(args.duration);
+    let url = format!("{}{}", args.url, args.path);
+    let tasks: Vec<_> = (0..args.concurrency.max(1))
+        .map(|i| {
+            tokio::spawn(payer(
+                i,
+                run,
+                url.clone(),
+                args.body.clone(),
+                required.clone(),
+                deadline,
+            ))
+        })
+        .collect();
+    let mut total = Tally::default();
+    for task in tasks {
+        let tally = task
+            .await
+            .map_err(|e| BenchError::Setup(format!("payer task: {e}")))??;
+        total.latencies_us.extend(tally.latencies_us);
+        total.transport_errors += tally.transport_errors;
+        for (status, n) in tally.statuses {
+            *total.statuses.entry(status).or_default() += n;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    total.latencies_us.sort_unstable();
+    let ok = total.statuses.get(&200).copied().unwrap_or_default();
+    let report = json!({
+        "requests": total.latencies_us.len(),
+        "ok": ok,
+        "statuses": total.statuses,
+        "transport_errors": total.transport_errors,
+        "rps": ok as f64 / elapsed,
+        "p50_ms": percentile(&total.latencies_us, 50.0),
+        "p99_ms": percentile(&total.latencies_us, 99.0),
+    });
+    println!("{report}");
+    Ok(())
+}
