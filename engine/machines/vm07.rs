@@ -1,13 +1,30 @@
 //! VM07 web change snapshot. A caller's baseline must be ours (methodology) and intact
-//! (page_sha256 = canonical sha256 of the six component hashes; docs/hashing.md).
+//! (page_sha256 = canonical sha256 of the six component hashes; docs/hashing.md). The page is
+//! read exactly as VM01 reads it; the comparison rules are in docs/vm07-web-change.md.
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{WorkContext, WorkError, vm01};
 use crate::api_error::ApiError;
+use crate::canonical::canonical_sha256;
 use crate::config::Config;
+use crate::extract::{Extracted, normalize_whitespace};
 use crate::manifest::Machine;
+use crate::page::{PageReading, Status};
 use crate::request_checks as rc;
+
+/// The six hashed components, in the order `changed_components` lists them.
+pub const COMPONENTS: [&str; 6] = [
+    "final_url",
+    "http",
+    "metadata",
+    "outline",
+    "content",
+    "structured_data",
+];
+
+const COMPARISON_SCOPE: &str = "The comparison covers the bounded normalized representation of this page (final URL, HTTP status and type, metadata, outline, main text up to the character limit, JSON-LD types), not the whole site or every byte of the page.";
+const NOT_A_DIFF: &str = "Fingerprints are not exact historical text diffs.";
 
 pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/url")?;
@@ -22,14 +39,288 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
-    super::not_implemented(machine)
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    vm01::fetch_ready(machine, config)
 }
 
 pub async fn observe(
-    _context: &WorkContext,
+    context: &WorkContext,
     machine: &Machine,
-    _request: &Value,
+    request: &Value,
 ) -> Result<Value, WorkError> {
-    Err(WorkError::NotImplemented(machine.machine.clone()))
+    let reading = vm01::read_requested_page(context, machine, request).await?;
+    let prior = request.get("baseline").map(Baseline::from_request);
+    Ok(response(machine, &reading, prior.as_ref(), &vm01::now()))
+}
+
+/// A baseline: the six component hashes and the completeness flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    pub components: Map<String, Value>,
+    pub content_truncated: bool,
+    pub extraction_complete: bool,
+}
+
+impl Baseline {
+    /// The caller's baseline (already schema-checked and seal-checked before payment).
+    fn from_request(value: &Value) -> Baseline {
+        Baseline {
+            components: value
+                .get("components")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            content_truncated: value
+                .get("content_truncated")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            extraction_complete: value
+                .get("extraction_complete")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        }
+    }
+
+    /// Complete and untruncated: the only kind that can support UNCHANGED and that
+    /// incomplete evidence never replaces.
+    fn known_good(&self) -> bool {
+        self.extraction_complete && !self.content_truncated
+    }
+
+    fn to_json(&self, machine: &Machine) -> Value {
+        let components = Value::Object(self.components.clone());
+        json!({
+            "methodology_version": machine.methodology_version,
+            "page_sha256": canonical_sha256(&components),
+            "components": components,
+            "content_truncated": self.content_truncated,
+            "extraction_complete": self.extraction_complete,
+        })
+    }
+}
+
+/// The normalized value of each component (docs/hashing.md, "VM07 components").
+pub fn component_values(
+    reading: &PageReading,
+    extracted: &Extracted,
+) -> Vec<(&'static str, Value)> {
+    let norm = |s: &Option<String>| s.as_deref().map(normalize_whitespace);
+    let outline: Vec<Value> = extracted
+        .outline
+        .iter()
+        .map(|h| json!({"level": h.level, "text": normalize_whitespace(&h.text)}))
+        .collect();
+    let mut types: Vec<String> = extracted.json_ld_types.clone();
+    types.sort();
+    types.dedup();
+    vec![
+        ("final_url", json!(reading.final_url)),
+        (
+            "http",
+            json!({
+                "status": reading.http_status,
+                "content_type": reading.content_type.as_deref().map(normalize_content_type),
+            }),
+        ),
+        (
+            "metadata",
+            json!({
+                "title": norm(&extracted.title),
+                "description": norm(&extracted.description),
+                "canonical": norm(&extracted.canonical),
+            }),
+        ),
+        ("outline", Value::Array(outline)),
+        ("content", json!(normalize_whitespace(&extracted.text))),
+        ("structured_data", json!({"json_ld_types": types})),
+    ]
+}
+
+/// `type/subtype` lowercased, plus `; charset=<lowercased>` when a charset is declared.
+/// Other parameters (boundary, …) are dropped; an unparseable value is kept trimmed and
+/// lowercased.
+pub fn normalize_content_type(raw: &str) -> String {
+    match raw.parse::<mime::Mime>() {
+        Ok(parsed) => {
+            let essence = parsed.essence_str().to_ascii_lowercase();
+            match parsed.get_param(mime::CHARSET) {
+                Some(charset) => format!(
+                    "{essence}; charset={}",
+                    charset.as_str().to_ascii_lowercase()
+                ),
+                None => essence,
+            }
+        }
+        Err(_) => normalize_whitespace(raw).to_ascii_lowercase(),
+    }
+}
+
+/// The current observation as a baseline; None when nothing was extracted.
+pub fn current_baseline(reading: &PageReading) -> Option<Baseline> {
+    let extracted = reading.extracted.as_ref()?;
+    if reading.status == Status::Hold {
+        return None;
+    }
+    let components = component_values(reading, extracted)
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), Value::String(canonical_sha256(&value))))
+        .collect();
+    Some(Baseline {
+        components,
+        content_truncated: extracted.truncated,
+        extraction_complete: reading.extraction_complete(),
+    })
+}
+
+/// The outcome of the comparison.
+struct Comparison {
+    status: &'static str,
+    changed: Vec<&'static str>,
+    baseline: Option<Baseline>,
+    limitations: Vec<String>,
+}
+
+fn differing(current: &Baseline, prior: &Baseline) -> Vec<&'static str> {
+    COMPONENTS
+        .into_iter()
+        .filter(|name| current.components.get(*name) != prior.components.get(*name))
+        .collect()
+}
+
+/// The comparison rules (docs/vm07-web-change.md):
+/// * no usable current observation → INCONCLUSIVE, the caller's baseline (if any) returned;
+/// * no baseline → BASELINE with the current observation;
+/// * a current observation that is not a complete 2xx HTML extraction → INCONCLUSIVE;
+/// * components differ → CHANGED when the prior baseline was complete, else INCONCLUSIVE;
+/// * components equal → UNCHANGED only when both sides are complete and untruncated;
+/// * a known-good caller baseline is never replaced by a current one that is not.
+fn compare(reading: &PageReading, prior: Option<&Baseline>) -> Comparison {
+    match (current_baseline(reading), prior) {
+        (Some(current), Some(prior)) => compare_pair(current, prior),
+        (Some(current), None) => Comparison {
+            status: "BASELINE",
+            changed: Vec::new(),
+            baseline: Some(current),
+            limitations: Vec::new(),
+        },
+        (None, Some(prior)) => Comparison {
+            status: "INCONCLUSIVE",
+            changed: Vec::new(),
+            baseline: Some(prior.clone()),
+            limitations: vec!["Nothing usable was observed, so nothing was compared; your baseline is returned unchanged as the reusable one.".into()],
+        },
+        (None, None) => Comparison {
+            status: "INCONCLUSIVE",
+            changed: Vec::new(),
+            baseline: None,
+            limitations: vec![
+                "Nothing usable was observed, so no baseline could be made.".into(),
+            ],
+        },
+    }
+}
+
+fn compare_pair(current: Baseline, prior: &Baseline) -> Comparison {
+    let mut limitations = Vec::new();
+    let keep_prior = prior.known_good() && !current.known_good();
+    if keep_prior && current.extraction_complete {
+        limitations.push("The current observation is incomplete or truncated, so it does not replace your complete baseline; your baseline is returned as the reusable one.".into());
+    }
+    let returned = if keep_prior {
+        prior.clone()
+    } else {
+        current.clone()
+    };
+    if !current.extraction_complete {
+        limitations.push("The current observation is not a complete 2xx HTML extraction, so it cannot show whether the page changed; your baseline is returned as the reusable one.".into());
+        return inconclusive(prior.clone(), limitations);
+    }
+    let changed = differing(&current, prior);
+    if !changed.is_empty() {
+        if !prior.extraction_complete {
+            limitations.push("Your baseline came from an incomplete extraction, so the differences may not be changes of the page.".into());
+            return inconclusive(returned, limitations);
+        }
+        return Comparison {
+            status: "CHANGED",
+            changed,
+            baseline: Some(returned),
+            limitations,
+        };
+    }
+    if current.known_good() && prior.known_good() {
+        return Comparison {
+            status: "UNCHANGED",
+            changed,
+            baseline: Some(returned),
+            limitations,
+        };
+    }
+    limitations.push("The main text was cut at the character limit (now or in your baseline), so equal fingerprints cannot show that the whole page is unchanged.".into());
+    inconclusive(returned, limitations)
+}
+
+fn inconclusive(baseline: Baseline, limitations: Vec<String>) -> Comparison {
+    Comparison {
+        status: "INCONCLUSIVE",
+        changed: Vec::new(),
+        baseline: Some(baseline),
+        limitations,
+    }
+}
+
+/// The VM07 response of a reading and an optional caller baseline.
+pub fn response(
+    machine: &Machine,
+    reading: &PageReading,
+    prior: Option<&Baseline>,
+    checked_at: &str,
+) -> Value {
+    let comparison = compare(reading, prior);
+    let extracted = reading.extracted.as_ref();
+    let (text, basis, truncated) = reading.text();
+    let extraction_complete = reading.extraction_complete();
+    let mut limitations = reading.limitations.clone();
+    limitations.extend(comparison.limitations);
+    limitations.push(NOT_A_DIFF.into());
+    let outline: Vec<Value> = extracted
+        .map(|e| {
+            e.outline
+                .iter()
+                .map(|h| json!({"level": h.level, "text": h.text}))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "status": reading.status.as_str(),
+        "machine": machine.machine,
+        "methodology_version": machine.methodology_version,
+        "checked_at": checked_at,
+        "requested_url": reading.requested_url,
+        "final_url": reading.final_url,
+        "http": vm01::http_object(reading),
+        "comparison_status": comparison.status,
+        "comparison_scope": COMPARISON_SCOPE,
+        "changed_components": comparison.changed,
+        "baseline": comparison.baseline.map(|b| b.to_json(machine)),
+        "metadata": {
+            "title": extracted.and_then(|e| e.title.clone()),
+            "description": extracted.and_then(|e| e.description.clone()),
+            "canonical": extracted.and_then(|e| e.canonical.clone()),
+        },
+        "outline": outline,
+        "structured_data": {"json_ld_types": extracted.map(|e| e.json_ld_types.clone()).unwrap_or_default()},
+        "extraction": {
+            "basis": basis.as_str(),
+            "characters": text.chars().count(),
+            "truncated": truncated,
+            "complete": extraction_complete,
+        },
+        "completeness": {
+            "content_truncated": truncated,
+            "extraction_complete": extraction_complete,
+            "product_status": reading.status.as_str(),
+        },
+        "limitations": limitations,
+    })
 }
