@@ -592,6 +592,9 @@ fn readability_text(html: &str, page: Option<&Url>) -> String {
     let config = dom_smoothie::Config {
         // We read JSON-LD ourselves; skipping it here saves a second pass.
         disable_json_ld: true,
+        // Formatted text separates blocks (raw textContent glues "end.</p><p>Next" into
+        // "end.Next"); whitespace is normalized afterwards anyway.
+        text_mode: dom_smoothie::TextMode::Formatted,
         ..Default::default()
     };
     let url = page.map(Url::as_str);

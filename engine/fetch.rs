@@ -581,28 +581,42 @@ fn classify(error: &reqwest::Error) -> FetchRefusal {
     FetchRefusal::Protocol
 }
 
+/// Walks the source chain. `io::Error::source` skips the error it wraps, so io errors are
+/// descended through `get_ref` (rustls errors arrive as io errors inside io errors).
 fn find_tls_error(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(describe_tls(tls));
         }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(describe_tls(tls));
-        }
-        current = e.source();
+        current = match e.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
     }
     None
 }
 
 fn describe_tls(error: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
     match error {
-        rustls::Error::InvalidCertificate(reason) => {
-            format!("the server certificate was refused ({reason:?})")
-        }
-        other => format!("{other}"),
+        rustls::Error::InvalidCertificate(reason) => match reason {
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                "the server certificate is not valid for this host name".into()
+            }
+            C::UnknownIssuer => {
+                "the server certificate is not issued by a trusted authority".into()
+            }
+            C::Expired | C::ExpiredContext { .. } => "the server certificate has expired".into(),
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "the server certificate is not valid yet".into()
+            }
+            C::Revoked => "the server certificate is revoked".into(),
+            other => format!("the server certificate was refused ({other:?})"),
+        },
+        other => other.to_string(),
     }
 }
 

@@ -188,12 +188,14 @@ fn differing(current: &Baseline, prior: &Baseline) -> Vec<&'static str> {
 }
 
 /// The comparison rules (docs/vm07-web-change.md):
-/// * no usable current observation → INCONCLUSIVE, the caller's baseline (if any) returned;
+/// * no usable current observation (HOLD, non-2xx, non-HTML) → INCONCLUSIVE, the caller's
+///   baseline (if any) returned;
 /// * no baseline → BASELINE with the current observation;
-/// * a current observation that is not a complete 2xx HTML extraction → INCONCLUSIVE;
-/// * components differ → CHANGED when the prior baseline was complete, else INCONCLUSIVE;
+/// * a current observation that is incomplete or truncated → INCONCLUSIVE; a known-good
+///   caller baseline is returned unchanged;
+/// * a baseline from an incomplete extraction → INCONCLUSIVE;
 /// * components equal → UNCHANGED only when both sides are complete and untruncated;
-/// * a known-good caller baseline is never replaced by a current one that is not.
+/// * components differ → CHANGED, naming them.
 fn compare(reading: &PageReading, prior: Option<&Baseline>) -> Comparison {
     match (current_baseline(reading), prior) {
         (Some(current), Some(prior)) => compare_pair(current, prior),
@@ -222,42 +224,51 @@ fn compare(reading: &PageReading, prior: Option<&Baseline>) -> Comparison {
 
 fn compare_pair(current: Baseline, prior: &Baseline) -> Comparison {
     let mut limitations = Vec::new();
-    let keep_prior = prior.known_good() && !current.known_good();
-    if keep_prior && current.extraction_complete {
-        limitations.push("The current observation is incomplete or truncated, so it does not replace your complete baseline; your baseline is returned as the reusable one.".into());
-    }
-    let returned = if keep_prior {
-        prior.clone()
-    } else {
-        current.clone()
-    };
-    if !current.extraction_complete {
-        limitations.push("The current observation is not a complete 2xx HTML extraction, so it cannot show whether the page changed; your baseline is returned as the reusable one.".into());
-        return inconclusive(prior.clone(), limitations);
-    }
     let changed = differing(&current, prior);
-    if !changed.is_empty() {
-        if !prior.extraction_complete {
-            limitations.push("Your baseline came from an incomplete extraction, so the differences may not be changes of the page.".into());
-            return inconclusive(returned, limitations);
+    if !current.known_good() {
+        limitations.push(if current.extraction_complete {
+            "The current main text was cut at the character limit, so this observation can show neither that the page is unchanged nor that it changed.".to_string()
+        } else {
+            "The current observation is not a complete 2xx HTML extraction, so it can show neither that the page is unchanged nor that it changed.".to_string()
+        });
+        if !changed.is_empty() {
+            limitations.push(format!(
+                "Fingerprints that differ from your baseline (not claimed as changes): {}.",
+                changed.join(", ")
+            ));
         }
-        return Comparison {
-            status: "CHANGED",
-            changed,
-            baseline: Some(returned),
-            limitations,
+        // Never replace a known-good baseline with weaker evidence; a complete but
+        // truncated observation may replace a baseline that was no better.
+        let returned = if prior.known_good() || !current.extraction_complete {
+            limitations.push("Your baseline is returned unchanged as the reusable one.".into());
+            prior.clone()
+        } else {
+            current
         };
+        return inconclusive(returned, limitations);
     }
-    if current.known_good() && prior.known_good() {
+    if changed.is_empty() && prior.known_good() {
         return Comparison {
             status: "UNCHANGED",
             changed,
-            baseline: Some(returned),
+            baseline: Some(current),
             limitations,
         };
     }
-    limitations.push("The main text was cut at the character limit (now or in your baseline), so equal fingerprints cannot show that the whole page is unchanged.".into());
-    inconclusive(returned, limitations)
+    if !prior.extraction_complete {
+        limitations.push("Your baseline came from an incomplete extraction, so it cannot support a comparison; the current observation is returned as the reusable baseline.".into());
+        return inconclusive(current, limitations);
+    }
+    if changed.is_empty() {
+        limitations.push("Your baseline's main text was cut at the character limit, so equal fingerprints cannot show that the page is unchanged.".into());
+        return inconclusive(current, limitations);
+    }
+    Comparison {
+        status: "CHANGED",
+        changed,
+        baseline: Some(current),
+        limitations,
+    }
 }
 
 fn inconclusive(baseline: Baseline, limitations: Vec<String>) -> Comparison {

@@ -22,6 +22,20 @@ fn dom_smoothie_text(html: &str) -> String {
         .unwrap_or_default()
 }
 
+fn dom_smoothie_formatted(html: &str) -> String {
+    let config = dom_smoothie::Config {
+        text_mode: dom_smoothie::TextMode::Formatted,
+        ..Default::default()
+    };
+    let Ok(mut readability) = dom_smoothie::Readability::new(html, None, Some(config)) else {
+        return String::new();
+    };
+    readability
+        .parse()
+        .map(|article| article.text_content.to_string())
+        .unwrap_or_default()
+}
+
 fn rs_trafilatura_text(html: &str) -> String {
     rs_trafilatura::extract(html)
         .map(|r| r.content_text)
@@ -54,8 +68,9 @@ fn main() -> std::process::ExitCode {
         }
     }
     let total_bytes: usize = pages.iter().map(|(_, h)| h.len()).sum();
-    let candidates: [(&str, Extractor); 3] = [
+    let candidates: [(&str, Extractor); 4] = [
         ("dom_smoothie", dom_smoothie_text),
+        ("dom_smoothie_formatted", dom_smoothie_formatted),
         ("rs_trafilatura", rs_trafilatura_text),
         ("heuristic", heuristic::extract),
     ];
