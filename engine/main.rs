@@ -36,10 +36,11 @@ enum Command {
         check: bool,
     },
     /// Read a local HTML file (or - for stdin) with VM01's extractor and print the VM01 JSON.
-    /// Nothing is fetched.
+    /// Nothing is fetched. Several files print one compact JSON document per line.
     Extract {
-        /// The HTML file, or - for standard input.
-        file: PathBuf,
+        /// The HTML file(s), or - for standard input.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
         /// The page's URL: canonical links are made absolute against it.
         #[arg(long)]
         url: Option<String>,
@@ -76,16 +77,23 @@ fn main() -> ExitCode {
             command: LedgerCommand::Report { json },
         } => ledger_report(cli.config.as_deref(), json),
         Command::Extract {
-            file,
+            files,
             url,
             max_text_chars,
             content_type,
-        } => extract(
-            &file,
-            url.as_deref(),
-            max_text_chars,
-            content_type.as_deref(),
-        ),
+        } => {
+            let options = ExtractArgs {
+                url: url.as_deref(),
+                max_text_chars,
+                content_type: content_type.as_deref(),
+                pretty: files.len() == 1,
+            };
+            files
+                .iter()
+                .map(|file| extract(file, &options))
+                .find(|code| *code != ExitCode::SUCCESS)
+                .unwrap_or(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -187,12 +195,15 @@ fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn extract(
-    file: &Path,
-    url: Option<&str>,
+struct ExtractArgs<'a> {
+    url: Option<&'a str>,
     max_text_chars: Option<usize>,
-    content_type: Option<&str>,
-) -> ExitCode {
+    content_type: Option<&'a str>,
+    pretty: bool,
+}
+
+fn extract(file: &Path, args: &ExtractArgs<'_>) -> ExitCode {
+    let (url, max_text_chars, content_type) = (args.url, args.max_text_chars, args.content_type);
     let Some(machine) = factomat::renders::MANIFEST
         .machines
         .iter()
@@ -232,10 +243,12 @@ fn extract(
     let reading = factomat::page::read_local(requested, page_url, &bytes, content_type, limit);
     let body =
         factomat::machines::vm01::response(machine, &reading, &factomat::machines::vm01::now());
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&body).unwrap_or_default()
-    );
+    let text = if args.pretty {
+        serde_json::to_string_pretty(&body)
+    } else {
+        serde_json::to_string(&body)
+    };
+    println!("{}", text.unwrap_or_default());
     ExitCode::SUCCESS
 }
 

@@ -335,3 +335,106 @@ pub fn response(
         "limitations": limitations,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::{Basis, CharsetSource, Heading};
+    use crate::fetch::BodyEnd;
+
+    /// The worked example of docs/hashing.md, computed there with Python's json.dumps.
+    #[test]
+    fn the_documented_example_hashes_reproduce() {
+        let extracted = Extracted {
+            title: Some("Changelog".into()),
+            description: Some("Release\u{a0}notes. ".into()),
+            canonical: Some("https://example.com/changelog".into()),
+            outline: vec![
+                Heading {
+                    level: 1,
+                    text: "Changelog".into(),
+                },
+                Heading {
+                    level: 2,
+                    text: "v3.2".into(),
+                },
+            ],
+            text: "Changelog v3.2 Fixed a crash.".into(),
+            basis: Basis::Main,
+            characters: 29,
+            normalized_characters: 29,
+            truncated: false,
+            json_ld_types: vec!["WebPage".into()],
+            observations: Vec::new(),
+            charset: "UTF-8",
+            charset_source: CharsetSource::Header,
+            notes: Vec::new(),
+        };
+        let reading = PageReading {
+            requested_url: "https://example.com/changelog".into(),
+            final_url: Some("https://example.com/changelog".into()),
+            http_status: Some(200),
+            content_type: Some("text/html;charset=UTF-8".into()),
+            redirect_count: 0,
+            requests_sent: 1,
+            headers: Default::default(),
+            source_bytes_read: 1000,
+            body_end: Some(BodyEnd::Complete),
+            extracted: Some(extracted),
+            observations: Vec::new(),
+            status: Status::Ok,
+            limitations: Vec::new(),
+            notes: Vec::new(),
+        };
+        let baseline = current_baseline(&reading).expect("baseline");
+        let hash = |name: &str| {
+            baseline.components[name]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(
+            hash("final_url"),
+            "c4adba4e64d555b5b2c80ffe3319cdd9b91d7537c4ef277d1c2bb50963442fb4"
+        );
+        assert_eq!(
+            hash("http"),
+            "311d9c49d5ae25c2a778b4241778a131d5dfc55e247f7081f6286f87b6abb243"
+        );
+        assert_eq!(
+            hash("metadata"),
+            "196ac13f46c24dc24452597a0b6ed002157597a8c1f7221c22dd217597b4df2d"
+        );
+        assert_eq!(
+            hash("outline"),
+            "463004cb43bb7c313d6deb50372277c48354bc8d5a771abe2700a2b533a70136"
+        );
+        assert_eq!(
+            hash("content"),
+            "3b7ebe643689ca9242371091c87f129aebd16f6360304cba52590083504916b8"
+        );
+        assert_eq!(
+            hash("structured_data"),
+            "8d4d10afe6b747b737cc984e816bf4d2d34cc2a848ca278f0ff99f4956c03784"
+        );
+        let machine = crate::renders::MANIFEST
+            .machines
+            .iter()
+            .find(|m| m.machine == "VM07")
+            .expect("VM07");
+        assert_eq!(
+            baseline.to_json(machine)["page_sha256"],
+            "5bd7b51f5950d95e5ee9ce4edf09c8519fbc127ed4fe7b31773eeea975b467ff"
+        );
+        assert!(baseline.known_good());
+    }
+
+    #[test]
+    fn content_types_normalize() {
+        assert_eq!(
+            normalize_content_type("Text/HTML; Charset=\"UTF-8\"; boundary=x"),
+            "text/html; charset=utf-8"
+        );
+        assert_eq!(normalize_content_type("application/pdf"), "application/pdf");
+    }
+}
