@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use crate::evm;
@@ -116,6 +116,24 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         false,
         "x402 discovery provider base URL (/discovery/merchant, /discovery/search).",
     ),
+    (
+        "unsafe_test_connect_to",
+        "FACTOMAT_UNSAFE_TEST_CONNECT_TO",
+        false,
+        "TESTS ONLY: host=127.0.0.1:PORT,... connects a page host to a loopback socket; turns system DNS off.",
+    ),
+    (
+        "unsafe_test_ca",
+        "FACTOMAT_UNSAFE_TEST_CA",
+        false,
+        "TESTS ONLY: PEM file of an extra CA the page fetcher trusts.",
+    ),
+    (
+        "unsafe_test_dns",
+        "FACTOMAT_UNSAFE_TEST_DNS",
+        false,
+        "TESTS ONLY: host=IP,... fixed DNS answers (still vetted as public); turns system DNS off.",
+    ),
 ];
 
 /// A value that must never be printed: Debug and Display show only that it is set.
@@ -162,6 +180,41 @@ pub struct Config {
     pub dexscreener_url: Option<url::Url>,
     pub lido_api_url: Option<url::Url>,
     pub discovery_url: Option<url::Url>,
+    /// TESTS ONLY: page hosts connected to a loopback socket instead of resolving them.
+    pub unsafe_test_connect_to: Vec<(String, SocketAddr)>,
+    /// TESTS ONLY: an extra CA (DER certificates) the page fetcher trusts.
+    pub unsafe_test_ca: Option<TestCa>,
+    /// TESTS ONLY: fixed DNS answers that replace the system resolver (still vetted).
+    pub unsafe_test_dns: Vec<(String, IpAddr)>,
+}
+
+/// A test CA read from a PEM file at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestCa {
+    pub path: PathBuf,
+    pub certificates_der: Vec<Vec<u8>>,
+}
+
+impl Config {
+    /// Whether any test-only network seam is switched on.
+    pub fn unsafe_test_seams_active(&self) -> bool {
+        !self.unsafe_test_connect_to.is_empty()
+            || self.unsafe_test_ca.is_some()
+            || !self.unsafe_test_dns.is_empty()
+    }
+
+    /// Logs every active test-only seam loudly; called once at start-up.
+    pub fn warn_about_unsafe_test_seams(&self) {
+        for (host, socket) in &self.unsafe_test_connect_to {
+            tracing::warn!(%host, %socket, "UNSAFE TEST SEAM ACTIVE: FACTOMAT_UNSAFE_TEST_CONNECT_TO sends this page host to a loopback socket; system DNS is off; never use in production");
+        }
+        if let Some(ca) = &self.unsafe_test_ca {
+            tracing::warn!(path = %ca.path.display(), "UNSAFE TEST SEAM ACTIVE: FACTOMAT_UNSAFE_TEST_CA makes the page fetcher trust an extra CA; never use in production");
+        }
+        for (host, ip) in &self.unsafe_test_dns {
+            tracing::warn!(%host, %ip, "UNSAFE TEST SEAM ACTIVE: FACTOMAT_UNSAFE_TEST_DNS answers DNS for this host; system DNS is off; never use in production");
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -302,6 +355,52 @@ impl RawLayer {
         }
     }
 
+    /// A `host=VALUE,host=VALUE` list of a test seam. Host names are lowercased.
+    fn host_pairs<T>(
+        &self,
+        key: &'static str,
+        parse: fn(&str) -> Result<T, String>,
+    ) -> Result<Vec<(String, T)>, ConfigError> {
+        let Some((value, _)) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        let mut pairs = Vec::new();
+        for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (host, target) = item
+                .split_once('=')
+                .ok_or_else(|| self.error(key, format!("{item:?} is not host=VALUE")))?;
+            let host = host.trim().to_ascii_lowercase();
+            if host.is_empty() {
+                return Err(self.error(key, format!("{item:?} has no host")));
+            }
+            let target = parse(target.trim()).map_err(|m| self.error(key, m))?;
+            pairs.push((host, target));
+        }
+        Ok(pairs)
+    }
+
+    fn test_ca(&self) -> Result<Option<TestCa>, ConfigError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let Some((value, _)) = self.get("unsafe_test_ca") else {
+            return Ok(None);
+        };
+        let path = PathBuf::from(value);
+        let certificates: Result<Vec<CertificateDer<'static>>, _> =
+            CertificateDer::pem_file_iter(&path)
+                .map_err(|e| self.error("unsafe_test_ca", format!("{value}: {e}")))?
+                .collect();
+        let certificates =
+            certificates.map_err(|e| self.error("unsafe_test_ca", format!("{value}: {e}")))?;
+        if certificates.is_empty() {
+            return Err(self.error("unsafe_test_ca", format!("{value}: no certificate")));
+        }
+        Ok(Some(TestCa {
+            path,
+            certificates_der: certificates.iter().map(|c| c.to_vec()).collect(),
+        }))
+    }
+
     fn check(self) -> Result<Config, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -384,6 +483,10 @@ impl RawLayer {
             dexscreener_url: self.service_url("dexscreener_url")?,
             lido_api_url: self.service_url("lido_api_url")?,
             discovery_url: self.service_url("discovery_url")?,
+            unsafe_test_connect_to: self
+                .host_pairs("unsafe_test_connect_to", parse_loopback_socket)?,
+            unsafe_test_ca: self.test_ca()?,
+            unsafe_test_dns: self.host_pairs("unsafe_test_dns", parse_ip)?,
         })
     }
 }
@@ -401,6 +504,23 @@ fn check_base_url(value: &str) -> Result<String, String> {
         return Err(format!("{value:?} must not have a query or fragment"));
     }
     Ok(url.as_str().trim_end_matches('/').to_string())
+}
+
+/// The connect-to seam may only point at loopback: it exists for tests on this machine.
+fn parse_loopback_socket(value: &str) -> Result<SocketAddr, String> {
+    let socket: SocketAddr = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a socket address such as 127.0.0.1:8443"))?;
+    if !socket.ip().is_loopback() {
+        return Err(format!("{value:?} is not a loopback address"));
+    }
+    Ok(socket)
+}
+
+fn parse_ip(value: &str) -> Result<IpAddr, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{value:?} is not an IP address"))
 }
 
 fn check_service_url(value: &str) -> Result<url::Url, String> {
@@ -492,7 +612,17 @@ mod tests {
     fn every_key_is_read_from_the_file_and_from_the_environment() {
         let dir = std::env::temp_dir().join(format!("factomat-config-all-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
+        let ca = dir.join("ca.pem");
+        let ca_pem = rcgen::generate_simple_self_signed(vec!["ca.example.com".to_string()])
+            .expect("certificate")
+            .cert
+            .pem();
+        std::fs::write(&ca, ca_pem).expect("write");
+        let ca_path = ca.display().to_string();
         let values = |key: &str| match key {
+            "unsafe_test_connect_to" => "news.example.com=127.0.0.1:8443",
+            "unsafe_test_ca" => ca_path.as_str(),
+            "unsafe_test_dns" => "rebind.example.com=127.0.0.1",
             "listen" => "127.0.0.1:9001",
             "base_url" => "https://api.example.com",
             "pay_to" => "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
@@ -525,7 +655,35 @@ mod tests {
                 config.facilitator_authorization.is_some() && config.rpc_url_eip155_1.is_some()
             );
             assert_eq!(config.log_level, "debug");
+            assert_eq!(config.unsafe_test_connect_to.len(), 1);
+            assert_eq!(config.unsafe_test_dns.len(), 1);
+            assert!(config.unsafe_test_ca.is_some() && config.unsafe_test_seams_active());
         }
+    }
+
+    #[test]
+    fn test_seams_are_off_by_default_and_connect_to_only_reaches_loopback() {
+        let config = Config::load(None, env(&[])).expect("defaults");
+        assert!(!config.unsafe_test_seams_active());
+        let err = Config::from_env(env(&[(
+            "FACTOMAT_UNSAFE_TEST_CONNECT_TO",
+            "news.example.com=10.0.0.1:443",
+        )]))
+        .unwrap_err();
+        assert_eq!(err.key, "unsafe_test_connect_to");
+        let err =
+            Config::from_env(env(&[("FACTOMAT_UNSAFE_TEST_DNS", "a.example.com")])).unwrap_err();
+        assert_eq!(err.key, "unsafe_test_dns");
+        let err = Config::from_env(env(&[("FACTOMAT_UNSAFE_TEST_CA", "/nonexistent/ca.pem")]))
+            .unwrap_err();
+        assert_eq!(err.key, "unsafe_test_ca");
+        let config = Config::from_env(env(&[(
+            "FACTOMAT_UNSAFE_TEST_CONNECT_TO",
+            "News.Example.com=127.0.0.1:8443, docs.example.com=[::1]:9443",
+        )]))
+        .expect("valid");
+        assert_eq!(config.unsafe_test_connect_to[0].0, "news.example.com");
+        assert_eq!(config.unsafe_test_connect_to[1].1.port(), 9443);
     }
 
     #[test]

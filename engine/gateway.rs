@@ -64,6 +64,18 @@ impl Gateway {
         self.client.execute(request).await
     }
 
+    /// Sends a request on a client built for one request by a caller that must control the
+    /// connection (the page fetcher pins each hop to its vetted addresses). Counted like
+    /// [`Gateway::send`], before any I/O, so every outbound request stays visible.
+    pub async fn send_on(
+        &self,
+        client: &reqwest::Client,
+        request: reqwest::Request,
+    ) -> reqwest::Result<reqwest::Response> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        client.execute(request).await
+    }
+
     /// Starts building a request; it goes out only through [`Gateway::send`].
     pub fn request(&self, method: reqwest::Method, url: reqwest::Url) -> reqwest::RequestBuilder {
         self.client.request(method, url)

@@ -35,6 +35,22 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Read a local HTML file (or - for stdin) with VM01's extractor and print the VM01 JSON.
+    /// Nothing is fetched. Several files print one compact JSON document per line.
+    Extract {
+        /// The HTML file(s), or - for standard input.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The page's URL: canonical links are made absolute against it.
+        #[arg(long)]
+        url: Option<String>,
+        /// Main-text character limit (default: VM01's max_text_chars; 0 = unlimited).
+        #[arg(long)]
+        max_text_chars: Option<usize>,
+        /// The Content-Type to assume (its charset parameter is used for decoding).
+        #[arg(long)]
+        content_type: Option<String>,
+    },
     /// Settlement ledger tools.
     Ledger {
         #[command(subcommand)]
@@ -60,6 +76,24 @@ fn main() -> ExitCode {
         Command::Ledger {
             command: LedgerCommand::Report { json },
         } => ledger_report(cli.config.as_deref(), json),
+        Command::Extract {
+            files,
+            url,
+            max_text_chars,
+            content_type,
+        } => {
+            let options = ExtractArgs {
+                url: url.as_deref(),
+                max_text_chars,
+                content_type: content_type.as_deref(),
+                pretty: files.len() == 1,
+            };
+            files
+                .iter()
+                .map(|file| extract(file, &options))
+                .find(|code| *code != ExitCode::SUCCESS)
+                .unwrap_or(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -158,6 +192,63 @@ fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
     } else {
         print!("{}", factomat::report::render_text(&report));
     }
+    ExitCode::SUCCESS
+}
+
+struct ExtractArgs<'a> {
+    url: Option<&'a str>,
+    max_text_chars: Option<usize>,
+    content_type: Option<&'a str>,
+    pretty: bool,
+}
+
+fn extract(file: &Path, args: &ExtractArgs<'_>) -> ExitCode {
+    let (url, max_text_chars, content_type) = (args.url, args.max_text_chars, args.content_type);
+    let Some(machine) = factomat::renders::MANIFEST
+        .machines
+        .iter()
+        .find(|m| m.machine == "VM01")
+    else {
+        eprintln!("factomat: the manifest has no VM01");
+        return ExitCode::FAILURE;
+    };
+    let bytes = if file.as_os_str() == "-" {
+        let mut buffer = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buffer).map(|_| buffer)
+    } else {
+        std::fs::read(file)
+    };
+    let bytes = match bytes {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            eprintln!("factomat: {}: {error}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let page_url = match url.map(url::Url::parse).transpose() {
+        Ok(page_url) => page_url,
+        Err(error) => {
+            eprintln!("factomat: --url: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let limit = match max_text_chars {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => machine
+            .limit("max_text_chars")
+            .and_then(|n| usize::try_from(n).ok()),
+    };
+    let requested = url.map_or_else(|| file.display().to_string(), str::to_string);
+    let reading = factomat::page::read_local(requested, page_url, &bytes, content_type, limit);
+    let body =
+        factomat::machines::vm01::response(machine, &reading, &factomat::machines::vm01::now());
+    let text = if args.pretty {
+        serde_json::to_string_pretty(&body)
+    } else {
+        serde_json::to_string(&body)
+    };
+    println!("{}", text.unwrap_or_default());
     ExitCode::SUCCESS
 }
 

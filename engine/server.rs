@@ -101,6 +101,7 @@ impl RunningServer {
 
 /// Binds the configured address and serves until stopped.
 pub async fn start(config: Config) -> Result<RunningServer, StartError> {
+    config.warn_about_unsafe_test_seams();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {

@@ -1,11 +1,14 @@
-//! VM01 URL context.
+//! VM01 URL context: one bounded fetch of one public HTTPS page, read into structured JSON
+//! (docs/fetch-policy.md, docs/extraction.md).
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
 use crate::config::Config;
+use crate::fetch::{FetchLimits, Fetcher};
 use crate::manifest::Machine;
+use crate::page::{self, PageReading};
 use crate::request_checks as rc;
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
@@ -13,14 +16,137 @@ pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
-    super::not_implemented(machine)
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    fetch_ready(machine, config)
+}
+
+/// Shared by VM01 and VM07: the manifest declares the fetch limits and the TLS setup works.
+pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    let gateway = crate::gateway::Gateway::new()
+        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
+    FetchLimits::from_machine(machine)
+        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e))?;
+    text_limit(machine).map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
+    Fetcher::new(gateway, config)
+        .map(|_| ())
+        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))
+}
+
+/// The manifest's `max_text_chars`.
+pub fn text_limit(machine: &Machine) -> Result<usize, WorkError> {
+    machine
+        .limit("max_text_chars")
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            WorkError::Internal(format!("{} has no limit max_text_chars", machine.machine))
+        })
+}
+
+/// Fetches and reads the caller's page with this machine's limits.
+pub async fn read_requested_page(
+    context: &WorkContext,
+    machine: &Machine,
+    request: &Value,
+) -> Result<PageReading, WorkError> {
+    let url = rc::public_url(request, "/url")
+        .map_err(|e| {
+            WorkError::Internal(format!("request passed checks but its URL did not: {e:?}"))
+        })?
+        .ok_or_else(|| WorkError::Internal("request has no url".into()))?;
+    let limits = FetchLimits::from_machine(machine).map_err(WorkError::Internal)?;
+    let fetcher = Fetcher::new(context.gateway.clone(), &context.config)
+        .map_err(|e| WorkError::Internal(e.to_string()))?;
+    Ok(page::read(&fetcher, url, limits, text_limit(machine)?).await)
 }
 
 pub async fn observe(
-    _context: &WorkContext,
+    context: &WorkContext,
     machine: &Machine,
-    _request: &Value,
+    request: &Value,
 ) -> Result<Value, WorkError> {
-    Err(WorkError::NotImplemented(machine.machine.clone()))
+    let reading = read_requested_page(context, machine, request).await?;
+    Ok(response(machine, &reading, &now()))
+}
+
+/// The current time as the spec's ISO-8601 timestamp (UTC, seconds).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The VM01 response of a reading.
+pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> Value {
+    let (text, basis, truncated) = reading.text();
+    let characters = text.chars().count();
+    let extracted = reading.extracted.as_ref();
+    let metadata = json!({
+        "title": extracted.and_then(|e| e.title.clone()),
+        "description": extracted.and_then(|e| e.description.clone()),
+        "canonical": extracted.and_then(|e| e.canonical.clone()),
+    });
+    let outline: Vec<Value> = extracted
+        .map(|e| {
+            e.outline
+                .iter()
+                .map(|h| json!({"level": h.level, "text": h.text}))
+                .collect()
+        })
+        .unwrap_or_default();
+    let observations: Vec<Value> = reading
+        .observations
+        .iter()
+        .map(|o| json!({"source": o.source, "name": o.name, "value": o.value}))
+        .collect();
+    let mut body = json!({
+        "status": reading.status.as_str(),
+        "methodology_version": machine.methodology_version,
+        "checked_at": checked_at,
+        "requested_url": reading.requested_url,
+        "final_url": reading.final_url,
+        "http": http_object(reading),
+        "metadata": metadata,
+        "outline": outline,
+        "content": {
+            "text": text,
+            "extraction_basis": basis.as_str(),
+            "characters": characters,
+            "approx_tokens": characters.div_ceil(4),
+            "token_estimate_method": "ceil(characters/4)",
+            "truncated": truncated,
+        },
+        "structured_data": {"json_ld_types": extracted.map(|e| e.json_ld_types.clone()).unwrap_or_default()},
+        "freshness": {"observations": observations},
+        "size": {
+            "source_bytes_read": reading.source_bytes_read,
+            "output_json_bytes": 0,
+            "normalized_content_characters": extracted.map_or(0, |e| e.normalized_characters),
+        },
+        "evidence": {
+            "final_response_headers": reading.headers,
+            "notes": reading.notes,
+        },
+        "limitations": reading.limitations,
+    });
+    set_output_size(&mut body);
+    body
+}
+
+/// The `http` object shared with VM07.
+pub fn http_object(reading: &PageReading) -> Value {
+    json!({
+        "status": reading.http_status,
+        "content_type": reading.content_type,
+        "redirect_count": reading.redirect_count,
+    })
+}
+
+/// `size.output_json_bytes` = the length of this response's compact JSON, the number itself
+/// included (iterated until the digit count is stable).
+fn set_output_size(body: &mut Value) {
+    for _ in 0..4 {
+        let length = serde_json::to_vec(body).map_or(0, |b| b.len());
+        if body["size"]["output_json_bytes"] == json!(length) {
+            return;
+        }
+        body["size"]["output_json_bytes"] = json!(length);
+    }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod devstack;
+pub mod https;
 pub mod onchain;
 
 use std::path::PathBuf;

@@ -1,0 +1,700 @@
+//! The one page extractor (VM01, VM07 and `factomat extract`). Rules: docs/extraction.md.
+//!
+//! * Bytes are decoded with the charset from the BOM, else the Content-Type header, else the
+//!   `<meta>` declaration in the first 1024 bytes, else UTF-8.
+//! * The document is parsed once with kuchikiki (html5ever) for metadata, outline, JSON-LD and
+//!   dates; the main text comes from dom_smoothie (a Readability.js port), the method that
+//!   scored best on the development corpus (docs/extraction-comparison.md).
+//! * All text is whitespace-normalized (every Unicode whitespace run, NBSP included, becomes
+//!   one space) and bounded.
+
+use std::collections::{BTreeSet, HashSet};
+
+use kuchikiki::NodeRef;
+use kuchikiki::traits::TendrilSink;
+use serde_json::Value;
+use url::Url;
+
+/// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
+const META_PRESCAN_BYTES: usize = 1024;
+/// Bounds of metadata strings, headings and lists, in characters / items.
+const MAX_META_CHARS: usize = 1000;
+const MAX_HEADING_CHARS: usize = 300;
+const MAX_HEADINGS: usize = 200;
+const MAX_TYPES: usize = 100;
+const MAX_TYPE_CHARS: usize = 200;
+const MAX_DATE_CHARS: usize = 100;
+const MAX_JSON_LD_DEPTH: usize = 32;
+/// Share of the main text's word trigrams that must lie inside a container for the text to
+/// count as taken from it.
+const CONTAINMENT: f64 = 0.9;
+
+/// Where the main text came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    Main,
+    Article,
+    BodyHeuristic,
+    None,
+}
+
+impl Basis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::Main => "main",
+            Basis::Article => "article",
+            Basis::BodyHeuristic => "body-heuristic",
+            Basis::None => "none",
+        }
+    }
+}
+
+/// Where the charset came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CharsetSource {
+    Bom,
+    Header,
+    Meta,
+    Default,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heading {
+    pub level: u8,
+    pub text: String,
+}
+
+/// One observed date or date-like fact; never a judgement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observation {
+    /// `http_header`, `html_meta` or `json_ld`.
+    pub source: &'static str,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ExtractOptions {
+    /// The page URL (canonical links are resolved against it); None offline.
+    pub page_url: Option<Url>,
+    /// Character limit of the main text; None = unlimited.
+    pub max_text_chars: Option<usize>,
+}
+
+/// Everything read from one HTML document.
+#[derive(Debug, Clone)]
+pub struct Extracted {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub canonical: Option<String>,
+    pub outline: Vec<Heading>,
+    /// Normalized main text, cut at `max_text_chars`.
+    pub text: String,
+    pub basis: Basis,
+    /// Characters in `text`.
+    pub characters: usize,
+    /// Characters of the normalized main text before the cut.
+    pub normalized_characters: usize,
+    pub truncated: bool,
+    /// Sorted, unique `@type` values of every JSON-LD block.
+    pub json_ld_types: Vec<String>,
+    pub observations: Vec<Observation>,
+    pub charset: &'static str,
+    pub charset_source: CharsetSource,
+    /// Facts about the extraction a reader may need (decoding, malformed JSON-LD, caps).
+    pub notes: Vec<String>,
+}
+
+/// Collapses every run of Unicode whitespace (NBSP included) to one space and trims.
+pub fn normalize_whitespace(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split(char::is_whitespace).filter(|w| !w.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// The first `max` characters of `text` (a char boundary) and whether it was cut.
+pub fn truncate_chars(text: &str, max: usize) -> (&str, bool) {
+    match text.char_indices().nth(max) {
+        Some((index, _)) => (&text[..index], true),
+        None => (text, false),
+    }
+}
+
+fn bounded(text: &str, max: usize) -> String {
+    truncate_chars(text, max).0.to_string()
+}
+
+/// Whether a Content-Type names HTML (or is missing and the body looks like markup).
+pub fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
+    match content_type.and_then(|c| c.parse::<mime::Mime>().ok()) {
+        Some(m) => {
+            (m.type_() == mime::TEXT && m.subtype() == mime::HTML)
+                || m.essence_str() == "application/xhtml+xml"
+        }
+        None => {
+            let head = String::from_utf8_lossy(&body[..body.len().min(512)]).to_ascii_lowercase();
+            let head = head.trim_start_matches('\u{feff}').trim_start();
+            head.starts_with("<!doctype html")
+                || head.starts_with("<html")
+                || head.contains("<head")
+        }
+    }
+}
+
+/// Decodes HTML bytes; returns the text, the encoding name and where it came from.
+pub fn decode(
+    bytes: &[u8],
+    content_type: Option<&str>,
+) -> (String, &'static str, CharsetSource, Vec<String>) {
+    let (encoding, source) = detect_charset(bytes, content_type);
+    let (text, _, had_errors) = encoding.decode(bytes);
+    let mut notes = Vec::new();
+    if source != CharsetSource::Default || encoding != encoding_rs::UTF_8 {
+        notes.push(format!(
+            "Decoded as {} (charset from {}).",
+            encoding.name(),
+            match source {
+                CharsetSource::Bom => "the byte-order mark",
+                CharsetSource::Header => "the Content-Type header",
+                CharsetSource::Meta => "the meta tag",
+                CharsetSource::Default => "the default",
+            }
+        ));
+    }
+    if had_errors {
+        notes.push(format!(
+            "Some bytes are not valid {} and were replaced with U+FFFD.",
+            encoding.name()
+        ));
+    }
+    (text.into_owned(), encoding.name(), source, notes)
+}
+
+fn detect_charset(
+    bytes: &[u8],
+    content_type: Option<&str>,
+) -> (&'static encoding_rs::Encoding, CharsetSource) {
+    if let Some((encoding, _)) = encoding_rs::Encoding::for_bom(bytes) {
+        return (encoding, CharsetSource::Bom);
+    }
+    let from_header = content_type
+        .and_then(|c| c.parse::<mime::Mime>().ok())
+        .and_then(|m| m.get_param(mime::CHARSET).map(|c| c.as_str().to_string()))
+        .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()));
+    if let Some(encoding) = from_header {
+        return (html_charset(encoding), CharsetSource::Header);
+    }
+    if let Some(encoding) = meta_charset(&bytes[..bytes.len().min(META_PRESCAN_BYTES)]) {
+        return (html_charset(encoding), CharsetSource::Meta);
+    }
+    (encoding_rs::UTF_8, CharsetSource::Default)
+}
+
+/// HTML's rule: a declared UTF-16 in a byte stream without BOM means UTF-8, and
+/// x-user-defined means windows-1252.
+fn html_charset(encoding: &'static encoding_rs::Encoding) -> &'static encoding_rs::Encoding {
+    if encoding == encoding_rs::UTF_16LE || encoding == encoding_rs::UTF_16BE {
+        encoding_rs::UTF_8
+    } else if encoding == encoding_rs::X_USER_DEFINED {
+        encoding_rs::WINDOWS_1252
+    } else {
+        encoding
+    }
+}
+
+/// The charset a `<meta>` in the prefix declares. The prefix is decoded as windows-1252
+/// (ASCII-compatible, never fails) and parsed with the real HTML parser.
+fn meta_charset(prefix: &[u8]) -> Option<&'static encoding_rs::Encoding> {
+    let (text, _, _) = encoding_rs::WINDOWS_1252.decode(prefix);
+    let document = kuchikiki::parse_html().one(text.as_ref()).document_node;
+    for meta in document.select("meta").ok()? {
+        let attributes = meta.attributes.borrow();
+        if let Some(label) = attributes.get("charset") {
+            if let Some(encoding) = encoding_rs::Encoding::for_label(label.trim().as_bytes()) {
+                return Some(encoding);
+            }
+            continue;
+        }
+        let is_content_type = attributes
+            .get("http-equiv")
+            .is_some_and(|h| h.trim().eq_ignore_ascii_case("content-type"));
+        if is_content_type
+            && let Some(content) = attributes.get("content")
+            && let Ok(declared) = content.parse::<mime::Mime>()
+            && let Some(label) = declared.get_param(mime::CHARSET)
+            && let Some(encoding) = encoding_rs::Encoding::for_label(label.as_str().as_bytes())
+        {
+            return Some(encoding);
+        }
+    }
+    None
+}
+
+/// Extracts everything from raw bytes (decoding first).
+pub fn extract_bytes(
+    bytes: &[u8],
+    content_type: Option<&str>,
+    options: &ExtractOptions,
+) -> Extracted {
+    let (html, charset, charset_source, notes) = decode(bytes, content_type);
+    let mut extracted = extract_html(&html, options);
+    extracted.charset = charset;
+    extracted.charset_source = charset_source;
+    let mut all_notes = notes;
+    all_notes.append(&mut extracted.notes);
+    extracted.notes = all_notes;
+    extracted
+}
+
+/// Extracts everything from decoded HTML.
+pub fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
+    let document = kuchikiki::parse_html().one(html).document_node;
+    let mut notes = Vec::new();
+    let base = document_base(&document, options.page_url.as_ref());
+    let (json_ld_types, json_ld_dates) = json_ld(&document, &mut notes);
+    let mut observations = meta_dates(&document);
+    observations.extend(json_ld_dates);
+    let outline = outline(&document, &mut notes);
+    let (full_text, basis) = main_text(html, &document, options.page_url.as_ref());
+    let normalized_characters = full_text.chars().count();
+    let (text, truncated) = match options.max_text_chars {
+        Some(max) => truncate_chars(&full_text, max),
+        None => (full_text.as_str(), false),
+    };
+    let text = text.to_string();
+    Extracted {
+        title: title(&document),
+        description: description(&document),
+        canonical: canonical(&document, base.as_ref(), &mut notes),
+        outline,
+        characters: text.chars().count(),
+        text,
+        basis,
+        normalized_characters,
+        truncated,
+        json_ld_types,
+        observations,
+        charset: "UTF-8",
+        charset_source: CharsetSource::Default,
+        notes,
+    }
+}
+
+fn text_of(node: &NodeRef) -> String {
+    normalize_whitespace(&node.text_contents())
+}
+
+fn non_empty(text: String, max: usize) -> Option<String> {
+    (!text.is_empty()).then(|| bounded(&text, max))
+}
+
+/// The content of the first `<meta>` whose `attribute` equals one of `names`, in that order.
+fn meta_content(document: &NodeRef, attribute: &str, names: &[&str]) -> Option<String> {
+    let metas: Vec<_> = document.select("meta").ok()?.collect();
+    for name in names {
+        for meta in &metas {
+            let attributes = meta.attributes.borrow();
+            let matches = attributes
+                .get(attribute)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case(name));
+            if matches
+                && let Some(content) = attributes.get("content")
+                && let Some(text) = non_empty(normalize_whitespace(content), MAX_META_CHARS)
+            {
+                return Some(text);
+            }
+        }
+    }
+    None
+}
+
+/// `<title>`, else og:title / twitter:title, else the first `<h1>`.
+fn title(document: &NodeRef) -> Option<String> {
+    document
+        .select_first("title")
+        .ok()
+        .and_then(|t| non_empty(text_of(t.as_node()), MAX_META_CHARS))
+        .or_else(|| meta_content(document, "property", &["og:title"]))
+        .or_else(|| meta_content(document, "name", &["twitter:title"]))
+        .or_else(|| {
+            document
+                .select_first("h1")
+                .ok()
+                .and_then(|h| non_empty(text_of(h.as_node()), MAX_META_CHARS))
+        })
+}
+
+/// meta description, else og:description, else twitter:description.
+fn description(document: &NodeRef) -> Option<String> {
+    meta_content(document, "name", &["description"])
+        .or_else(|| meta_content(document, "property", &["og:description"]))
+        .or_else(|| meta_content(document, "name", &["twitter:description"]))
+}
+
+/// The base URL links resolve against: `<base href>` (resolved against the page), else the page.
+fn document_base(document: &NodeRef, page: Option<&Url>) -> Option<Url> {
+    let href = document
+        .select_first("base[href]")
+        .ok()
+        .and_then(|b| b.attributes.borrow().get("href").map(str::to_string));
+    match (href, page) {
+        (Some(href), Some(page)) => page.join(href.trim()).ok().or_else(|| Some(page.clone())),
+        (Some(href), None) => Url::parse(href.trim()).ok(),
+        (None, page) => page.cloned(),
+    }
+}
+
+/// `<link rel=canonical>` made absolute; only http(s) results are kept.
+fn canonical(document: &NodeRef, base: Option<&Url>, notes: &mut Vec<String>) -> Option<String> {
+    let links = document.select("link[rel][href]").ok()?;
+    for link in links {
+        let attributes = link.attributes.borrow();
+        let is_canonical = attributes.get("rel").is_some_and(|rel| {
+            rel.split_ascii_whitespace()
+                .any(|r| r.eq_ignore_ascii_case("canonical"))
+        });
+        if !is_canonical {
+            continue;
+        }
+        let href = attributes.get("href").unwrap_or_default().trim();
+        let absolute = match base {
+            Some(base) => base.join(href).ok(),
+            None => Url::parse(href).ok(),
+        };
+        match absolute {
+            Some(url) if matches!(url.scheme(), "http" | "https") && url.as_str().len() <= 2048 => {
+                return Some(url.to_string());
+            }
+            _ => {
+                notes.push("The canonical link could not be made an absolute http(s) URL; canonical is null.".into());
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// h1–h6 in document order outside page chrome, text normalized, empty headings skipped,
+/// bounded.
+fn outline(document: &NodeRef, notes: &mut Vec<String>) -> Vec<Heading> {
+    let Ok(headings) = document.select("h1, h2, h3, h4, h5, h6") else {
+        return Vec::new();
+    };
+    let mut outline = Vec::new();
+    let mut total = 0usize;
+    for heading in headings {
+        if in_page_chrome(heading.as_node()) {
+            continue;
+        }
+        let text = text_of(heading.as_node());
+        if text.is_empty() {
+            continue;
+        }
+        total += 1;
+        if outline.len() == MAX_HEADINGS {
+            continue;
+        }
+        let level = heading.name.local.as_bytes()[1] - b'0';
+        outline.push(Heading {
+            level,
+            text: bounded(&text, MAX_HEADING_CHARS),
+        });
+    }
+    if total > MAX_HEADINGS {
+        notes.push(format!(
+            "The outline lists the first {MAX_HEADINGS} of {total} headings."
+        ));
+    }
+    outline
+}
+
+/// Whether a node sits in navigation, sidebars, footers, dialogs or hidden subtrees, whose
+/// headings are page chrome rather than the document's outline.
+fn in_page_chrome(node: &NodeRef) -> bool {
+    node.ancestors().any(|ancestor| {
+        let Some(element) = ancestor.as_element() else {
+            return false;
+        };
+        if matches!(
+            element.name.local.as_ref(),
+            "nav" | "aside" | "footer" | "menu" | "dialog" | "template"
+        ) {
+            return true;
+        }
+        let attributes = element.attributes.borrow();
+        attributes.contains("hidden")
+            || attributes.get("aria-hidden") == Some("true")
+            || attributes.get("role").is_some_and(|r| {
+                matches!(
+                    r.trim(),
+                    "navigation" | "complementary" | "contentinfo" | "dialog"
+                )
+            })
+    })
+}
+
+/// article:published_time and article:modified_time as observed.
+fn meta_dates(document: &NodeRef) -> Vec<Observation> {
+    let mut observations = Vec::new();
+    for name in ["article:published_time", "article:modified_time"] {
+        if let Some(value) = meta_content(document, "property", &[name]) {
+            observations.push(Observation {
+                source: "html_meta",
+                name: name.to_string(),
+                value: bounded(&value, MAX_DATE_CHARS),
+            });
+        }
+    }
+    observations
+}
+
+/// `@type` values of every ld+json block (at any depth, `@graph` and arrays included) and the
+/// datePublished / dateModified of top-level and `@graph` entities. Malformed blocks are
+/// noted and skipped.
+fn json_ld(document: &NodeRef, notes: &mut Vec<String>) -> (Vec<String>, Vec<Observation>) {
+    let mut types = BTreeSet::new();
+    let mut dates = Vec::new();
+    let Ok(scripts) = document.select("script[type]") else {
+        return (Vec::new(), dates);
+    };
+    let mut index = 0;
+    for script in scripts {
+        let is_ld = script
+            .attributes
+            .borrow()
+            .get("type")
+            .and_then(|t| t.split(';').next())
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/ld+json"));
+        if !is_ld {
+            continue;
+        }
+        index += 1;
+        let raw = script.as_node().text_contents();
+        let Some(values) = parse_json_ld(&raw) else {
+            notes.push(format!(
+                "JSON-LD block {index} is not valid JSON and was skipped."
+            ));
+            continue;
+        };
+        for value in &values {
+            collect_types(value, &mut types, 0);
+            for entity in top_entities(value) {
+                for name in ["datePublished", "dateModified"] {
+                    if let Some(date) = entity.get(name).and_then(Value::as_str) {
+                        dates.push(Observation {
+                            source: "json_ld",
+                            name: name.to_string(),
+                            value: bounded(date.trim(), MAX_DATE_CHARS),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if types.len() > MAX_TYPES {
+        notes.push(format!(
+            "json_ld_types lists the first {MAX_TYPES} of {} types.",
+            types.len()
+        ));
+    }
+    dedupe(&mut dates);
+    (types.into_iter().take(MAX_TYPES).collect(), dates)
+}
+
+/// A block's JSON values, tolerating what publishers commonly wrap around it: HTML comment
+/// markers, CDATA markers, a trailing semicolon, and several concatenated documents.
+fn parse_json_ld(raw: &str) -> Option<Vec<Value>> {
+    if let Ok(value) = serde_json::from_str::<Value>(raw) {
+        return Some(vec![value]);
+    }
+    let mut cleaned = raw.trim();
+    for wrapper in ["<!--", "//<![CDATA[", "<![CDATA["] {
+        cleaned = cleaned.strip_prefix(wrapper).unwrap_or(cleaned).trim();
+    }
+    for wrapper in ["-->", "//]]>", "]]>", ";"] {
+        cleaned = cleaned.strip_suffix(wrapper).unwrap_or(cleaned).trim();
+    }
+    let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(cleaned)
+        .into_iter::<Value>()
+        .collect();
+    values.ok().filter(|v| !v.is_empty())
+}
+
+fn collect_types(value: &Value, types: &mut BTreeSet<String>, depth: usize) {
+    if depth > MAX_JSON_LD_DEPTH {
+        return;
+    }
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .for_each(|i| collect_types(i, types, depth + 1)),
+        Value::Object(map) => {
+            match map.get("@type") {
+                Some(Value::String(t)) => add_type(t, types),
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .for_each(|t| add_type(t, types)),
+                _ => {}
+            }
+            map.values()
+                .for_each(|v| collect_types(v, types, depth + 1));
+        }
+        _ => {}
+    }
+}
+
+fn add_type(raw: &str, types: &mut BTreeSet<String>) {
+    let text = normalize_whitespace(raw);
+    if !text.is_empty() {
+        types.insert(bounded(&text, MAX_TYPE_CHARS));
+    }
+}
+
+/// The entities a block describes at its top: the value itself, array members, and `@graph`.
+fn top_entities(value: &Value) -> Vec<&serde_json::Map<String, Value>> {
+    let mut entities = Vec::new();
+    let roots: Vec<&Value> = match value {
+        Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    for root in roots {
+        if let Some(map) = root.as_object() {
+            entities.push(map);
+            if let Some(Value::Array(graph)) = map.get("@graph") {
+                entities.extend(graph.iter().filter_map(Value::as_object));
+            }
+        }
+    }
+    entities
+}
+
+fn dedupe(observations: &mut Vec<Observation>) {
+    let mut seen = HashSet::new();
+    observations.retain(|o| seen.insert((o.name.clone(), o.value.clone())));
+}
+
+/// The main text (normalized, not yet cut) and its basis.
+fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Basis) {
+    let text = readability_text(html, page);
+    if text.is_empty() {
+        return (String::new(), Basis::None);
+    }
+    (text.clone(), basis_of(&text, document))
+}
+
+fn readability_text(html: &str, page: Option<&Url>) -> String {
+    let config = dom_smoothie::Config {
+        // We read JSON-LD ourselves; skipping it here saves a second pass.
+        disable_json_ld: true,
+        // Formatted text separates blocks (raw textContent glues "end.</p><p>Next" into
+        // "end.Next"); whitespace is normalized afterwards anyway.
+        text_mode: dom_smoothie::TextMode::Formatted,
+        ..Default::default()
+    };
+    let url = page.map(Url::as_str);
+    let Ok(mut readability) = dom_smoothie::Readability::new(html, url, Some(config)) else {
+        return String::new();
+    };
+    match readability.parse() {
+        Ok(article) => normalize_whitespace(&article.text_content),
+        Err(_) => String::new(),
+    }
+}
+
+/// `article` when one `<article>` holds the text, else `main` when the `<main>` (or
+/// `[role=main]`) element holds it, else `body-heuristic`. "Holds" = at least 90% of the
+/// text's word trigrams occur in the container's text.
+fn basis_of(text: &str, document: &NodeRef) -> Basis {
+    let wanted = trigrams(text);
+    let inside = |selector: &str| {
+        document.select(selector).is_ok_and(|mut nodes| {
+            nodes.any(|node| {
+                let container = trigrams(&text_of(node.as_node()));
+                contained(&wanted, &container)
+            })
+        })
+    };
+    if inside("article") {
+        Basis::Article
+    } else if inside("main, [role=main]") {
+        Basis::Main
+    } else {
+        Basis::BodyHeuristic
+    }
+}
+
+fn trigrams(text: &str) -> HashSet<(String, String, String)> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    words
+        .windows(3)
+        .map(|w| (w[0].clone(), w[1].clone(), w[2].clone()))
+        .collect()
+}
+
+fn contained(
+    wanted: &HashSet<(String, String, String)>,
+    container: &HashSet<(String, String, String)>,
+) -> bool {
+    if wanted.is_empty() {
+        return false;
+    }
+    let hits = wanted.iter().filter(|t| container.contains(*t)).count();
+    hits as f64 / wanted.len() as f64 >= CONTAINMENT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whitespace_and_nbsp_collapse() {
+        assert_eq!(normalize_whitespace("  a\u{a0}\u{a0}b\n\tc  "), "a b c");
+        assert_eq!(normalize_whitespace("\u{2003}"), "");
+    }
+
+    #[test]
+    fn truncation_respects_character_boundaries() {
+        assert_eq!(truncate_chars("héllo", 2), ("hé", true));
+        assert_eq!(truncate_chars("héllo", 5), ("héllo", false));
+        assert_eq!(truncate_chars("日本語", 1), ("日", true));
+    }
+
+    #[test]
+    fn json_ld_tolerates_wrappers_and_concatenation() {
+        assert!(parse_json_ld("<!-- {\"@type\":\"Thing\"} -->").is_some());
+        assert_eq!(
+            parse_json_ld("{\"a\":1} {\"b\":2}").map(|v| v.len()),
+            Some(2)
+        );
+        assert!(parse_json_ld("{\"a\": }").is_none());
+    }
+
+    #[test]
+    fn charset_prefers_bom_then_header_then_meta() {
+        let meta = b"<html><head><meta charset=\"iso-8859-1\"></head>";
+        assert_eq!(detect_charset(meta, None).1, CharsetSource::Meta);
+        assert_eq!(detect_charset(meta, None).0, encoding_rs::WINDOWS_1252);
+        assert_eq!(
+            detect_charset(meta, Some("text/html; charset=shift_jis")).0,
+            encoding_rs::SHIFT_JIS
+        );
+        let mut bom = vec![0xEF, 0xBB, 0xBF];
+        bom.extend_from_slice(meta);
+        assert_eq!(
+            detect_charset(&bom, Some("text/html; charset=shift_jis")).1,
+            CharsetSource::Bom
+        );
+        let equiv = b"<meta http-equiv=Content-Type content=\"text/html; charset=koi8-r\">";
+        assert_eq!(detect_charset(equiv, None).0, encoding_rs::KOI8_R);
+    }
+}
