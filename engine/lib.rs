@@ -22,6 +22,8 @@ pub mod report;
 pub mod request_checks;
 pub mod rpc;
 pub mod server;
+pub mod token_reads;
 pub mod url_policy;
 pub mod validation;
 pub mod x402;
+pub mod x402_probe;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod devstack;
+pub mod tls_site;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
