@@ -489,3 +489,138 @@ async fn vm10_states_paths_and_baselines() {
     assert_eq!(response.status().as_u16(), 400);
     assert_eq!(before, (rig.server.outbound(), rig.site.seen().len()));
 }
+
+/// The official @x402/express seller (devstack/seller.mjs) over HTTPS on loopback; its price
+/// and payTo change through its stdin. The child is killed when dropped.
+struct RealSeller {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    port: u16,
+}
+
+impl RealSeller {
+    fn start(pki: &common::tls_site::Pki, facilitator: &str) -> RealSeller {
+        use std::io::BufRead;
+        let cert = common::temp_path("seller-cert.pem");
+        let key = common::temp_path("seller-key.pem");
+        std::fs::write(&cert, &pki.leaf_pem).expect("cert");
+        std::fs::write(&key, &pki.key_pem).expect("key");
+        let mut child = std::process::Command::new("node")
+            .arg(common::repo_root().join("devstack/seller.mjs"))
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
+            .args([
+                "--facilitator",
+                facilitator,
+                "--pay-to",
+                MERCHANT,
+                "--amount",
+                "10000",
+            ])
+            .current_dir(common::repo_root().join("devstack"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node seller starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("port line");
+        let port = serde_json::from_str::<Value>(&line).expect("json")["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .expect("port");
+        RealSeller {
+            child,
+            stdin,
+            stdout,
+            port,
+        }
+    }
+
+    fn set(&mut self, change: Value) {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{change}").expect("write");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("ack");
+        assert!(line.contains("\"ok\":true"), "{line}");
+    }
+}
+
+impl Drop for RealSeller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_express_seller_through_vm08_to_vm10() {
+    let stack = DevStack::start();
+    let pki = common::tls_site::Pki::new(&[HOST]);
+    let mut seller = RealSeller::start(&pki, &stack.field("facilitator_url"));
+    let mut env: Vec<(String, String)> = vec![
+        ("FACTOMAT_PAY_TO".into(), stack.field("pay_to")),
+        (
+            "FACTOMAT_FACILITATOR_URL".into(),
+            stack.field("facilitator_url"),
+        ),
+        (
+            "FACTOMAT_RPC_URL_EIP155_8453".into(),
+            stack.field("rpc_url"),
+        ),
+        (
+            "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS".into(),
+            "20000".into(),
+        ),
+    ];
+    env.extend(pki.env(std::net::SocketAddr::from(([127, 0, 0, 1], seller.port))));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = TestServer::with_env(&pairs).await;
+    let pay = |path: &str, body: &Value| {
+        let answer = stack.pay(&format!("{}{path}", server.url), body);
+        assert_eq!(answer["status"], 200, "{answer}");
+        answer["body"].clone()
+    };
+    let request = json!({"resource_url": url("/quote"), "method": "POST"});
+    let first = pay(VM08, &request);
+    assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
+    assert_eq!(first["fingerprint"]["amount"], "10000");
+    assert_eq!(first["fingerprint"]["resource_url"], url("/quote"));
+    let mut again = request.clone();
+    again["baseline"] = first["baseline"].clone();
+    assert_eq!(pay(VM08, &again)["decision"], "CONTINUE");
+    seller.set(json!({"amount": "10300"}));
+    let modest = pay(VM08, &again);
+    assert_eq!(
+        modest["material_change_classes"],
+        json!(["AMOUNT_INCREASE_MODEST"]),
+        "{modest}"
+    );
+    seller.set(json!({"amount": "50000", "pay_to": OTHER_MERCHANT}));
+    let moved = pay(VM08, &again);
+    assert_eq!(
+        moved["material_change_classes"],
+        json!(["PAY_TO_CHANGED", "AMOUNT_INCREASE_ABOVE_POLICY"]),
+        "{moved}"
+    );
+
+    let buyer = stack.field("buyer_address");
+    let packet = pay(
+        VM09,
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer,
+            "max_amount_atomic": "50000", "allowed_pay_to": [OTHER_MERCHANT]}),
+    );
+    assert_eq!(packet["decision"], "READY", "{packet}");
+    assert_eq!(packet["resource_identity_match"], true);
+
+    let snapshot = pay(
+        VM10,
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer}),
+    );
+    assert_eq!(snapshot["state"], "READY_EXISTING", "{snapshot}");
+    assert_eq!(snapshot["identities"]["merchant"], OTHER_MERCHANT);
+}

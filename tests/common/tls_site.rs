@@ -51,18 +51,18 @@ pub struct Seen {
     pub body: Vec<u8>,
 }
 
-pub type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
-
-pub struct TlsSite {
-    pub addr: SocketAddr,
+/// A test CA (its PEM written to a temp file) and a leaf for `hosts` signed by it.
+pub struct Pki {
     pub ca_path: PathBuf,
     pub hosts: Vec<String>,
-    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub leaf_pem: String,
+    pub key_pem: String,
+    pub leaf_der: rustls::pki_types::CertificateDer<'static>,
+    pub key_der: Vec<u8>,
 }
 
-impl TlsSite {
-    /// Starts the site for `hosts` with `handler`.
-    pub async fn start(hosts: &[&str], handler: Handler) -> TlsSite {
+impl Pki {
+    pub fn new(hosts: &[&str]) -> Pki {
         let ca_key = rcgen::KeyPair::generate().expect("ca key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -76,14 +76,57 @@ impl TlsSite {
             .expect("leaf cert");
         let ca_path = temp_path("test-ca.pem");
         std::fs::write(&ca_path, ca_cert.pem()).expect("ca file");
+        Pki {
+            ca_path,
+            hosts: names,
+            leaf_pem: leaf.pem(),
+            key_pem: leaf_key.serialize_pem(),
+            leaf_der: leaf.der().clone(),
+            key_der: leaf_key.serialize_der(),
+        }
+    }
+
+    /// The server environment that routes the hosts to `addr` and trusts the CA.
+    pub fn env(&self, addr: SocketAddr) -> Vec<(String, String)> {
+        let connect = self
+            .hosts
+            .iter()
+            .map(|h| format!("{h}={addr}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        vec![
+            ("FACTOMAT_UNSAFE_TEST_CONNECT_TO".into(), connect),
+            (
+                "FACTOMAT_UNSAFE_TEST_CA".into(),
+                self.ca_path.display().to_string(),
+            ),
+        ]
+    }
+}
+
+pub type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
+
+pub struct TlsSite {
+    pub addr: SocketAddr,
+    pub ca_path: PathBuf,
+    pub hosts: Vec<String>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl TlsSite {
+    /// Starts the site for `hosts` with `handler`.
+    pub async fn start(hosts: &[&str], handler: Handler) -> TlsSite {
+        let pki = Pki::new(hosts);
+        let ca_path = pki.ca_path.clone();
+        let names = pki.hosts.clone();
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .expect("versions")
             .with_no_client_auth()
             .with_single_cert(
-                vec![leaf.der().clone()],
-                rustls::pki_types::PrivatePkcs8KeyDer::from(leaf_key.serialize_der()).into(),
+                vec![pki.leaf_der.clone()],
+                rustls::pki_types::PrivatePkcs8KeyDer::from(pki.key_der.clone()).into(),
             )
             .expect("server config");
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
