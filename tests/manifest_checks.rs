@@ -144,7 +144,11 @@ fn broken_manifests_name_machine_and_field() {
 }
 
 fn build_script() -> Option<PathBuf> {
-    let build_dir = repo_root().join("target/debug/build");
+    // Honour a shared CARGO_TARGET_DIR (as the helpers' worktrees use), else ./target.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let build_dir = target.join("debug/build");
     let mut candidates: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(build_dir)
         .ok()?
         .filter_map(Result::ok)
