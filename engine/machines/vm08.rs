@@ -396,7 +396,40 @@ fn discovery_comparison(listing: &Value, probe: &Probe) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::amount_class;
+    use super::{amount_class, changes};
+    use serde_json::json;
+
+    #[test]
+    fn change_classes_cover_requirements_and_methods() {
+        let prior = json!({"scheme": "exact", "network": "eip155:8453", "asset": "0xaa",
+            "amount": "100", "pay_to": "0xBB", "max_timeout_seconds": 60,
+            "extra": {"name": "USD Coin"}, "resource_url": "https://a.example.com/x",
+            "requirement_count": 1});
+        let same_case = json!({"asset": "0xAA", "pay_to": "0xbb"});
+        let mut current = prior.clone();
+        current["asset"] = same_case["asset"].clone();
+        current["pay_to"] = same_case["pay_to"].clone();
+        assert!(changes(&prior, &current, (500, 2000)).is_empty());
+        current["requirement_count"] = json!(2);
+        current["extra"]["assetTransferMethod"] = json!("permit2");
+        current["amount"] = json!("90");
+        assert_eq!(
+            changes(&prior, &current, (500, 2000)),
+            vec![
+                "AMOUNT_DECREASE",
+                "TRANSFER_METHOD_CHANGED",
+                "EXTRA_CHANGED",
+                "REQUIREMENT_ADDED"
+            ]
+        );
+        let mut fewer = prior.clone();
+        fewer["requirement_count"] = json!(0);
+        fewer["network"] = json!("base");
+        assert_eq!(
+            changes(&prior, &fewer, (500, 2000)),
+            vec!["NETWORK_CHANGED", "REQUIREMENT_REMOVED"]
+        );
+    }
 
     #[test]
     fn amount_classes_follow_the_policy() {
