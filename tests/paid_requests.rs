@@ -270,9 +270,14 @@ fn vm08_baseline() -> Value {
         "pay_to": "0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b", "max_timeout_seconds": 60,
         "extra": {"name": "USD Coin", "version": "2"},
         "resource_url": "https://api.example.com/v1/quote",
+        "requirement_count": 1,
     });
     json!({
         "methodology_version": "x402-service-change-snapshot-0.1.0",
+        "resource_url": "https://api.example.com/v1/quote",
+        "method": "GET",
+        "body_sha256": null,
+        "observed_at": "2026-11-01T00:00:00Z",
         "fingerprint_sha256": canonical_sha256(&fingerprint),
         "fingerprint": fingerprint,
     })
@@ -283,9 +288,14 @@ fn vm10_baseline() -> Value {
         "methodology_version": "payment-authority-snapshot-0.1.0",
         "resource_url": "https://api.example.com/v1/quote",
         "method": "POST",
+        "body_sha256": canonical_sha256(&json!({"symbol": "ETH"})),
         "payer_address": "0x5a0b54d5dc17e0aadc383d2db43b0a0d3e029c4c",
+        "selected_requirement": null,
         "balance_raw": "25000000",
+        "allowance_raw": null,
         "authority_path": "eip3009_authorization",
+        "recovery_path": "none_required",
+        "evidence_block_number": "1",
     });
     let seal = canonical_sha256(&sealed);
     sealed["baseline_sha256"] = json!(seal);

@@ -1,12 +1,21 @@
-//! VM09 x402 pre-sign handoff packet.
+//! VM09 x402 pre-sign handoff packet. One unpaid probe, the requirement selection of
+//! engine/x402_probe.rs (eip3009 only), the caller's ceiling and payTo list, the payer's
+//! USDC balance at one block, and the optional compact baseline. Decision rules, reason
+//! codes and hashes: docs/vm09-presign-handoff.md.
 
-use serde_json::Value;
+use alloy::primitives::{Address, U256};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
+use crate::canonical::canonical_sha256;
 use crate::config::Config;
+use crate::evm;
 use crate::manifest::Machine;
 use crate::request_checks as rc;
+use crate::token_reads::{self, TokenReads};
+use crate::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/resource_url")?;
@@ -21,14 +30,320 @@ pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub fn readiness(machine: &Machine, _config: &Config) -> Result<(), ApiError> {
-    super::not_implemented(machine)
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    x402_probe::ready(machine, config)?;
+    match config.rpc_url_eip155_8453 {
+        Some(_) => Ok(()),
+        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
+    }
 }
 
 pub async fn observe(
-    _context: &WorkContext,
+    context: &WorkContext,
     machine: &Machine,
-    _request: &Value,
+    request: &Value,
 ) -> Result<Value, WorkError> {
-    Err(WorkError::NotImplemented(machine.machine.clone()))
+    let target = ProbeTarget::from_request(request)?;
+    let probe = x402_probe::probe(context, machine, target).await?;
+    let selection = x402_probe::select(machine, &probe);
+    let observed_at = Utc::now();
+    let reads = match &selection {
+        Selection::Selected(requirement) => {
+            let asset = parse(requirement.asset.as_deref().unwrap_or_default(), "asset");
+            let payer = parse(text(request, "payer_address"), "payer_address")?;
+            match asset {
+                Ok(asset) => Some(token_reads::read(context, machine, asset, payer, None).await?),
+                Err(_) => None,
+            }
+        }
+        _ => None,
+    };
+    response(
+        machine,
+        request,
+        &probe,
+        &selection,
+        reads.as_ref(),
+        observed_at,
+    )
+}
+
+fn text<'a>(request: &'a Value, key: &str) -> &'a str {
+    request.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn parse(text: &str, what: &str) -> Result<Address, WorkError> {
+    evm::parse_address(text).map_err(|e| WorkError::Internal(format!("{what}: {e}")))
+}
+
+/// Whether `pay_to` is in the caller's list (addresses compared as addresses).
+fn pay_to_allowed(request: &Value, pay_to: &str) -> bool {
+    let Ok(pay_to) = evm::parse_address(pay_to) else {
+        return false;
+    };
+    request
+        .get("allowed_pay_to")
+        .and_then(Value::as_array)
+        .is_some_and(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .filter_map(|a| evm::parse_address(a).ok())
+                .any(|a| a == pay_to)
+        })
+}
+
+fn within_ceiling(request: &Value, amount: &str) -> bool {
+    match (
+        evm::parse_uint256(amount),
+        evm::parse_uint256(text(request, "max_amount_atomic")),
+    ) {
+        (Ok(amount), Ok(max)) => amount <= max,
+        _ => false,
+    }
+}
+
+/// The baseline comparison: each field of the compact baseline against the current
+/// request identity and selected requirement (addresses case-insensitively).
+fn baseline_evidence(
+    request: &Value,
+    probe: &Probe,
+    selected: Option<&Requirement>,
+) -> Option<Value> {
+    let baseline = request.get("baseline")?;
+    let body_sha = probe.target.body_sha256();
+    let current: [(&str, Option<String>, bool); 8] = [
+        (
+            "resource_url",
+            Some(probe.target.url.as_str().to_string()),
+            false,
+        ),
+        ("method", Some(probe.target.method.to_string()), false),
+        ("body_sha256", body_sha, false),
+        ("scheme", selected.and_then(|r| r.scheme.clone()), false),
+        ("network", selected.and_then(|r| r.network.clone()), false),
+        ("asset", selected.and_then(|r| r.asset.clone()), true),
+        ("amount", selected.and_then(|r| r.amount.clone()), false),
+        ("pay_to", selected.and_then(|r| r.pay_to.clone()), true),
+    ];
+    let mut changed = Vec::new();
+    for (name, now, is_address) in &current {
+        let then = baseline.get(*name).and_then(Value::as_str);
+        let same = match (then, now.as_deref()) {
+            (Some(a), Some(b)) if *is_address => a.eq_ignore_ascii_case(b),
+            (a, b) => a == b,
+        };
+        if !same {
+            changed.push(*name);
+        }
+    }
+    let compared: Vec<&str> = current.iter().map(|(n, _, _)| *n).collect();
+    Some(
+        json!({"matches": changed.is_empty(), "compared_fields": compared, "changed_fields": changed}),
+    )
+}
+
+/// Decision, status and reason codes (docs/vm09-presign-handoff.md).
+struct Decision {
+    status: &'static str,
+    decision: &'static str,
+    codes: Vec<&'static str>,
+}
+
+fn decide(
+    probe: &Probe,
+    selection: &Selection,
+    ceiling: (Option<bool>, Option<bool>),
+    identity_match: bool,
+    balance_ok: Option<bool>,
+    baseline_matches: Option<bool>,
+) -> Decision {
+    let hold = |codes: Vec<&'static str>| Decision {
+        status: "HOLD",
+        decision: "HOLD",
+        codes,
+    };
+    match selection {
+        Selection::NoChallenge => {
+            let code = match probe.outcome {
+                x402_probe::ProbeOutcome::Redirect { .. } => "REDIRECT_REFUSED",
+                x402_probe::ProbeOutcome::NotPaymentRequired { .. } => "NO_PAYMENT_CHALLENGE",
+                x402_probe::ProbeOutcome::UnreadableChallenge { .. } => "CHALLENGE_UNREADABLE",
+                _ => "PROBE_FAILED",
+            };
+            return hold(vec![code]);
+        }
+        Selection::Incomplete => return hold(vec!["DIRECT_CONTRACT_INCOMPLETE"]),
+        Selection::NoSupportedRequirement => {
+            return Decision {
+                status: "OK",
+                decision: "NOT_READY",
+                codes: vec!["DIRECT_CONTRACT_COMPLETE", "UNSUPPORTED_REQUIREMENT"],
+            };
+        }
+        Selection::UnsupportedMethod(_) => {
+            return Decision {
+                status: "OK",
+                decision: "NOT_READY",
+                codes: vec!["DIRECT_CONTRACT_COMPLETE", "UNSUPPORTED_TRANSFER_METHOD"],
+            };
+        }
+        Selection::Selected(_) => {}
+    }
+    let mut codes = vec!["DIRECT_CONTRACT_COMPLETE", "SUPPORTED_TRANSFER_METHOD"];
+    let mut ready = true;
+    if !identity_match {
+        codes.push("RESOURCE_IDENTITY_MISMATCH");
+        ready = false;
+    }
+    if ceiling.0 == Some(true) {
+        codes.push("WITHIN_CALLER_LIMIT");
+    } else {
+        codes.push("ABOVE_CALLER_LIMIT");
+        ready = false;
+    }
+    if ceiling.1 != Some(true) {
+        codes.push("PAY_TO_NOT_ALLOWED");
+        ready = false;
+    }
+    match balance_ok {
+        Some(true) => codes.push("BALANCE_SUFFICIENT"),
+        Some(false) => {
+            codes.push("BALANCE_INSUFFICIENT");
+            ready = false;
+        }
+        None => {
+            codes.push("BALANCE_UNAVAILABLE");
+            return hold(codes);
+        }
+    }
+    if baseline_matches == Some(false) {
+        codes.push("BASELINE_MISMATCH");
+        ready = false;
+    }
+    Decision {
+        status: "OK",
+        decision: if ready { "READY" } else { "NOT_READY" },
+        codes,
+    }
+}
+
+fn timestamp(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The VM09 packet.
+pub fn response(
+    machine: &Machine,
+    request: &Value,
+    probe: &Probe,
+    selection: &Selection,
+    reads: Option<&TokenReads>,
+    observed_at: DateTime<Utc>,
+) -> Result<Value, WorkError> {
+    let freshness = machine
+        .limit("freshness_ms")
+        .and_then(|ms| i64::try_from(ms).ok())
+        .ok_or_else(|| WorkError::Internal("VM09 has no freshness_ms".into()))?;
+    // Whole seconds on both ends, so expires_at - observed_at is exactly freshness_ms.
+    let observed_at =
+        DateTime::<Utc>::from_timestamp(observed_at.timestamp(), 0).unwrap_or(observed_at);
+    let expires_at = observed_at + chrono::Duration::milliseconds(freshness);
+    let selected = match selection {
+        Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
+        _ => None,
+    };
+    let usable = matches!(selection, Selection::Selected(_));
+    let direct_url = probe.target.url.as_str();
+    let caller_url = text(request, "resource_url");
+    let identity_match = selected
+        .and_then(|r| r.resource_url.as_deref())
+        .is_some_and(|u| u == direct_url || u == caller_url);
+    let amount = selected.and_then(|r| r.amount.clone());
+    let pay_to = selected.and_then(|r| r.pay_to.clone());
+    let ceiling = (
+        amount.as_deref().map(|a| within_ceiling(request, a)),
+        pay_to.as_deref().map(|p| pay_to_allowed(request, p)),
+    );
+    let balance_ok = match (reads.and_then(|r| r.balance), amount.as_deref()) {
+        (Some(balance), Some(amount)) => {
+            evm::parse_uint256(amount).ok().map(|a: U256| balance >= a)
+        }
+        _ => None,
+    };
+    let baseline_evidence = baseline_evidence(request, probe, selected);
+    let baseline_matches = baseline_evidence
+        .as_ref()
+        .and_then(|b| b.get("matches"))
+        .and_then(Value::as_bool);
+    let decision = decide(
+        probe,
+        selection,
+        ceiling,
+        identity_match,
+        balance_ok,
+        baseline_matches,
+    );
+    let selected_json = selected.map(x402_probe::requirement_json);
+    let direct_contract_sha256 = selected.map(|r| {
+        canonical_sha256(&json!({
+            "probe": probe.target.to_json(),
+            "challenge_resource_url": r.resource_url,
+            "selected_requirement": x402_probe::requirement_json(r),
+            "extra": r.extra,
+        }))
+    });
+    let mut limitations = vec!["READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.".to_string()];
+    limitations.extend(probe.limitation());
+    if let Selection::UnsupportedMethod(r) = selection {
+        limitations.push(format!("The requirement uses asset transfer method {}; only eip3009 is supported, so the packet fails closed.", r.asset_transfer_method()));
+    }
+    if let Some(reads) = reads {
+        limitations.extend(reads.limitations.iter().cloned());
+    }
+    if !usable && selected.is_none() && !matches!(selection, Selection::NoChallenge) {
+        limitations.push("No requirement on scheme exact, network eip155:8453 and the USDC asset with every contract field present was found.".into());
+    }
+    let mut packet = json!({
+        "status": decision.status,
+        "machine": machine.machine,
+        "methodology_version": machine.methodology_version,
+        "decision": decision.decision,
+        "observed_at": timestamp(observed_at),
+        "expires_at": timestamp(expires_at),
+        "signing": false,
+        "payment_execution": false,
+        "transaction_construction": false,
+        "custody": false,
+        "recommendation": false,
+        "reason_codes": decision.codes,
+        "selected_requirement": selected_json,
+        "direct_resource_url": direct_url,
+        "resource_identity_match": identity_match,
+        "payer_balance": {
+            "payer_address": text(request, "payer_address"),
+            "asset": selected.and_then(|r| r.asset.clone()).unwrap_or_default(),
+            "balance_raw": reads.and_then(|r| r.balance).map(|b| b.to_string()),
+            "block_number": reads.and_then(|r| r.block).map(|b| b.to_string()),
+        },
+        "caller_ceiling": {
+            "max_amount_atomic": text(request, "max_amount_atomic"),
+            "allowed_pay_to": request.get("allowed_pay_to").cloned().unwrap_or_else(|| json!([])),
+            "amount_within_ceiling": ceiling.0,
+            "pay_to_allowed": ceiling.1,
+        },
+        "baseline_evidence": baseline_evidence,
+        "direct_contract_sha256": direct_contract_sha256,
+        "limitations": limitations,
+    });
+    // handoff_sha256 seals the whole packet except itself.
+    let handoff = canonical_sha256(&packet);
+    if let Some(object) = packet.as_object_mut() {
+        let limitations = object.remove("limitations");
+        object.insert("handoff_sha256".into(), Value::String(handoff));
+        object.insert(
+            "limitations".into(),
+            limitations.unwrap_or_else(|| json!([])),
+        );
+    }
+    Ok(packet)
 }

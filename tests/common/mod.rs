@@ -4,6 +4,7 @@
 pub mod devstack;
 pub mod https;
 pub mod onchain;
+pub mod tls_site;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;

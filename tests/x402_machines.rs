@@ -1,0 +1,626 @@
+//! VM08–VM10 end to end: the official client pays our server over the real x402 rail
+//! (devstack), our server probes a seller once, unpaid, over HTTPS on loopback (test CA and
+//! connect-to seam), and reads balances and allowances on the dev stack's anvil.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::TestServer;
+use common::devstack::DevStack;
+use common::tls_site::{Reply, Seen, TlsSite};
+use factomat::canonical::canonical_sha256;
+use serde_json::{Value, json};
+
+const HOST: &str = "seller.example.com";
+const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+const MERCHANT: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
+const OTHER_MERCHANT: &str = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65";
+const EMPTY_PAYER: &str = "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc";
+const PERMIT2: &str = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+const VM08: &str = "/v1/x402-service-change-snapshot";
+const VM09: &str = "/v1/x402-presign-handoff";
+const VM10: &str = "/v1/payment-authority-snapshot";
+
+/// What the seller's /quote answers; tests change it between calls.
+#[derive(Clone)]
+struct Terms {
+    amount: String,
+    pay_to: String,
+    mode: &'static str,
+}
+
+fn url(path: &str) -> String {
+    format!("https://{HOST}{path}")
+}
+
+fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>) -> Reply {
+    let mut extra = json!({"name": "USD Coin", "version": "2"});
+    if let Some(method) = method {
+        extra["assetTransferMethod"] = json!(method);
+    }
+    let required = json!({
+        "x402Version": 2,
+        "error": "Payment required",
+        "resource": {"url": resource, "description": path, "mimeType": "application/json"},
+        "accepts": [{"scheme": "exact", "network": "eip155:8453", "amount": terms.amount,
+            "asset": USDC, "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "extra": extra}],
+    });
+    let header = base64::engine::general_purpose::STANDARD.encode(required.to_string());
+    Reply::new(402)
+        .header("content-type", "application/json")
+        .header("payment-required", &header)
+        .body("{}")
+}
+
+/// The seller: a v2 x402 resource with changeable terms and hand-built edge cases.
+fn seller(terms: Arc<Mutex<Terms>>) -> common::tls_site::Handler {
+    Arc::new(move |seen: &Seen| {
+        let terms = terms.lock().expect("terms").clone();
+        match seen.path.as_str() {
+            "/quote" => match terms.mode {
+                "free" => Reply::new(200).body("{\"quote\":1}"),
+                "broken" => Reply::new(500).body("oops"),
+                _ => v2_challenge("/quote", &url("/quote"), &terms, None),
+            },
+            "/permit2" => v2_challenge("/permit2", &url("/permit2"), &terms, Some("permit2")),
+            "/erc7710" => v2_challenge("/erc7710", &url("/erc7710"), &terms, Some("erc7710")),
+            "/mislabeled" => v2_challenge("/mislabeled", &url("/elsewhere"), &terms, None),
+            "/v1" => Reply::new(402).header("content-type", "application/json").body(
+                json!({"x402Version": 1, "error": "X-PAYMENT header is required",
+                    "accepts": [{"scheme": "exact", "network": "base", "maxAmountRequired": terms.amount,
+                    "resource": url("/v1"), "description": "v1", "mimeType": "application/json",
+                    "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "asset": USDC,
+                    "extra": {"name": "USD Coin", "version": "2"}}]})
+                .to_string(),
+            ),
+            "/redirect" => Reply::new(302).header("location", &url("/quote")),
+            "/slow" => Reply {
+                delay: Some(Duration::from_secs(7)),
+                ..v2_challenge("/slow", &url("/slow"), &terms, None)
+            },
+            "/big" => Reply::new(402).body(vec![b' '; 1024 * 1024]),
+            _ => Reply::new(404),
+        }
+    })
+}
+
+struct Rig {
+    stack: DevStack,
+    server: TestServer,
+    site: TlsSite,
+    terms: Arc<Mutex<Terms>>,
+}
+
+async fn rig() -> Rig {
+    let stack = DevStack::start();
+    let terms = Arc::new(Mutex::new(Terms {
+        amount: "10000".into(),
+        pay_to: MERCHANT.into(),
+        mode: "x402",
+    }));
+    let site = TlsSite::start(&[HOST], seller(terms.clone())).await;
+    let mut env: Vec<(String, String)> = vec![
+        ("FACTOMAT_PAY_TO".into(), stack.field("pay_to")),
+        (
+            "FACTOMAT_FACILITATOR_URL".into(),
+            stack.field("facilitator_url"),
+        ),
+        (
+            "FACTOMAT_RPC_URL_EIP155_8453".into(),
+            stack.field("rpc_url"),
+        ),
+        (
+            "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS".into(),
+            "20000".into(),
+        ),
+    ];
+    env.extend(site.env());
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = TestServer::with_env(&pairs).await;
+    Rig {
+        stack,
+        server,
+        site,
+        terms,
+    }
+}
+
+impl Rig {
+    /// One paid call through the official client; returns the 200 body.
+    fn pay(&self, path: &str, body: &Value) -> Value {
+        let answer = self.stack.pay(&format!("{}{path}", self.server.url), body);
+        assert_eq!(answer["status"], 200, "paid call failed: {answer}");
+        assert_eq!(answer["payment_response"]["success"], true, "{answer}");
+        answer["body"].clone()
+    }
+
+    fn set(&self, change: impl FnOnce(&mut Terms)) {
+        change(&mut self.terms.lock().expect("terms"));
+    }
+
+    fn probes_of(&self, path: &str) -> Vec<Seen> {
+        self.site
+            .seen()
+            .into_iter()
+            .filter(|s| s.path == path)
+            .collect()
+    }
+}
+
+fn assert_clean_probe(seen: &Seen, method: &str, body: &str) {
+    assert_eq!(seen.method, method);
+    assert_eq!(String::from_utf8_lossy(&seen.body), body);
+    for (name, _) in &seen.headers {
+        let name = name.to_ascii_lowercase();
+        assert!(
+            !name.contains("payment")
+                && name != "authorization"
+                && name != "cookie"
+                && !name.starts_with("x-"),
+            "the probe sent {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm08_baseline_continue_changed_and_hold() {
+    let rig = rig().await;
+    let request = json!({"resource_url": url("/quote"), "method": "POST"});
+    let first = rig.pay(VM08, &request);
+    assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
+    assert_eq!(first["observation_kind"], "first");
+    assert_eq!(first["baseline"]["reusable"], true);
+    assert_eq!(first["fingerprint"]["amount"], "10000");
+    assert_eq!(
+        first["fingerprint_sha256"],
+        canonical_sha256(&first["fingerprint"])
+    );
+    assert_eq!(first["probe"]["body_sha256"], canonical_sha256(&json!({})));
+    let probes = rig.probes_of("/quote");
+    assert_eq!(probes.len(), 1, "exactly one unpaid probe");
+    assert_clean_probe(&probes[0], "POST", "{}");
+
+    let with_baseline = |b: &Value| {
+        let mut r = request.clone();
+        r["baseline"] = b["baseline"].clone();
+        r
+    };
+    let same = rig.pay(VM08, &with_baseline(&first));
+    assert_eq!(same["decision"], "CONTINUE", "{same}");
+    assert_eq!(same["material_change_classes"], json!([]));
+
+    rig.set(|t| t.amount = "10400".into());
+    let modest = rig.pay(VM08, &with_baseline(&same));
+    assert_eq!(modest["decision"], "CHANGED");
+    assert_eq!(
+        modest["material_change_classes"],
+        json!(["AMOUNT_INCREASE_MODEST"])
+    );
+    assert_eq!(
+        modest["price_policy"],
+        json!({"modest_increase_bps": 500, "max_increase_bps": 2000})
+    );
+
+    rig.set(|t| t.amount = "20000".into());
+    let mut steep = with_baseline(&modest);
+    steep["price_policy"] = json!({"modest_increase_bps": 100, "max_increase_bps": 5000});
+    let above = rig.pay(VM08, &steep);
+    assert_eq!(
+        above["material_change_classes"],
+        json!(["AMOUNT_INCREASE_ABOVE_POLICY"]),
+        "{above}"
+    );
+
+    rig.set(|t| t.pay_to = OTHER_MERCHANT.into());
+    let moved = rig.pay(VM08, &with_baseline(&above));
+    assert_eq!(moved["decision"], "CHANGED");
+    assert_eq!(moved["material_change_classes"], json!(["PAY_TO_CHANGED"]));
+
+    // HOLD never replaces the caller's baseline.
+    rig.set(|t| t.mode = "broken");
+    let hold = rig.pay(VM08, &with_baseline(&moved));
+    assert_eq!(hold["decision"], "HOLD", "{hold}");
+    assert_eq!(hold["recommended_action"], "keep_prior_baseline");
+    assert_eq!(
+        hold["baseline"]["fingerprint_sha256"],
+        moved["baseline"]["fingerprint_sha256"]
+    );
+    assert_eq!(
+        hold["baseline"]["observed_at"],
+        moved["baseline"]["observed_at"]
+    );
+
+    rig.set(|t| t.mode = "free");
+    let gone = rig.pay(VM08, &with_baseline(&moved));
+    assert_eq!(
+        gone["material_change_classes"],
+        json!(["NO_LONGER_X402"]),
+        "{gone}"
+    );
+    assert_eq!(
+        gone["baseline"]["fingerprint_sha256"],
+        moved["baseline"]["fingerprint_sha256"]
+    );
+
+    // A tampered baseline is a 400 before payment: no probe, no outbound request.
+    let before = (rig.server.outbound(), rig.site.seen().len());
+    let mut tampered = with_baseline(&moved);
+    tampered["baseline"]["fingerprint"]["amount"] = json!("1");
+    let response = rig.server.post_json(VM08, &tampered).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let mut foreign = with_baseline(&moved);
+    foreign["resource_url"] = json!(url("/permit2"));
+    let response = rig.server.post_json(VM08, &foreign).await;
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(before, (rig.server.outbound(), rig.site.seen().len()));
+
+    // v1 challenge over GET; a redirect is not followed.
+    let v1 = rig.pay(VM08, &json!({"resource_url": url("/v1"), "method": "GET"}));
+    assert_eq!(v1["decision"], "BASELINE_CREATED", "{v1}");
+    assert_eq!(v1["fingerprint"]["network"], "base");
+    assert_clean_probe(&rig.probes_of("/v1")[0], "GET", "");
+    let redirect = rig.pay(
+        VM08,
+        &json!({"resource_url": url("/redirect"), "method": "GET"}),
+    );
+    assert_eq!(redirect["decision"], "HOLD");
+    assert_eq!(redirect["baseline"]["reusable"], false);
+    assert_eq!(rig.probes_of("/redirect").len(), 1);
+}
+
+fn vm09_request(path: &str, payer: &str, max: &str, allowed: &[&str]) -> Value {
+    json!({"resource_url": url(path), "method": "POST", "body": {"symbol": "ETH"},
+        "payer_address": payer, "max_amount_atomic": max, "allowed_pay_to": allowed})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm09_ready_and_each_non_ready_reason() {
+    let rig = rig().await;
+    let buyer = rig.stack.field("buyer_address");
+    let ready = rig.pay(VM09, &vm09_request("/quote", &buyer, "10000", &[MERCHANT]));
+    assert_eq!(ready["decision"], "READY", "{ready}");
+    assert_eq!(
+        ready["reason_codes"],
+        json!([
+            "DIRECT_CONTRACT_COMPLETE",
+            "SUPPORTED_TRANSFER_METHOD",
+            "WITHIN_CALLER_LIMIT",
+            "BALANCE_SUFFICIENT"
+        ])
+    );
+    let at = |field: &str| {
+        chrono::DateTime::parse_from_rfc3339(ready[field].as_str().expect("time")).expect("rfc3339")
+    };
+    assert_eq!(
+        (at("expires_at") - at("observed_at")).num_milliseconds(),
+        60_000
+    );
+    for flag in [
+        "signing",
+        "payment_execution",
+        "transaction_construction",
+        "custody",
+        "recommendation",
+    ] {
+        assert_eq!(ready[flag], false);
+    }
+    assert_eq!(ready["resource_identity_match"], true);
+    assert_eq!(
+        ready["selected_requirement"]["asset_transfer_method"],
+        "eip3009"
+    );
+    // Read before our own fee settled: the balance now plus the VM09 price.
+    let now: u128 = rig
+        .stack
+        .usdc_balance(&buyer)
+        .trim_matches('"')
+        .parse()
+        .expect("balance");
+    assert_eq!(
+        ready["payer_balance"]["balance_raw"],
+        json!((now + 10_000).to_string())
+    );
+    let mut unsealed = ready.clone();
+    unsealed
+        .as_object_mut()
+        .expect("object")
+        .remove("handoff_sha256");
+    assert_eq!(ready["handoff_sha256"], canonical_sha256(&unsealed));
+    assert_clean_probe(&rig.probes_of("/quote")[0], "POST", "{\"symbol\":\"ETH\"}");
+
+    let code_of = |request: &Value, expected_decision: &str, code: &str| {
+        let answer = rig.pay(VM09, request);
+        assert_eq!(answer["decision"], expected_decision, "{answer}");
+        let codes = answer["reason_codes"].as_array().expect("codes");
+        assert!(codes.contains(&json!(code)), "{code} missing: {answer}");
+        answer
+    };
+    code_of(
+        &vm09_request("/quote", &buyer, "9999", &[MERCHANT]),
+        "NOT_READY",
+        "ABOVE_CALLER_LIMIT",
+    );
+    code_of(
+        &vm09_request("/quote", &buyer, "10000", &[OTHER_MERCHANT]),
+        "NOT_READY",
+        "PAY_TO_NOT_ALLOWED",
+    );
+    code_of(
+        &vm09_request("/quote", EMPTY_PAYER, "10000", &[MERCHANT]),
+        "NOT_READY",
+        "BALANCE_INSUFFICIENT",
+    );
+    code_of(
+        &vm09_request("/permit2", &buyer, "10000", &[MERCHANT]),
+        "NOT_READY",
+        "UNSUPPORTED_TRANSFER_METHOD",
+    );
+    code_of(
+        &vm09_request("/erc7710", &buyer, "10000", &[MERCHANT]),
+        "NOT_READY",
+        "UNSUPPORTED_TRANSFER_METHOD",
+    );
+    let mismatch = code_of(
+        &vm09_request("/mislabeled", &buyer, "10000", &[MERCHANT]),
+        "NOT_READY",
+        "RESOURCE_IDENTITY_MISMATCH",
+    );
+    assert_eq!(mismatch["resource_identity_match"], false);
+    code_of(
+        &vm09_request("/v1", &buyer, "10000", &[MERCHANT]),
+        "NOT_READY",
+        "UNSUPPORTED_REQUIREMENT",
+    );
+    let mut with_baseline = vm09_request("/quote", &buyer, "10000", &[MERCHANT]);
+    with_baseline["baseline"] = json!({"resource_url": url("/quote"), "method": "POST",
+        "body_sha256": canonical_sha256(&json!({"symbol": "ETH"})), "scheme": "exact",
+        "network": "eip155:8453", "asset": USDC, "amount": "5000", "pay_to": MERCHANT});
+    let moved = code_of(&with_baseline, "NOT_READY", "BASELINE_MISMATCH");
+    assert_eq!(
+        moved["baseline_evidence"]["changed_fields"],
+        json!(["amount"])
+    );
+    code_of(
+        &vm09_request("/redirect", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "REDIRECT_REFUSED",
+    );
+    code_of(
+        &vm09_request("/big", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "CHALLENGE_UNREADABLE",
+    );
+    code_of(
+        &vm09_request("/slow", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "PROBE_FAILED",
+    );
+    rig.set(|t| t.mode = "free");
+    code_of(
+        &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "NO_PAYMENT_CHALLENGE",
+    );
+    rig.set(|t| t.mode = "broken");
+    code_of(
+        &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "NO_PAYMENT_CHALLENGE",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm10_states_paths_and_baselines() {
+    let rig = rig().await;
+    let buyer = rig.stack.field("buyer_address");
+    let request = |path: &str, payer: &str| json!({"resource_url": url(path), "method": "GET", "payer_address": payer});
+    let ready = rig.pay(VM10, &request("/quote", &buyer));
+    assert_eq!(ready["state"], "READY_EXISTING", "{ready}");
+    assert_eq!(ready["authority_path"], "eip3009_authorization");
+    assert_eq!(ready["allowance"], Value::Null);
+    assert_eq!(
+        ready["evidence_block_number"],
+        ready["balance"]["block_number"]
+    );
+    for flag in [
+        "signing",
+        "payment_execution",
+        "transaction_construction",
+        "approval_mutation",
+        "custody",
+        "recommendation",
+        "gas_sufficiency_judgment",
+    ] {
+        assert_eq!(ready[flag], false);
+    }
+    let mut unsealed = ready.clone();
+    unsealed
+        .as_object_mut()
+        .expect("object")
+        .remove("snapshot_sha256");
+    assert_eq!(ready["snapshot_sha256"], canonical_sha256(&unsealed));
+    assert_clean_probe(&rig.probes_of("/quote")[0], "GET", "");
+
+    let poor = rig.pay(VM10, &request("/quote", EMPTY_PAYER));
+    assert_eq!(poor["state"], "INSUFFICIENT_BALANCE");
+    assert_eq!(poor["recovery_path"], "balance_top_up");
+
+    let permit = rig.pay(VM10, &request("/permit2", &buyer));
+    assert_eq!(permit["state"], "ALLOWANCE_REQUIRED", "{permit}");
+    assert_eq!(permit["allowance"]["allowance_raw"], "0");
+    assert_eq!(permit["identities"]["canonical_spender"], PERMIT2);
+    assert_eq!(
+        permit["identities"]["signed_proxy"],
+        "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
+    );
+    let key = rig.stack.field("buyer_private_key");
+    rig.stack
+        .chain(&["approve", "--from-key", &key, "usdc", PERMIT2, "1000000"]);
+    let mut again = request("/permit2", &buyer);
+    again["baseline"] = permit["baseline"].clone();
+    let approved = rig.pay(VM10, &again);
+    assert_eq!(approved["state"], "READY_EXISTING", "{approved}");
+    assert_eq!(approved["allowance"]["allowance_raw"], "1000000");
+    let changes = approved["baseline_changes"].as_array().expect("changes");
+    assert!(
+        changes.contains(&json!("allowance_raw")) && changes.contains(&json!("recovery_path")),
+        "{approved}"
+    );
+
+    let delegated = rig.pay(VM10, &request("/erc7710", &buyer));
+    assert_eq!(delegated["state"], "UNSUPPORTED_METHOD");
+    assert_eq!(delegated["recovery_path"], "unsupported_method");
+
+    // HOLD returns the caller's baseline unchanged.
+    rig.set(|t| t.mode = "free");
+    let mut held = request("/quote", &buyer);
+    held["baseline"] = ready["baseline"].clone();
+    let hold = rig.pay(VM10, &held);
+    assert_eq!(hold["state"], "HOLD", "{hold}");
+    assert_eq!(hold["baseline"], ready["baseline"]);
+
+    // Tampered baseline: 400 before payment, nothing probed.
+    let before = (rig.server.outbound(), rig.site.seen().len());
+    held["baseline"]["balance_raw"] = json!("1");
+    let response = rig.server.post_json(VM10, &held).await;
+    assert_eq!(response.status().as_u16(), 400);
+    assert_eq!(before, (rig.server.outbound(), rig.site.seen().len()));
+}
+
+/// The official @x402/express seller (devstack/seller.mjs) over HTTPS on loopback; its price
+/// and payTo change through its stdin. The child is killed when dropped.
+struct RealSeller {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    port: u16,
+}
+
+impl RealSeller {
+    fn start(pki: &common::tls_site::Pki, facilitator: &str) -> RealSeller {
+        use std::io::BufRead;
+        let cert = common::temp_path("seller-cert.pem");
+        let key = common::temp_path("seller-key.pem");
+        std::fs::write(&cert, &pki.leaf_pem).expect("cert");
+        std::fs::write(&key, &pki.key_pem).expect("key");
+        let mut child = std::process::Command::new("node")
+            .arg(common::repo_root().join("devstack/seller.mjs"))
+            .arg("--cert")
+            .arg(&cert)
+            .arg("--key")
+            .arg(&key)
+            .args([
+                "--facilitator",
+                facilitator,
+                "--pay-to",
+                MERCHANT,
+                "--amount",
+                "10000",
+            ])
+            .current_dir(common::repo_root().join("devstack"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("node seller starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("port line");
+        let port = serde_json::from_str::<Value>(&line).expect("json")["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .expect("port");
+        RealSeller {
+            child,
+            stdin,
+            stdout,
+            port,
+        }
+    }
+
+    fn set(&mut self, change: Value) {
+        use std::io::{BufRead, Write};
+        writeln!(self.stdin, "{change}").expect("write");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("ack");
+        assert!(line.contains("\"ok\":true"), "{line}");
+    }
+}
+
+impl Drop for RealSeller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_express_seller_through_vm08_to_vm10() {
+    let stack = DevStack::start();
+    let pki = common::tls_site::Pki::new(&[HOST]);
+    let mut seller = RealSeller::start(&pki, &stack.field("facilitator_url"));
+    let mut env: Vec<(String, String)> = vec![
+        ("FACTOMAT_PAY_TO".into(), stack.field("pay_to")),
+        (
+            "FACTOMAT_FACILITATOR_URL".into(),
+            stack.field("facilitator_url"),
+        ),
+        (
+            "FACTOMAT_RPC_URL_EIP155_8453".into(),
+            stack.field("rpc_url"),
+        ),
+        (
+            "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS".into(),
+            "20000".into(),
+        ),
+    ];
+    env.extend(pki.env(std::net::SocketAddr::from(([127, 0, 0, 1], seller.port))));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = TestServer::with_env(&pairs).await;
+    let pay = |path: &str, body: &Value| {
+        let answer = stack.pay(&format!("{}{path}", server.url), body);
+        assert_eq!(answer["status"], 200, "{answer}");
+        answer["body"].clone()
+    };
+    let request = json!({"resource_url": url("/quote"), "method": "POST"});
+    let first = pay(VM08, &request);
+    assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
+    assert_eq!(first["fingerprint"]["amount"], "10000");
+    assert_eq!(first["fingerprint"]["resource_url"], url("/quote"));
+    let mut again = request.clone();
+    again["baseline"] = first["baseline"].clone();
+    assert_eq!(pay(VM08, &again)["decision"], "CONTINUE");
+    seller.set(json!({"amount": "10300"}));
+    let modest = pay(VM08, &again);
+    assert_eq!(
+        modest["material_change_classes"],
+        json!(["AMOUNT_INCREASE_MODEST"]),
+        "{modest}"
+    );
+    seller.set(json!({"amount": "50000", "pay_to": OTHER_MERCHANT}));
+    let moved = pay(VM08, &again);
+    assert_eq!(
+        moved["material_change_classes"],
+        json!(["PAY_TO_CHANGED", "AMOUNT_INCREASE_ABOVE_POLICY"]),
+        "{moved}"
+    );
+
+    let buyer = stack.field("buyer_address");
+    let packet = pay(
+        VM09,
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer,
+            "max_amount_atomic": "50000", "allowed_pay_to": [OTHER_MERCHANT]}),
+    );
+    assert_eq!(packet["decision"], "READY", "{packet}");
+    assert_eq!(packet["resource_identity_match"], true);
+
+    let snapshot = pay(
+        VM10,
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer}),
+    );
+    assert_eq!(snapshot["state"], "READY_EXISTING", "{snapshot}");
+    assert_eq!(snapshot["identities"]["merchant"], OTHER_MERCHANT);
+}
