@@ -49,5 +49,7 @@ print(f"corpus: {count} pages, {size / 1e6:.1f} MB; median of {rounds}")
 print(f"{'extractor':<40} {'pages/s':>9} {'MB/s':>8} {'peak RSS':>10}")
 print(f"{'factomat extract (release, whole process)':<40} {f_pps:>9.1f} {size / 1e6 / f_seconds:>8.2f} {f_rss:>8.0f} MB")
 print(f"{'Readability 0.6.0 + jsdom 27 (parse loop)':<40} {r_pps:>9.1f} {r['mb_per_second']:>8.2f} {r_rss:>8.0f} MB")
+if r.get("failures"):
+    print(f"  Readability/jsdom threw on {r['failures']} page(s) (counted as attempted)")
 print(f"factomat / Readability pages/s: {f_pps / r_pps:.1f}x (aim: >= 10x)")
 PY

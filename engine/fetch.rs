@@ -295,6 +295,12 @@ impl Fetcher {
     }
 }
 
+/// Whether a fetcher can be built with this configuration (the TLS setup and the test CA),
+/// without building one: readiness runs on every paid request.
+pub fn check_setup(config: &Config) -> Result<(), FetchRefusal> {
+    tls_config(config).map(|_| ())
+}
+
 /// The rustls configuration: webpki roots (plus the test CA when configured), TLS 1.2/1.3,
 /// ALPN h2 and http/1.1. SNI is on (rustls default).
 fn tls_config(config: &Config) -> Result<rustls::ClientConfig, FetchRefusal> {

@@ -420,3 +420,30 @@ fn the_extract_command_prints_the_same_json() {
         "https://blog.example.org/posts/build-cache-object-storage/"
     );
 }
+
+#[test]
+fn the_extract_command_reads_standard_input() {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .args([
+            "extract",
+            "--content-type",
+            "text/html; charset=windows-1252",
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("factomat runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&fixture("latin1.html"))
+        .expect("write");
+    let output = child.wait_with_output().expect("output");
+    assert!(output.status.success());
+    let body: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(body["metadata"]["title"], "Café crème – la carte d’hiver");
+    assert_eq!(body["http"]["status"], Value::Null, "nothing was fetched");
+}

@@ -22,14 +22,10 @@ pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
 
 /// Shared by VM01 and VM07: the manifest declares the fetch limits and the TLS setup works.
 pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    let gateway = crate::gateway::Gateway::new()
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
-    FetchLimits::from_machine(machine)
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e))?;
-    text_limit(machine).map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
-    Fetcher::new(gateway, config)
-        .map(|_| ())
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))
+    let unavailable = |message: String| ApiError::unavailable("fetch_setup_failed", message);
+    FetchLimits::from_machine(machine).map_err(unavailable)?;
+    text_limit(machine).map_err(|e| unavailable(e.to_string()))?;
+    crate::fetch::check_setup(config).map_err(|e| unavailable(e.to_string()))
 }
 
 /// The manifest's `max_text_chars`.
