@@ -96,6 +96,12 @@ struct Rig {
 
 async fn rig() -> Rig {
     let stack = DevStack::start();
+    let rpc = stack.field("rpc_url");
+    rig_on(stack, &rpc).await
+}
+
+/// A rig whose eip155:8453 RPC endpoint is `rpc` (the stack's anvil, or a dead address).
+async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
     let terms = Arc::new(Mutex::new(Terms {
         amount: "10000".into(),
         pay_to: MERCHANT.into(),
@@ -108,10 +114,7 @@ async fn rig() -> Rig {
             "FACTOMAT_FACILITATOR_URL".into(),
             stack.field("facilitator_url"),
         ),
-        (
-            "FACTOMAT_RPC_URL_EIP155_8453".into(),
-            stack.field("rpc_url"),
-        ),
+        ("FACTOMAT_RPC_URL_EIP155_8453".into(), rpc.to_string()),
         (
             "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS".into(),
             "20000".into(),
@@ -269,6 +272,86 @@ async fn vm08_baseline_continue_changed_and_hold() {
     assert_eq!(redirect["decision"], "HOLD");
     assert_eq!(redirect["baseline"]["reusable"], false);
     assert_eq!(rig.probes_of("/redirect").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm08_binds_the_post_body_and_compares_a_listing_it_never_fetches() {
+    let rig = rig().await;
+    let body = json!({"symbol": "BTC", "size": 2, "nested": {"b": 1, "a": [1, 2]}});
+    let listing = json!({
+        "resource": url("/listed-only"),
+        "type": "http",
+        "accepts": [{"scheme": "exact", "network": "eip155:8453", "asset": USDC,
+            "amount": "9999", "payTo": MERCHANT, "maxTimeoutSeconds": 60}],
+        "extensions": {"bazaar": {"info": {"input": {"type": "http", "method": "GET"}}}},
+    });
+    let request = json!({"resource_url": url("/quote"), "method": "POST", "body": body, "discovery": listing});
+    let first = rig.pay(VM08, &request);
+    assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
+    assert_eq!(first["probe"]["method"], "POST");
+    assert_eq!(first["probe"]["body_sha256"], canonical_sha256(&body));
+    let probes = rig.probes_of("/quote");
+    assert_eq!(probes.len(), 1);
+    assert_eq!(
+        probes[0].method, "POST",
+        "the listing never picks the method"
+    );
+    let sent: Value = serde_json::from_slice(&probes[0].body).expect("the probe sent JSON");
+    assert_eq!(sent, body, "the caller's body is sent as given");
+    assert!(
+        rig.probes_of("/listed-only").is_empty(),
+        "the listing is never fetched"
+    );
+    assert_eq!(
+        first["discovery_comparison"],
+        json!({"resource_matches": false, "payment_terms_match": false, "differing_fields": ["amount"]})
+    );
+
+    // The baseline is bound to the body: another body is refused before payment.
+    let before = (rig.server.outbound(), rig.site.seen().len());
+    let mut other = request.clone();
+    other["body"] = json!({"symbol": "ETH"});
+    other["baseline"] = first["baseline"].clone();
+    let response = rig.server.post_json(VM08, &other).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let error: Value = response.json().await.expect("json");
+    assert_eq!(
+        error["error"]["code"], "baseline_request_mismatch",
+        "{error}"
+    );
+    assert_eq!(before, (rig.server.outbound(), rig.site.seen().len()));
+
+    let mut same = request.clone();
+    same["baseline"] = first["baseline"].clone();
+    let again = rig.pay(VM08, &same);
+    assert_eq!(again["decision"], "CONTINUE", "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm09_holds_when_the_balance_cannot_be_read() {
+    let stack = DevStack::start();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let rpc = format!("http://{closed}/v2/SECRET-rpc-key-77");
+    let rig = rig_on(stack, &rpc).await;
+    let buyer = rig.stack.field("buyer_address");
+    let answer = rig.stack.pay(
+        &format!("{}{VM09}", rig.server.url),
+        &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
+    );
+    assert_eq!(answer["status"], 200, "{answer}");
+    let packet = &answer["body"];
+    assert_eq!(packet["decision"], "HOLD", "{packet}");
+    assert_eq!(packet["status"], "HOLD");
+    let codes = packet["reason_codes"].as_array().expect("codes");
+    assert!(codes.contains(&json!("BALANCE_UNAVAILABLE")), "{codes:?}");
+    assert!(!codes.contains(&json!("BALANCE_SUFFICIENT")));
+    assert!(
+        !answer.to_string().contains("SECRET-rpc-key"),
+        "the RPC key leaked"
+    );
 }
 
 fn vm09_request(path: &str, payer: &str, max: &str, allowed: &[&str]) -> Value {
