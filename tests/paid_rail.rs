@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::Arc;
 
 use common::devstack::DevStack;
+use common::logs::{capture, logs};
 use common::{TestServer, decode_header, temp_path};
 use factomat::ledger::{Ledger, SqliteLedger};
 use serde_json::{Value, json};
@@ -19,35 +19,6 @@ const PRICE: u128 = 10_000;
 const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
 const UINT256_MAX: &str =
     "115792089237316195423570985008687907853269984665640564039457584007913129639935";
-
-/// Everything the server logs in this test binary, at every level.
-static LOGS: LazyLock<Arc<Mutex<Vec<u8>>>> = LazyLock::new(|| {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let writer = buffer.clone();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("trace")
-        .with_writer(move || LogWriter(writer.clone()))
-        .try_init();
-    buffer
-});
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut buffer) = self.0.lock() {
-            buffer.extend_from_slice(bytes);
-        }
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().expect("logs").clone()).into_owned()
-}
 
 struct Rig {
     stack: DevStack,
@@ -62,7 +33,7 @@ async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
 /// A rig whose /verify timeout is `verify_ms` (the default is generous so that 50 concurrent
 /// verifies on a loaded 2-core machine still answer).
 async fn rig_with_timeout(stack: DevStack, facilitator: &str, rpc: &str, verify_ms: &str) -> Rig {
-    LazyLock::force(&LOGS);
+    capture();
     let ledger_url = format!("sqlite:{}", temp_path("ledger.db").display());
     let pay_to = stack.field("pay_to");
     let server = TestServer::with_env(&[
@@ -735,7 +706,7 @@ async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
-    LazyLock::force(&LOGS);
+    capture();
     let ledger_url = format!("sqlite:{}", temp_path("crashed.db").display());
     let ledger = SqliteLedger::open(&ledger_url).expect("ledger");
     ledger

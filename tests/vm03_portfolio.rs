@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use common::devstack::DevStack;
-use common::onchain::{ChainRig, assert_output_valid, closed_port, logs, serve};
+use common::logs::logs;
+use common::onchain::{ChainRig, assert_output_valid, closed_port, serve};
 use serde_json::{Value, json};
 use warp::Filter;
 

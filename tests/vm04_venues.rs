@@ -483,7 +483,7 @@ async fn a_silent_lido_api_and_a_dead_rpc_node_are_bounded_and_truthful() {
             .is_some_and(|m| m.contains("8000 ms"))
     );
     assert!(elapsed < std::time::Duration::from_secs(20), "{elapsed:?}");
-    assert!(!format!("{body}\n{}", common::onchain::logs()).contains("SECRETKEY"));
+    assert!(!format!("{body}\n{}", common::logs::logs()).contains("SECRETKEY"));
     assert_eq!(body["evidence"], json!([]));
 }
 

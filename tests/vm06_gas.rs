@@ -3,8 +3,9 @@
 
 mod common;
 
+use common::logs::logs;
 use common::onchain::{
-    ChainRig, RpcAction, assert_output_valid, closed_port, logs, rpc_call, rpc_proxy, selector,
+    ChainRig, RpcAction, assert_output_valid, closed_port, rpc_call, rpc_proxy, selector,
 };
 use serde_json::{Value, json};
 

@@ -3,6 +3,7 @@
 
 pub mod devstack;
 pub mod https;
+pub mod logs;
 pub mod onchain;
 pub mod tls_site;
 

@@ -3,44 +3,15 @@
 //! logs, and loopback stand-ins for JSON-RPC and HTTP providers.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warp::Filter;
 
 use super::devstack::DevStack;
+use super::logs::capture;
 use super::{TestServer, machine};
-
-/// Everything the server logs in this test binary, at every level.
-static LOGS: LazyLock<Arc<Mutex<Vec<u8>>>> = LazyLock::new(|| {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let writer = buffer.clone();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("trace")
-        .with_writer(move || LogWriter(writer.clone()))
-        .try_init();
-    buffer
-});
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut buffer) = self.0.lock() {
-            buffer.extend_from_slice(bytes);
-        }
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-pub fn logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().expect("logs").clone()).into_owned()
-}
 
 /// A closed loopback port: connecting to it fails at once.
 pub fn closed_port() -> SocketAddr {
@@ -61,7 +32,7 @@ impl ChainRig {
     }
 
     pub async fn with_stack(stack: DevStack, env: &[(&str, &str)]) -> ChainRig {
-        LazyLock::force(&LOGS);
+        capture();
         let pay_to = stack.field("pay_to");
         let facilitator = stack.field("facilitator_url");
         let base = stack.field("rpc_url");
