@@ -5,6 +5,7 @@
 //! never reach a log line, an error message or a response (alloy's transport records the URL
 //! in a tracing span).
 
+use std::fmt;
 use std::task;
 use std::time::Duration;
 
@@ -24,15 +25,26 @@ const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct CountedRpc {
     gateway: Gateway,
-    url: Secret,
+    url: SecretUrl,
     response_timeout: Duration,
 }
 
+/// The endpoint parsed once per provider rather than once per request (URL parsing showed
+/// in the paid path's profile); `None` when the configured URL does not parse.
+#[derive(Clone)]
+struct SecretUrl(Option<reqwest::Url>);
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretUrl(<redacted>)")
+    }
+}
+
 impl CountedRpc {
-    pub fn new(gateway: Gateway, url: Secret, response_timeout: Duration) -> Self {
+    pub fn new(gateway: Gateway, url: &Secret, response_timeout: Duration) -> Self {
         CountedRpc {
             gateway,
-            url,
+            url: SecretUrl(reqwest::Url::parse(url.expose()).ok()),
             response_timeout,
         }
     }
@@ -43,8 +55,10 @@ impl CountedRpc {
     }
 
     async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
-        let url = reqwest::Url::parse(self.url.expose())
-            .map_err(|_| TransportErrorKind::custom_str("the configured RPC URL is invalid"))?;
+        let url =
+            self.url.0.clone().ok_or_else(|| {
+                TransportErrorKind::custom_str("the configured RPC URL is invalid")
+            })?;
         let request = self
             .gateway
             .request(reqwest::Method::POST, url)

@@ -53,7 +53,7 @@ pub async fn read(
                 machine.machine
             ))
         })?;
-    let provider = CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider();
+    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let mut reads = TokenReads::default();
     let block = match provider.get_block_number().await {
         Ok(block) => block,

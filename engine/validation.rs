@@ -57,18 +57,18 @@ impl RequestValidator {
         if self.validator.is_valid(request) {
             return Ok(());
         }
+        // Rank on the error kind alone; only the reported error is formatted.
         let best = self
             .validator
             .iter_errors(request)
-            .map(|error| self.to_api_error(&error))
-            .min_by_key(|(rank, _)| *rank);
+            .min_by_key(|error| rank(error.kind()));
         match best {
-            Some((_, error)) => Err(error),
+            Some(error) => Err(self.to_api_error(&error)),
             None => Ok(()),
         }
     }
 
-    fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> (u8, ApiError) {
+    fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> ApiError {
         let at = error.instance_path().as_str().to_string();
         let field = if at.is_empty() {
             "/".to_string()
@@ -91,39 +91,28 @@ impl RequestValidator {
                     .then(|| self.unsupported.iter().find(|(f, _)| *f == name))
                     .flatten();
                 match listed {
-                    Some((_, code)) => (
-                        1,
-                        ApiError::invalid_field(
-                            code.clone(),
-                            pointer,
-                            format!("field {name:?} is not supported by this machine"),
-                        ),
+                    Some((_, code)) => ApiError::invalid_field(
+                        code.clone(),
+                        pointer,
+                        format!("field {name:?} is not supported by this machine"),
                     ),
-                    None => (
-                        1,
-                        ApiError::invalid_field(
-                            "unknown_field",
-                            pointer,
-                            format!(
-                                "field {name:?} is not accepted here; no other fields are allowed"
-                            ),
-                        ),
+                    None => ApiError::invalid_field(
+                        "unknown_field",
+                        pointer,
+                        format!("field {name:?} is not accepted here; no other fields are allowed"),
                     ),
                 }
             }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or_default();
-                (
-                    2,
-                    ApiError::invalid_field(
-                        "missing_field",
-                        format!("{at}/{name}"),
-                        format!("required field {name:?} is missing"),
-                    ),
+                ApiError::invalid_field(
+                    "missing_field",
+                    format!("{at}/{name}"),
+                    format!("required field {name:?} is missing"),
                 )
             }
             ValidationErrorKind::Type { .. } => {
-                (3, ApiError::invalid_field("invalid_type", field, message))
+                ApiError::invalid_field("invalid_type", field, message)
             }
             ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
                 let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains")
@@ -136,7 +125,7 @@ impl RequestValidator {
                 } else {
                     "invalid_value"
                 };
-                (4, ApiError::invalid_field(code, field, message))
+                ApiError::invalid_field(code, field, message)
             }
             ValidationErrorKind::Pattern { pattern } => {
                 let code = match pattern.as_str() {
@@ -146,36 +135,57 @@ impl RequestValidator {
                     HEX_PATTERN => "invalid_hex",
                     _ => "invalid_format",
                 };
-                (4, ApiError::invalid_field(code, field, message))
+                ApiError::invalid_field(code, field, message)
             }
-            ValidationErrorKind::MaxLength { .. } if last == "data" => (
-                4,
-                ApiError::invalid_field("calldata_too_large", field, message),
-            ),
+            ValidationErrorKind::MaxLength { .. } if last == "data" => {
+                ApiError::invalid_field("calldata_too_large", field, message)
+            }
             ValidationErrorKind::MaxLength { .. } => {
-                (4, ApiError::invalid_field("too_long", field, message))
+                ApiError::invalid_field("too_long", field, message)
             }
             ValidationErrorKind::MinLength { .. } => {
-                (4, ApiError::invalid_field("too_short", field, message))
+                ApiError::invalid_field("too_short", field, message)
             }
             ValidationErrorKind::MaxItems { .. } => {
-                (4, ApiError::invalid_field("too_many_items", field, message))
+                ApiError::invalid_field("too_many_items", field, message)
             }
             ValidationErrorKind::MinItems { .. } => {
-                (4, ApiError::invalid_field("too_few_items", field, message))
+                ApiError::invalid_field("too_few_items", field, message)
             }
-            ValidationErrorKind::UniqueItems => (
-                4,
-                ApiError::invalid_field("duplicate_items", field, message),
-            ),
+            ValidationErrorKind::UniqueItems => {
+                ApiError::invalid_field("duplicate_items", field, message)
+            }
             ValidationErrorKind::Minimum { .. }
             | ValidationErrorKind::Maximum { .. }
             | ValidationErrorKind::ExclusiveMinimum { .. }
             | ValidationErrorKind::ExclusiveMaximum { .. } => {
-                (4, ApiError::invalid_field("out_of_range", field, message))
+                ApiError::invalid_field("out_of_range", field, message)
             }
-            _ => (5, ApiError::invalid_field("invalid_value", field, message)),
+            _ => ApiError::invalid_field("invalid_value", field, message),
         }
+    }
+}
+
+/// How useful an error is to report, lower first: a field we do not accept, then a missing
+/// field, then a wrong type, then value rules.
+fn rank(kind: &ValidationErrorKind) -> u8 {
+    match kind {
+        ValidationErrorKind::AdditionalProperties { .. } => 1,
+        ValidationErrorKind::Required { .. } => 2,
+        ValidationErrorKind::Type { .. } => 3,
+        ValidationErrorKind::Enum { .. }
+        | ValidationErrorKind::Constant { .. }
+        | ValidationErrorKind::Pattern { .. }
+        | ValidationErrorKind::MaxLength { .. }
+        | ValidationErrorKind::MinLength { .. }
+        | ValidationErrorKind::MaxItems { .. }
+        | ValidationErrorKind::MinItems { .. }
+        | ValidationErrorKind::UniqueItems
+        | ValidationErrorKind::Minimum { .. }
+        | ValidationErrorKind::Maximum { .. }
+        | ValidationErrorKind::ExclusiveMinimum { .. }
+        | ValidationErrorKind::ExclusiveMaximum { .. } => 4,
+        _ => 5,
     }
 }
 

@@ -270,10 +270,11 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
         );
         assert_eq!(row.payer.to_lowercase(), rig.buyer().to_lowercase());
     }
-    // Per paid call: 1 verify + 6 RPC reads + 1 settle, nothing else.
+    // Per paid call: 1 verify + 2 RPC requests (eth_blockNumber, then one batch of five
+    // reads) + 1 settle, nothing else.
     assert_eq!(
         rig.server.outbound() - outbound_before,
-        8 * cases.len() as u64
+        4 * cases.len() as u64
     );
 }
 
@@ -622,6 +623,45 @@ async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
         rig.ledger_rows()[0].state,
         "settled",
         "HOLD is a paid, truthful result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_without_code_fails_each_batched_read_on_its_own_and_holds() {
+    let rig = rig().await;
+    // The payee is an account without code: every eth_call in the batch answers empty data.
+    let not_a_token = rig.stack.field("pay_to");
+    let body = vm02_request(&rig.buyer(), &not_a_token, &rig.buyer());
+    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    assert_eq!(answer["status"], 200, "{answer}");
+    let result = &answer["body"];
+    assert_eq!(result["status"], "HOLD", "{result}");
+    let block = result["block_number"].as_str().expect("the block was read");
+    assert_eq!(result["evidence"]["token_code_present"], false);
+    assert_eq!(result["allowance_raw"], Value::Null);
+    assert_eq!(result["token_metadata"]["symbol"], Value::Null);
+    let limitations: Vec<&str> = result["limitations"]
+        .as_array()
+        .expect("limitations")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for read in [
+        "allowance(owner, spender)",
+        "balanceOf(owner)",
+        "decimals()",
+        "symbol()",
+    ] {
+        let expected = format!(
+            "{read} could not be read at block {block}: the call returned no decodable value."
+        );
+        assert!(limitations.contains(&expected.as_str()), "{limitations:?}");
+    }
+    assert!(
+        limitations
+            .iter()
+            .any(|l| l.contains("holds no contract code")),
+        "{limitations:?}"
     );
 }
 

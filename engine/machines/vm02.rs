@@ -1,15 +1,20 @@
 //! VM02 allowance exposure: one ERC-20 allowance against the owner's balance, both read at
 //! one block on eip155:8453.
 //!
-//! Reads (at most 6 RPC methods): eth_blockNumber, then at that block eth_call allowance,
-//! balanceOf, decimals, symbol, and eth_getCode. A failing or slow RPC gives a truthful HOLD.
+//! Reads (at most 6 RPC methods in 2 HTTP requests): eth_blockNumber, then at that block one
+//! JSON-RPC batch of eth_call allowance, balanceOf, decimals, symbol, and eth_getCode. A
+//! failing or slow RPC gives a truthful HOLD.
 
 use std::time::Duration;
 
 use alloy::eips::BlockId;
-use alloy::primitives::{Address, U256};
+use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::{Provider, RootProvider};
+use alloy::rpc::client::BatchRequest;
+use alloy::rpc::types::TransactionRequest;
 use alloy::sol;
+use alloy::sol_types::SolCall;
+use alloy::transports::TransportError;
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
@@ -24,7 +29,6 @@ use crate::rpc::{CountedRpc, describe_error};
 const CHAIN: &str = "eip155:8453";
 
 sol! {
-    #[sol(rpc)]
     interface IERC20Metadata {
         function allowance(address owner, address spender) external view returns (uint256);
         function balanceOf(address account) external view returns (uint256);
@@ -84,7 +88,7 @@ pub async fn observe(
         .rpc_url(CHAIN)
         .ok_or_else(|| WorkError::Internal("no eip155:8453 RPC endpoint".into()))?;
     let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-    let provider = CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider();
+    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let reads = read_at_one_block(&provider, owner, token, spender).await;
     Ok(respond(machine, request, reads))
 }
@@ -115,43 +119,41 @@ async fn read_at_one_block(
         }
     };
     reads.block = Some(block);
-    let at = BlockId::number(block);
-    let erc20 = IERC20Metadata::new(token, provider);
-    let allowance_call = erc20.allowance(owner, spender).block(at);
-    let balance_call = erc20.balanceOf(owner).block(at);
-    let decimals_call = erc20.decimals().block(at);
-    let symbol_call = erc20.symbol().block(at);
-    let (allowance, balance, decimals, symbol, code) = tokio::join!(
-        allowance_call.call(),
-        balance_call.call(),
-        decimals_call.call(),
-        symbol_call.call(),
-        provider.get_code_at(token).block_id(at),
-    );
+    let answers = read_batch(provider, BlockId::number(block), owner, token, spender).await;
+    let (allowance, balance, decimals, symbol, code) = match answers {
+        Ok(answers) => answers,
+        Err(error) => {
+            let error = describe_error(&error);
+            reads.limitations.push(format!(
+                "The reads at block {block} could not be made ({error}); no allowance or balance was observed."
+            ));
+            return reads;
+        }
+    };
     let mut note = |what: &str, error: String| {
         reads.limitations.push(format!(
             "{what} could not be read at block {block}: {error}."
         ));
     };
     match code {
-        Ok(code) => reads.code_present = Some(!code.is_empty()),
-        Err(e) => note("Token code presence", describe_error(&e)),
+        Ok(present) => reads.code_present = Some(present),
+        Err(e) => note("Token code presence", e),
     }
     match allowance {
         Ok(v) => reads.allowance = Some(v),
-        Err(e) => note("allowance(owner, spender)", contract_error(&e)),
+        Err(e) => note("allowance(owner, spender)", e),
     }
     match balance {
         Ok(v) => reads.balance = Some(v),
-        Err(e) => note("balanceOf(owner)", contract_error(&e)),
+        Err(e) => note("balanceOf(owner)", e),
     }
     match decimals {
         Ok(v) => reads.decimals = Some(v),
-        Err(e) => note("decimals()", contract_error(&e)),
+        Err(e) => note("decimals()", e),
     }
     match symbol {
         Ok(v) => reads.symbol = Some(v),
-        Err(e) => note("symbol()", contract_error(&e)),
+        Err(e) => note("symbol()", e),
     }
     if reads.code_present == Some(false) {
         reads
@@ -161,14 +163,59 @@ async fn read_at_one_block(
     reads
 }
 
-fn contract_error(error: &alloy::contract::Error) -> String {
-    match error {
-        alloy::contract::Error::TransportError(e) => describe_error(e),
-        alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {
-            "the call returned no decodable value".to_string()
-        }
-        _ => "the call failed".to_string(),
-    }
+type Answer<T> = Result<T, String>;
+
+/// The five reads at one block, sent as one JSON-RPC batch: one HTTP request instead of five.
+/// An `Err` is a failure of the whole batch; each read can still fail on its own.
+async fn read_batch(
+    provider: &RootProvider,
+    at: BlockId,
+    owner: Address,
+    token: Address,
+    spender: Address,
+) -> Result<
+    (
+        Answer<U256>,
+        Answer<U256>,
+        Answer<u8>,
+        Answer<String>,
+        Answer<bool>,
+    ),
+    TransportError,
+> {
+    use IERC20Metadata::{allowanceCall, balanceOfCall, decimalsCall, symbolCall};
+    let mut batch = BatchRequest::new(provider.client());
+    let call = |data: Vec<u8>| {
+        let request = TransactionRequest::default().to(token).input(data.into());
+        (request, at)
+    };
+    let allowance = batch.add_call::<_, Bytes>(
+        "eth_call",
+        &call(allowanceCall { owner, spender }.abi_encode()),
+    )?;
+    let balance = batch.add_call::<_, Bytes>(
+        "eth_call",
+        &call(balanceOfCall { account: owner }.abi_encode()),
+    )?;
+    let decimals = batch.add_call::<_, Bytes>("eth_call", &call(decimalsCall {}.abi_encode()))?;
+    let symbol = batch.add_call::<_, Bytes>("eth_call", &call(symbolCall {}.abi_encode()))?;
+    let code = batch.add_call::<_, Bytes>("eth_getCode", &(token, at))?;
+    batch.send().await?;
+    Ok((
+        decoded::<allowanceCall>(allowance.await),
+        decoded::<balanceOfCall>(balance.await),
+        decoded::<decimalsCall>(decimals.await),
+        decoded::<symbolCall>(symbol.await),
+        code.await
+            .map(|code| !code.is_empty())
+            .map_err(|e| describe_error(&e)),
+    ))
+}
+
+/// One `eth_call` answer decoded as the call's return value, or why it could not be.
+fn decoded<C: SolCall>(answer: Result<Bytes, TransportError>) -> Answer<C::Return> {
+    let data = answer.map_err(|e| describe_error(&e))?;
+    C::abi_decode_returns(&data).map_err(|_| "the call returned no decodable value".to_string())
 }
 
 fn adjusted(raw: Option<U256>, decimals: Option<u8>) -> Value {

@@ -133,7 +133,7 @@ pub async fn observe(
         .rpc_url(intent.chain.caip2)
         .ok_or_else(|| WorkError::Internal(format!("no {} RPC endpoint", intent.chain.caip2)))?;
     let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-    let provider = CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider();
+    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let query = history_query(machine);
     let (estimate, history) = read(&provider, &intent, &query).await;
     let endpoint = rpc::public_endpoint(url);

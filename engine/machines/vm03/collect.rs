@@ -98,7 +98,7 @@ fn rpc(
     } else {
         settings.rpc_timeout
     };
-    Ok(CountedRpc::new(context.gateway.clone(), url.clone(), timeout).provider())
+    Ok(CountedRpc::new(context.gateway.clone(), url, timeout).provider())
 }
 
 /// Phase 1 of one chain: block, native balance at the block, inventory (concurrently).
