@@ -2,9 +2,10 @@
 //! charged twice.
 //!
 //! A row holds what accounting needs and nothing a buyer would not want kept: never a
-//! response body, a purchased page, the raw payment payload or its signature. The nonce is
-//! stored as its sha256 and is unique: two requests carrying one authorization can never
-//! both reserve, however many arrive at once.
+//! response body, a purchased page, the raw payment payload or its signature. The nonce's
+//! sha256 is unique: two requests carrying one authorization can never both reserve, however
+//! many arrive at once. The nonce itself and `validBefore` are kept too (public once settled,
+//! useless without the signature): they are what reconciliation asks the chain about.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -22,6 +23,10 @@ pub struct NewAttempt {
     pub network: String,
     pub pay_to: String,
     pub nonce_sha256: String,
+    /// The EIP-3009 nonce, 0x-prefixed hex.
+    pub nonce: String,
+    /// The authorization's `validBefore` (unix seconds, decimal).
+    pub valid_before: String,
     pub request_sha256: String,
 }
 
@@ -43,6 +48,10 @@ pub struct AttemptRow {
     pub amount_atomic: String,
     pub state: String,
     pub transaction_hash: Option<String>,
+    /// The EIP-3009 nonce and `validBefore`: what `authorizationState(payer, nonce)` on the
+    /// asset reconciles. None on rows written before they were kept.
+    pub nonce: Option<String>,
+    pub valid_before: Option<String>,
     pub created_at: String,
 }
 
@@ -92,6 +101,8 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     network          TEXT NOT NULL,
     pay_to           TEXT NOT NULL,
     nonce_sha256     TEXT NOT NULL UNIQUE,
+    nonce            TEXT,
+    valid_before     TEXT,
     request_sha256   TEXT NOT NULL,
     state            TEXT NOT NULL
                      CHECK (state IN ('reserved', 'settled', 'settle_failed', 'work_failed')),
@@ -103,8 +114,26 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
 CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
 ";
 
+/// Columns added after the first release; a ledger file created before them gains them.
+const ADDED_COLUMNS: [&str; 2] = ["nonce", "valid_before"];
+
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
+    let present: Vec<String> = connection
+        .prepare("SELECT name FROM pragma_table_info('payment_attempts')")?
+        .query_map([], |row| row.get(0))?
+        .collect::<Result<_, _>>()?;
+    for column in ADDED_COLUMNS {
+        if !present.iter().any(|name| name == column) {
+            connection.execute_batch(&format!(
+                "ALTER TABLE payment_attempts ADD COLUMN {column} TEXT"
+            ))?;
+        }
+    }
+    Ok(())
 }
 
 impl SqliteLedger {
@@ -119,6 +148,7 @@ impl SqliteLedger {
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         connection.execute_batch(SCHEMA)?;
+        add_missing_columns(&connection)?;
         Ok(SqliteLedger {
             connection: Mutex::new(connection),
         })
@@ -137,7 +167,8 @@ impl SqliteLedger {
 
     fn select(&self, filter: &str) -> Result<Vec<AttemptRow>, LedgerError> {
         let sql = format!(
-            "SELECT id, machine, family, payer, amount_atomic, state, transaction_hash, created_at
+            "SELECT id, machine, family, payer, amount_atomic, state, transaction_hash, nonce,
+                    valid_before, created_at
              FROM payment_attempts {filter} ORDER BY id"
         );
         self.with(|c| {
@@ -151,7 +182,9 @@ impl SqliteLedger {
                     amount_atomic: r.get(4)?,
                     state: r.get(5)?,
                     transaction_hash: r.get(6)?,
-                    created_at: r.get(7)?,
+                    nonce: r.get(7)?,
+                    valid_before: r.get(8)?,
+                    created_at: r.get(9)?,
                 })
             })?;
             rows.collect()
@@ -167,12 +200,13 @@ impl Ledger for SqliteLedger {
         self.with(|c| {
             c.prepare_cached(
                 "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset, network,
-                     pay_to, nonce_sha256, request_sha256, state, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'reserved', ?10, ?10)",
+                     pay_to, nonce_sha256, nonce, valid_before, request_sha256, state, created_at,
+                     updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'reserved', ?12, ?12)",
             )?
             .execute(params![
                 a.machine, a.family, a.payer, a.amount_atomic, a.asset, a.network, a.pay_to,
-                a.nonce_sha256, a.request_sha256, at
+                a.nonce_sha256, a.nonce, a.valid_before, a.request_sha256, at
             ])?;
             Ok(c.last_insert_rowid())
         })
@@ -222,4 +256,58 @@ impl Ledger for SqliteLedger {
 /// Opens the configured ledger.
 pub fn open(database_url: &str) -> Result<Arc<dyn Ledger>, LedgerError> {
     Ok(Arc::new(SqliteLedger::open(database_url)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first released schema: no nonce, no valid_before.
+    const FIRST_SCHEMA: &str = "
+    CREATE TABLE payment_attempts (
+        id INTEGER PRIMARY KEY, machine TEXT NOT NULL, family TEXT NOT NULL,
+        payer TEXT NOT NULL, amount_atomic TEXT NOT NULL, asset TEXT NOT NULL,
+        network TEXT NOT NULL, pay_to TEXT NOT NULL, nonce_sha256 TEXT NOT NULL UNIQUE,
+        request_sha256 TEXT NOT NULL, state TEXT NOT NULL, transaction_hash TEXT,
+        failure_reason TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+    INSERT INTO payment_attempts VALUES (1, 'VM02', 'ONCHAIN_PREFLIGHT', '0xabc', '10000',
+        '0xasset', 'eip155:8453', '0xpayee', 'aa', 'bb', 'reserved', NULL, NULL, 't', 't');
+    ";
+
+    #[test]
+    fn a_ledger_from_before_the_nonce_column_gains_it_and_keeps_its_rows() {
+        let dir = std::env::temp_dir().join(format!("factomat-ledger-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("old.db");
+        let _ = std::fs::remove_file(&path);
+        Connection::open(&path)
+            .and_then(|c| c.execute_batch(FIRST_SCHEMA))
+            .expect("old ledger");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let rows = ledger.reserved().expect("rows");
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].nonce, None);
+        let attempt = NewAttempt {
+            machine: "VM02".into(),
+            family: "ONCHAIN_PREFLIGHT".into(),
+            payer: "0xabc".into(),
+            amount_atomic: "10000".into(),
+            asset: "0xasset".into(),
+            network: "eip155:8453".into(),
+            pay_to: "0xpayee".into(),
+            nonce_sha256: "cc".into(),
+            nonce: "0x01".into(),
+            valid_before: "99".into(),
+            request_sha256: "dd".into(),
+        };
+        ledger
+            .reserve(&attempt)
+            .expect("reserve on the migrated table");
+        let rows = ledger.rows().expect("rows");
+        assert_eq!(rows[1].nonce.as_deref(), Some("0x01"));
+        assert_eq!(rows[1].valid_before.as_deref(), Some("99"));
+        drop(ledger);
+        SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("reopening is a no-op");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

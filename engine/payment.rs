@@ -53,6 +53,8 @@ struct Presented {
     payload: Value,
     payer: String,
     nonce_sha256: String,
+    nonce: String,
+    valid_before: String,
 }
 
 fn reject(reason: &str) -> PaidOutcome {
@@ -91,8 +93,13 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     let payer = field("from")
         .ok_or_else(|| reject("invalid_payload"))?
         .to_string();
+    let valid_before = field("validBefore")
+        .ok_or_else(|| reject("invalid_payload"))?
+        .to_string();
     Ok(Presented {
         nonce_sha256: sha256_hex(nonce.as_slice()),
+        nonce: nonce.to_string(),
+        valid_before,
         payer,
         payload,
     })
@@ -157,6 +164,8 @@ pub async fn run(
         network: manifest.payment.network.clone(),
         pay_to: pay_to.to_string(),
         nonce_sha256: presented.nonce_sha256.clone(),
+        nonce: presented.nonce.clone(),
+        valid_before: presented.valid_before.clone(),
         request_sha256: canonical_sha256(request),
     };
     let ledger = rail.ledger.clone();

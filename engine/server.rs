@@ -172,7 +172,9 @@ impl AppState {
                     tracing::warn!(
                         attempt = row.id, machine = %row.machine, payer = %row.payer,
                         amount_atomic = %row.amount_atomic, created_at = %row.created_at,
-                        "ledger row left reserved by an earlier run: settlement outcome unknown, check the chain"
+                        nonce = row.nonce.as_deref().unwrap_or("unknown"),
+                        valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
+                        "ledger row left reserved by an earlier run: settlement outcome unknown; authorizationState(payer, nonce) on the asset tells"
                     );
                 }
                 tracing::warn!(

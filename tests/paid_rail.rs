@@ -666,6 +666,34 @@ async fn a_token_without_code_fails_each_batched_read_on_its_own_and_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
+    let rig = rig().await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    assert_eq!(answer["status"], 200, "{answer}");
+    let authorization = &answer["payment_payload"]["payload"]["authorization"];
+    let nonce = authorization["nonce"]
+        .as_str()
+        .expect("nonce")
+        .to_lowercase();
+    let valid_before = authorization["validBefore"].as_str().expect("validBefore");
+    let rows = rig.ledger_rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].nonce.as_deref(), Some(nonce.as_str()));
+    assert_eq!(rows[0].valid_before.as_deref(), Some(valid_before));
+    // What an operator asks the chain for a row whose outcome is unknown.
+    let used = rig.stack.chain(&["auth-state", &rig.buyer(), &nonce]);
+    assert_eq!(used["used"], true, "{used}");
+    let unknown = format!("0x{}", "11".repeat(32));
+    let unused = rig.stack.chain(&["auth-state", &rig.buyer(), &unknown]);
+    assert_eq!(unused["used"], false, "{unused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
     let rig = rig().await;
     let body = vm02_request(
@@ -759,6 +787,8 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
             network: "eip155:8453".into(),
             pay_to: common::PAY_TO.into(),
             nonce_sha256: "ab".repeat(32),
+            nonce: format!("0x{}", "ef".repeat(32)),
+            valid_before: "1795000000".into(),
             request_sha256: "cd".repeat(32),
         })
         .expect("reserve");
@@ -776,7 +806,10 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
     .await;
     let logs = logs();
     assert!(
-        logs.contains("left reserved") && logs.contains("00000000000000000000000000000000000c4a54"),
+        logs.contains("left reserved")
+            && logs.contains("00000000000000000000000000000000000c4a54")
+            && logs.contains(&"ef".repeat(32))
+            && logs.contains("1795000000"),
         "{logs}"
     );
     let still = SqliteLedger::open(&ledger_url)
