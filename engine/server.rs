@@ -334,11 +334,15 @@ fn routes(
              method: Method,
              path: warp::path::FullPath,
              headers: HeaderMap,
-             body| async move {
-                let started = Instant::now();
-                let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
-                log_request(&method, path.as_str(), &response, started);
-                response
+             body| {
+                // Boxed: the handler's state machine (the whole paid path) is large, and an
+                // unboxed future would be stored in every connection task, idle ones too.
+                Box::pin(async move {
+                    let started = Instant::now();
+                    let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
+                    log_request(&method, path.as_str(), &response, started);
+                    response
+                })
             },
         )
 }
