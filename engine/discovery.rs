@@ -19,6 +19,7 @@ use crate::api_error::ApiError;
 use crate::bounded_json::{self, JsonBounds, JsonRefusal};
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::machines::{WorkContext, WorkError};
 use crate::manifest::Machine;
 use crate::request_checks as rc;
 use crate::upstream::{self, Bounds, GetError, Got};
@@ -372,6 +373,24 @@ impl Observation {
             "url_equality": URL_EQUALITY,
         })
     }
+}
+
+/// The paid read VM05 and VM11 share: the request's inputs and one reading of the
+/// configured provider for them.
+pub async fn observe_request(
+    context: &WorkContext,
+    machine: &Machine,
+    request: &Value,
+) -> Result<(Inputs, Observation), WorkError> {
+    let inputs = Inputs::from_request(request)?;
+    let observation = observe(
+        &context.gateway,
+        context.config.discovery_url.as_ref(),
+        machine,
+        &inputs,
+    )
+    .await?;
+    Ok((inputs, observation))
 }
 
 /// Reads the provider once for `resource`, `pay_to` and the normalized `queries`.
