@@ -7,10 +7,21 @@ use alloy::primitives::Address;
 use serde_json::Value;
 
 use super::{WorkContext, WorkError};
+use crate::api_error::ApiError;
+use crate::config::Config;
 use crate::evm;
 use crate::manifest::Machine;
 use crate::token_reads::{self, TokenReads};
 use crate::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
+
+/// Ready when the probe can run and the eip155:8453 RPC endpoint for the reads is configured.
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+    x402_probe::ready(machine, config)?;
+    match config.rpc_url_eip155_8453 {
+        Some(_) => Ok(()),
+        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
+    }
+}
 
 /// Probes the request's resource once and selects a requirement from the answer.
 pub async fn probe_and_select(

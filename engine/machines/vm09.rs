@@ -31,11 +31,7 @@ pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
 }
 
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    x402_probe::ready(machine, config)?;
-    match config.rpc_url_eip155_8453 {
-        Some(_) => Ok(()),
-        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-    }
+    probe_reads::readiness(machine, config)
 }
 
 pub async fn observe(
