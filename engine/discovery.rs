@@ -19,8 +19,10 @@ use crate::api_error::ApiError;
 use crate::bounded_json::{self, JsonBounds, JsonRefusal};
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::machines::{WorkContext, WorkError};
 use crate::manifest::Machine;
 use crate::request_checks as rc;
+use crate::upstream::{self, Bounds, GetError, Got};
 
 /// The URL equality rule, as stated in every VM05 response's evidence.
 pub const URL_EQUALITY: &str = "https; host lowercased; default port 443; pathname plus query string compared exactly; fragments and userinfo rejected; query parameter order significant.";
@@ -373,6 +375,24 @@ impl Observation {
     }
 }
 
+/// The paid read VM05 and VM11 share: the request's inputs and one reading of the
+/// configured provider for them.
+pub async fn observe_request(
+    context: &WorkContext,
+    machine: &Machine,
+    request: &Value,
+) -> Result<(Inputs, Observation), WorkError> {
+    let inputs = Inputs::from_request(request)?;
+    let observation = observe(
+        &context.gateway,
+        context.config.discovery_url.as_ref(),
+        machine,
+        &inputs,
+    )
+    .await?;
+    Ok((inputs, observation))
+}
+
 /// Reads the provider once for `resource`, `pay_to` and the normalized `queries`.
 pub async fn observe(
     gateway: &Gateway,
@@ -556,95 +576,71 @@ impl Reader {
                 sent: false,
             };
         }
-        let request = match self
-            .gateway
-            .request(reqwest::Method::GET, url)
-            .header(reqwest::header::ACCEPT, "application/json")
-            .build()
-        {
-            Ok(request) => request,
-            Err(_) => {
-                return Fetched {
-                    answer: Err(ReadError::new(
-                        "request_not_built",
-                        "the request could not be built",
-                    )),
-                    retrieved_at: None,
-                    sent: false,
-                };
-            }
+        let bounds = Bounds {
+            timeout: budget,
+            max_bytes: usize::try_from(self.limits.max_response_bytes).unwrap_or(usize::MAX),
         };
-        let answer = match tokio::time::timeout(budget, self.exchange(request)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(timed_out),
-        };
+        let got = upstream::get(&self.gateway, url, bounds, |status| {
+            status == reqwest::StatusCode::OK
+        })
+        .await;
+        let sent = !matches!(got, Err(GetError::Build));
+        let answer = got
+            .map_err(|error| self.read_error(error, timed_out))
+            .and_then(|got| self.interpret(got));
         let retrieved_at = answer.is_ok().then(now_iso);
         Fetched {
             answer,
             retrieved_at,
-            sent: true,
+            sent,
         }
     }
 
-    async fn exchange(&self, request: reqwest::Request) -> Result<Answer, ReadError> {
-        let response = self.gateway.send(request).await.map_err(describe)?;
-        let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(Answer::NotFound);
-        }
-        if status != reqwest::StatusCode::OK {
-            return Err(ReadError::new(
+    /// HTTP 404 means "nothing listed"; any other status but 200 is a failed read.
+    fn interpret(&self, got: Got) -> Result<Answer, ReadError> {
+        match got {
+            Got::Refused(reqwest::StatusCode::NOT_FOUND) => Ok(Answer::NotFound),
+            Got::Refused(status) => Err(ReadError::new(
                 "provider_http_status",
                 format!("the provider answered HTTP {}", status.as_u16()),
-            ));
+            )),
+            Got::Body(body) => bounded_json::parse(&body, &self.limits.json)
+                .map(Answer::Json)
+                .map_err(|refusal| match refusal {
+                    JsonRefusal::LimitExceeded { .. } => {
+                        ReadError::new("json_limit_exceeded", refusal.to_string())
+                    }
+                    JsonRefusal::Invalid(_) => ReadError::new("invalid_json", refusal.to_string()),
+                }),
         }
-        let body = self.read_capped(response).await?;
-        bounded_json::parse(&body, &self.limits.json)
-            .map(Answer::Json)
-            .map_err(|refusal| match refusal {
-                JsonRefusal::LimitExceeded { .. } => {
-                    ReadError::new("json_limit_exceeded", refusal.to_string())
-                }
-                JsonRefusal::Invalid(_) => ReadError::new("invalid_json", refusal.to_string()),
-            })
     }
 
-    async fn read_capped(&self, mut response: reqwest::Response) -> Result<Vec<u8>, ReadError> {
-        let max = self.limits.max_response_bytes;
-        let too_large = || {
-            ReadError::new(
-                "response_too_large",
-                format!("the answer exceeds max_response_bytes {max}"),
-            )
-        };
-        if response.content_length().is_some_and(|n| n > max) {
-            return Err(too_large());
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(describe)? {
-            if (body.len() + chunk.len()) as u64 > max {
-                return Err(too_large());
+    /// A failed GET in words, without the URL; `timed_out` names the budget that ran out.
+    fn read_error(&self, error: GetError, timed_out: ReadError) -> ReadError {
+        match error {
+            GetError::Deadline => timed_out,
+            GetError::Build => {
+                ReadError::new("request_not_built", "the request could not be built")
             }
-            body.extend_from_slice(&chunk);
+            GetError::Timeout => {
+                ReadError::new("provider_timeout", "the provider did not answer in time")
+            }
+            GetError::Connect => ReadError::new(
+                "provider_unreachable",
+                "the connection to the provider failed",
+            ),
+            GetError::Failed => ReadError::new(
+                "provider_request_failed",
+                "the request or its answer failed",
+            ),
+            GetError::TooLarge(_) => ReadError::new(
+                "response_too_large",
+                format!(
+                    "the answer exceeds max_response_bytes {}",
+                    self.limits.max_response_bytes
+                ),
+            ),
         }
-        Ok(body)
-    }
-}
-
-/// A transport failure in words, without the URL.
-fn describe(error: reqwest::Error) -> ReadError {
-    if error.is_timeout() {
-        ReadError::new("provider_timeout", "the provider did not answer in time")
-    } else if error.is_connect() {
-        ReadError::new(
-            "provider_unreachable",
-            "the connection to the provider failed",
-        )
-    } else {
-        ReadError::new(
-            "provider_request_failed",
-            "the request or its answer failed",
-        )
     }
 }
 

@@ -1,5 +1,7 @@
-//! Bounded JSON reads from HTTP data providers (Lido API, DexScreener), through the counted
-//! gateway: one timeout, one size cap, and failures described without the URL.
+//! Bounded reads from HTTP data providers (Lido API, DexScreener, the discovery index),
+//! through the counted gateway: one time budget, one size cap, and failures described
+//! without the URL. [`get`] is the one mechanism; [`get_json`] is its Lido/DexScreener use,
+//! engine/discovery.rs its discovery use (with engine/bounded_json.rs for the JSON bounds).
 
 use std::time::Duration;
 
@@ -64,60 +66,106 @@ pub fn join(base: &url::Url, segments: &[&str]) -> Option<url::Url> {
     Some(url)
 }
 
-/// GETs a JSON document.
+/// What one bounded GET got.
+#[derive(Debug)]
+pub enum Got {
+    /// The caller accepted the status; the whole body, within the size cap.
+    Body(Vec<u8>),
+    /// The caller did not accept this status; the body was not read.
+    Refused(reqwest::StatusCode),
+}
+
+/// Why one bounded GET got nothing. No variant carries the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GetError {
+    #[error("the request could not be built")]
+    Build,
+    /// The time budget of [`Bounds::timeout`] ran out (send and body read together).
+    #[error("no complete answer within the time budget")]
+    Deadline,
+    /// The transport reported a timeout of its own (e.g. the client's connect timeout).
+    #[error("the transport timed out")]
+    Timeout,
+    #[error("the provider could not be reached")]
+    Connect,
+    #[error("the request or its answer failed")]
+    Failed,
+    #[error("the answer exceeds {0} bytes")]
+    TooLarge(usize),
+}
+
+/// The one bounded GET to a data provider, through the counted gateway: `Accept:
+/// application/json`, the whole exchange within `bounds.timeout`, the body read only when
+/// `accept(status)` holds and refused beyond `bounds.max_bytes`. Parsing is the caller's:
+/// the JSON bounds differ per provider.
+pub async fn get(
+    gateway: &Gateway,
+    url: url::Url,
+    bounds: Bounds,
+    accept: impl Fn(reqwest::StatusCode) -> bool,
+) -> Result<Got, GetError> {
+    let request = gateway
+        .request(reqwest::Method::GET, url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .build()
+        .map_err(|_| GetError::Build)?;
+    let exchange = async {
+        let response = gateway.send(request).await.map_err(describe)?;
+        let status = response.status();
+        if !accept(status) {
+            return Ok(Got::Refused(status));
+        }
+        read_capped(response, bounds.max_bytes).await.map(Got::Body)
+    };
+    tokio::time::timeout(bounds.timeout, exchange)
+        .await
+        .unwrap_or(Err(GetError::Deadline))
+}
+
+/// GETs a JSON document (any 2xx; HTTP 429 told apart).
 pub async fn get_json(
     gateway: &Gateway,
     url: url::Url,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
-    let request = gateway
-        .request(reqwest::Method::GET, url)
-        .timeout(bounds.timeout)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .build()
-        .map_err(|_| UpstreamError::Failed)?;
-    let response = gateway
-        .send(request)
+    let got = get(gateway, url, bounds, |status| status.is_success())
         .await
-        .map_err(|e| describe(&e, bounds))?;
-    let status = response.status();
-    if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
-        return Err(UpstreamError::RateLimited);
+        .map_err(|error| match error {
+            GetError::Deadline | GetError::Timeout => {
+                UpstreamError::Timeout(bounds.timeout.as_millis() as u64)
+            }
+            GetError::Connect => UpstreamError::Connect,
+            GetError::TooLarge(max) => UpstreamError::TooLarge(max),
+            GetError::Build | GetError::Failed => UpstreamError::Failed,
+        })?;
+    match got {
+        Got::Body(body) => serde_json::from_slice(&body).map_err(|_| UpstreamError::Malformed),
+        Got::Refused(reqwest::StatusCode::TOO_MANY_REQUESTS) => Err(UpstreamError::RateLimited),
+        Got::Refused(status) => Err(UpstreamError::Status(status.as_u16())),
     }
-    if !status.is_success() {
-        return Err(UpstreamError::Status(status.as_u16()));
-    }
-    let body = read_capped(response, bounds).await?;
-    serde_json::from_slice(&body).map_err(|_| UpstreamError::Malformed)
 }
 
-async fn read_capped(
-    mut response: reqwest::Response,
-    bounds: Bounds,
-) -> Result<Vec<u8>, UpstreamError> {
-    if response
-        .content_length()
-        .is_some_and(|n| n > bounds.max_bytes as u64)
-    {
-        return Err(UpstreamError::TooLarge(bounds.max_bytes));
+async fn read_capped(mut response: reqwest::Response, max: usize) -> Result<Vec<u8>, GetError> {
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        return Err(GetError::TooLarge(max));
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e, bounds))? {
-        if body.len() + chunk.len() > bounds.max_bytes {
-            return Err(UpstreamError::TooLarge(bounds.max_bytes));
+    while let Some(chunk) = response.chunk().await.map_err(describe)? {
+        if body.len() + chunk.len() > max {
+            return Err(GetError::TooLarge(max));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
 }
 
-fn describe(error: &reqwest::Error, bounds: Bounds) -> UpstreamError {
+fn describe(error: reqwest::Error) -> GetError {
     if error.is_timeout() {
-        UpstreamError::Timeout(bounds.timeout.as_millis() as u64)
+        GetError::Timeout
     } else if error.is_connect() {
-        UpstreamError::Connect
+        GetError::Connect
     } else {
-        UpstreamError::Failed
+        GetError::Failed
     }
 }
 

@@ -58,17 +58,7 @@ async fn origin() -> (Site, Fetcher, Gateway, TestCa) {
     }
     });
     let site = Site::start(ca.server_config(&["api.example.com"]), handler).await;
-    let config = Config::from_env([
-        (
-            "FACTOMAT_UNSAFE_TEST_CONNECT_TO".to_string(),
-            format!("api.example.com={}", site.addr),
-        ),
-        (
-            "FACTOMAT_UNSAFE_TEST_CA".to_string(),
-            ca.pem_path.display().to_string(),
-        ),
-    ])
-    .expect("config");
+    let config = Config::from_env(ca.env(&[("api.example.com", site.addr)])).expect("config");
     let gateway = Gateway::new().expect("gateway");
     let fetcher = Fetcher::new(gateway.clone(), &config).expect("fetcher");
     (site, fetcher, gateway, ca)

@@ -191,7 +191,7 @@ fn vm01_routes(seen: &Seen) -> Reply {
             every: std::time::Duration::from_millis(400),
             count: 1000,
         },
-        "/stall" => Reply::Stall(std::time::Duration::from_secs(12)),
+        "/stall" => Reply::stall(std::time::Duration::from_secs(12)),
         // Hostile redirects: every target is loopback, refused, or unmapped.
         "/to-loopback" => Reply::redirect(302, "https://127.0.0.1/admin"),
         "/to-other-loopback" => Reply::redirect(302, "https://127.0.0.2/"),
@@ -421,7 +421,7 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
     let served = page.clone();
     let handler: Handler = Arc::new(move |seen: &Seen| match seen.path.as_str() {
         "/changelog" => Reply::html(served.lock().expect("page").clone()),
-        "/broken" => Reply::Stall(std::time::Duration::from_secs(12)),
+        "/broken" => Reply::stall(std::time::Duration::from_secs(12)),
         _ => Reply::Full {
             status: 404,
             headers: Vec::new(),

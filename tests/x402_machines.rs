@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::TestServer;
 use common::devstack::DevStack;
-use common::tls_site::{Reply, Seen, TlsSite};
+use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
 use factomat::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
@@ -56,7 +56,7 @@ fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>)
 }
 
 /// The seller: a v2 x402 resource with changeable terms and hand-built edge cases.
-fn seller(terms: Arc<Mutex<Terms>>) -> common::tls_site::Handler {
+fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
     Arc::new(move |seen: &Seen| {
         let terms = terms.lock().expect("terms").clone();
         match seen.path.as_str() {
@@ -77,10 +77,9 @@ fn seller(terms: Arc<Mutex<Terms>>) -> common::tls_site::Handler {
                 .to_string(),
             ),
             "/redirect" => Reply::new(302).header("location", &url("/quote")),
-            "/slow" => Reply {
-                delay: Some(Duration::from_secs(7)),
-                ..v2_challenge("/slow", &url("/slow"), &terms, None)
-            },
+            "/slow" => {
+                v2_challenge("/slow", &url("/slow"), &terms, None).after(Duration::from_secs(7))
+            }
             "/big" => Reply::new(402).body(vec![b' '; 1024 * 1024]),
             _ => Reply::new(404),
         }
@@ -90,8 +89,9 @@ fn seller(terms: Arc<Mutex<Terms>>) -> common::tls_site::Handler {
 struct Rig {
     stack: DevStack,
     server: TestServer,
-    site: TlsSite,
+    site: Site,
     terms: Arc<Mutex<Terms>>,
+    _ca: TestCa,
 }
 
 async fn rig() -> Rig {
@@ -107,7 +107,8 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
         pay_to: MERCHANT.into(),
         mode: "x402",
     }));
-    let site = TlsSite::start(&[HOST], seller(terms.clone())).await;
+    let ca = TestCa::new();
+    let site = Site::start(ca.server_config(&[HOST]), seller(terms.clone())).await;
     let mut env: Vec<(String, String)> = vec![
         ("FACTOMAT_PAY_TO".into(), stack.field("pay_to")),
         (
@@ -120,7 +121,7 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
             "20000".into(),
         ),
     ];
-    env.extend(site.env());
+    env.extend(ca.env(&[(HOST, site.addr)]));
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let server = TestServer::with_env(&pairs).await;
     Rig {
@@ -128,6 +129,7 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
         server,
         site,
         terms,
+        _ca: ca,
     }
 }
 
@@ -583,12 +585,12 @@ struct RealSeller {
 }
 
 impl RealSeller {
-    fn start(pki: &common::tls_site::Pki, facilitator: &str) -> RealSeller {
+    fn start(leaf: &Leaf, facilitator: &str) -> RealSeller {
         use std::io::BufRead;
         let cert = common::temp_path("seller-cert.pem");
         let key = common::temp_path("seller-key.pem");
-        std::fs::write(&cert, &pki.leaf_pem).expect("cert");
-        std::fs::write(&key, &pki.key_pem).expect("key");
+        std::fs::write(&cert, leaf.cert_pem()).expect("cert");
+        std::fs::write(&key, leaf.key_pem()).expect("key");
         let mut child = std::process::Command::new("node")
             .arg(common::repo_root().join("devstack/seller.mjs"))
             .arg("--cert")
@@ -643,8 +645,8 @@ impl Drop for RealSeller {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_express_seller_through_vm08_to_vm10() {
     let stack = DevStack::start();
-    let pki = common::tls_site::Pki::new(&[HOST]);
-    let mut seller = RealSeller::start(&pki, &stack.field("facilitator_url"));
+    let ca = TestCa::new();
+    let mut seller = RealSeller::start(&ca.leaf(&[HOST]), &stack.field("facilitator_url"));
     let mut env: Vec<(String, String)> = vec![
         ("FACTOMAT_PAY_TO".into(), stack.field("pay_to")),
         (
@@ -660,7 +662,8 @@ async fn official_express_seller_through_vm08_to_vm10() {
             "20000".into(),
         ),
     ];
-    env.extend(pki.env(std::net::SocketAddr::from(([127, 0, 0, 1], seller.port))));
+    let seller_addr = std::net::SocketAddr::from(([127, 0, 0, 1], seller.port));
+    env.extend(ca.env(&[(HOST, seller_addr)]));
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let server = TestServer::with_env(&pairs).await;
     let pay = |path: &str, body: &Value| {

@@ -9,6 +9,7 @@ use crate::gateway::Gateway;
 use crate::manifest::Machine;
 use crate::ttl_cache::TtlCache;
 
+pub mod probe_reads;
 pub mod vm01;
 pub mod vm02;
 pub mod vm03;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{WorkContext, WorkError};
 use crate::api_error::ApiError;
 use crate::config::Config;
-use crate::discovery::{self, Inputs, now_iso};
+use crate::discovery::{self, now_iso};
 use crate::manifest::Machine;
 use crate::request_checks as rc;
 
@@ -28,14 +28,7 @@ pub async fn observe(
     machine: &Machine,
     request: &Value,
 ) -> Result<Value, WorkError> {
-    let inputs = Inputs::from_request(request)?;
-    let observation = discovery::observe(
-        &context.gateway,
-        context.config.discovery_url.as_ref(),
-        machine,
-        &inputs,
-    )
-    .await?;
+    let (_, observation) = discovery::observe_request(context, machine, request).await?;
     Ok(json!({
         "status": observation.status(),
         "machine": machine.machine,

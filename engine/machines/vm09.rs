@@ -3,19 +3,19 @@
 //! USDC balance at one block, and the optional compact baseline. Decision rules, reason
 //! codes and hashes: docs/vm09-presign-handoff.md.
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::U256;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{WorkContext, WorkError, probe_reads};
 use crate::api_error::ApiError;
 use crate::canonical::canonical_sha256;
 use crate::config::Config;
 use crate::evm;
 use crate::manifest::Machine;
 use crate::request_checks as rc;
-use crate::token_reads::{self, TokenReads};
-use crate::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
+use crate::token_reads::TokenReads;
+use crate::x402_probe::{self, Probe, Requirement, Selection};
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/resource_url")?;
@@ -31,11 +31,7 @@ pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
 }
 
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    x402_probe::ready(machine, config)?;
-    match config.rpc_url_eip155_8453 {
-        Some(_) => Ok(()),
-        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-    }
+    probe_reads::readiness(machine, config)
 }
 
 pub async fn observe(
@@ -43,21 +39,14 @@ pub async fn observe(
     machine: &Machine,
     request: &Value,
 ) -> Result<Value, WorkError> {
-    let target = ProbeTarget::from_request(request)?;
-    let probe = x402_probe::probe(context, machine, target).await?;
-    let selection = x402_probe::select(machine, &probe);
+    let (probe, selection) = probe_reads::probe_and_select(context, machine, request).await?;
     let observed_at = Utc::now();
-    let reads = match &selection {
-        Selection::Selected(requirement) => {
-            let asset = parse(requirement.asset.as_deref().unwrap_or_default(), "asset");
-            let payer = parse(text(request, "payer_address"), "payer_address")?;
-            match asset {
-                Ok(asset) => Some(token_reads::read(context, machine, asset, payer, None).await?),
-                Err(_) => None,
-            }
-        }
+    let selected = match &selection {
+        Selection::Selected(requirement) => Some(requirement),
         _ => None,
     };
+    // VM09 reads the balance only: eip3009 names no spender.
+    let reads = probe_reads::read_payer(context, machine, request, selected, |_| None).await?;
     response(
         machine,
         request,
@@ -70,10 +59,6 @@ pub async fn observe(
 
 fn text<'a>(request: &'a Value, key: &str) -> &'a str {
     request.get(key).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn parse(text: &str, what: &str) -> Result<Address, WorkError> {
-    evm::parse_address(text).map_err(|e| WorkError::Internal(format!("{what}: {e}")))
 }
 
 /// Whether `pay_to` is in the caller's list (addresses compared as addresses).

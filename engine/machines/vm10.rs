@@ -6,15 +6,15 @@
 use alloy::primitives::{Address, U256, address};
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{WorkContext, WorkError, probe_reads};
 use crate::api_error::ApiError;
 use crate::canonical::canonical_sha256;
 use crate::config::Config;
 use crate::evm;
 use crate::manifest::Machine;
 use crate::request_checks as rc;
-use crate::token_reads::{self, TokenReads};
-use crate::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
+use crate::token_reads::TokenReads;
+use crate::x402_probe::{self, Probe, Requirement, Selection};
 
 /// Uniswap Permit2, the canonical token spender of the permit2 transfer method.
 pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
@@ -34,11 +34,7 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 }
 
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    x402_probe::ready(machine, config)?;
-    match config.rpc_url_eip155_8453 {
-        Some(_) => Ok(()),
-        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-    }
+    probe_reads::readiness(machine, config)
 }
 
 pub async fn observe(
@@ -46,23 +42,15 @@ pub async fn observe(
     machine: &Machine,
     request: &Value,
 ) -> Result<Value, WorkError> {
-    let target = ProbeTarget::from_request(request)?;
-    let probe = x402_probe::probe(context, machine, target).await?;
-    let selection = x402_probe::select(machine, &probe);
-    let payer = evm::parse_address(payer_text(request))
-        .map_err(|e| WorkError::Internal(format!("payer_address: {e}")))?;
-    let reads = match &selection {
-        Selection::Selected(r) | Selection::UnsupportedMethod(r) => {
-            match r.asset.as_deref().map(evm::parse_address) {
-                Some(Ok(asset)) => {
-                    let spender = (r.asset_transfer_method() == "permit2").then_some(PERMIT2);
-                    Some(token_reads::read(context, machine, asset, payer, spender).await?)
-                }
-                _ => None,
-            }
-        }
+    let (probe, selection) = probe_reads::probe_and_select(context, machine, request).await?;
+    let requirement = match &selection {
+        Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
         _ => None,
     };
+    let permit2_spender =
+        |r: &Requirement| (r.asset_transfer_method() == "permit2").then_some(PERMIT2);
+    let reads =
+        probe_reads::read_payer(context, machine, request, requirement, permit2_spender).await?;
     Ok(response(
         machine,
         request,

@@ -94,14 +94,7 @@ pub async fn observe(
     machine: &Machine,
     request: &Value,
 ) -> Result<Value, WorkError> {
-    let inputs = Inputs::from_request(request)?;
-    let reading = discovery::observe(
-        &context.gateway,
-        context.config.discovery_url.as_ref(),
-        machine,
-        &inputs,
-    )
-    .await?;
+    let (inputs, reading) = discovery::observe_request(context, machine, request).await?;
     let limits = Vm11Limits::from_machine(machine)?;
     let observation = sealed_observation(&reading, &limits);
     let (baseline, oversize) = seal(machine, request, &inputs, observation, &reading, &limits);

@@ -1,7 +1,7 @@
-//! A real HTTPS origin on 127.0.0.1 for fetch tests: a CA generated at test time (rcgen),
-//! leaf certificates for public-looking names, hyper HTTP/1.1 over tokio-rustls, and a
-//! per-test handler. The service reaches it only through the test seams
-//! FACTOMAT_UNSAFE_TEST_CONNECT_TO / FACTOMAT_UNSAFE_TEST_CA.
+//! The one HTTPS test origin on 127.0.0.1 (fetch, web and x402 seller tests): a CA generated
+//! at test time (rcgen), leaf certificates for public-looking names, hyper HTTP/1.1 over
+//! tokio-rustls, and a per-test handler. The service reaches it only through the test seams
+//! FACTOMAT_UNSAFE_TEST_CONNECT_TO / FACTOMAT_UNSAFE_TEST_CA. Nothing leaves loopback.
 #![allow(dead_code)]
 
 use std::convert::Infallible;
@@ -46,15 +46,21 @@ impl TestCa {
         TestCa { issuer, pem_path }
     }
 
-    /// A rustls server configuration presenting a leaf for `names`, signed by this CA.
-    pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+    /// A leaf certificate for `names`, signed by this CA.
+    pub fn leaf(&self, names: &[&str]) -> Leaf {
         let key = KeyPair::generate().expect("key");
         let params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .expect("params");
-        let leaf = params.signed_by(&key, &self.issuer).expect("leaf");
-        let chain = vec![leaf.der().clone(), self.issuer.der().clone()];
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf");
+        Leaf { cert, key }
+    }
+
+    /// A rustls server configuration presenting a leaf for `names`, signed by this CA.
+    pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let leaf = self.leaf(names);
+        let chain = vec![leaf.cert.der().clone(), self.issuer.der().clone()];
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf.key.serialize_der()));
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -67,6 +73,38 @@ impl TestCa {
 
     pub fn der(&self) -> CertificateDer<'static> {
         self.issuer.der().clone()
+    }
+
+    /// The server environment that routes each `(host, addr)` there and trusts this CA.
+    pub fn env(&self, routes: &[(&str, SocketAddr)]) -> Vec<(String, String)> {
+        let connect = routes
+            .iter()
+            .map(|(host, addr)| format!("{host}={addr}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        vec![
+            ("FACTOMAT_UNSAFE_TEST_CONNECT_TO".into(), connect),
+            (
+                "FACTOMAT_UNSAFE_TEST_CA".into(),
+                self.pem_path.display().to_string(),
+            ),
+        ]
+    }
+}
+
+/// A leaf certificate and its key, for servers that are not [`Site`] (e.g. a node seller).
+pub struct Leaf {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Leaf {
+    pub fn cert_pem(&self) -> String {
+        self.cert.pem()
+    }
+
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
     }
 }
 
@@ -95,11 +133,64 @@ pub enum Reply {
         every: Duration,
         count: usize,
     },
-    /// No answer at all for this long (then a tiny page).
-    Stall(Duration),
+    /// `reply`, but only after `delay` (a slow origin).
+    Late(Duration, Box<Reply>),
 }
 
 impl Reply {
+    /// An empty answer with `status`; add to it with [`Reply::header`] and [`Reply::body`].
+    pub fn new(status: u16) -> Reply {
+        Reply::Full {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn header(self, name: &str, value: &str) -> Reply {
+        match self {
+            Reply::Full {
+                status,
+                mut headers,
+                body,
+            } => {
+                headers.push((name.into(), value.into()));
+                Reply::Full {
+                    status,
+                    headers,
+                    body,
+                }
+            }
+            Reply::Late(delay, reply) => Reply::Late(delay, Box::new(reply.header(name, value))),
+            drip @ Reply::Drip { .. } => drip,
+        }
+    }
+
+    /// Replaces the body of a complete answer (a delayed one too).
+    pub fn body(self, new: impl Into<Vec<u8>>) -> Reply {
+        match self {
+            Reply::Full {
+                status, headers, ..
+            } => Reply::Full {
+                status,
+                headers,
+                body: new.into(),
+            },
+            Reply::Late(delay, reply) => Reply::Late(delay, Box::new(reply.body(new))),
+            drip @ Reply::Drip { .. } => drip,
+        }
+    }
+
+    /// `self`, sent only after `delay`.
+    pub fn after(self, delay: Duration) -> Reply {
+        Reply::Late(delay, Box::new(self))
+    }
+
+    /// No answer at all for `delay`, then a tiny page.
+    pub fn stall(delay: Duration) -> Reply {
+        Reply::new(200).body("<p>late</p>").after(delay)
+    }
+
     pub fn html(body: impl Into<Vec<u8>>) -> Reply {
         Reply::Full {
             status: 200,
@@ -185,13 +276,20 @@ async fn answer(
     handler: &Handler,
     log: &Arc<Mutex<Vec<Seen>>>,
 ) -> hyper::Response<ResponseBody> {
+    let seen = seen(request).await;
+    log.lock().expect("log").push(seen.clone());
+    send(handler(&seen)).await
+}
+
+/// What the origin records of `request`.
+async fn seen(request: hyper::Request<hyper::body::Incoming>) -> Seen {
     let (parts, body) = request.into_parts();
     let body = body
         .collect()
         .await
         .map(|c| c.to_bytes().to_vec())
         .unwrap_or_default();
-    let seen = Seen {
+    Seen {
         method: parts.method.to_string(),
         host: parts
             .headers
@@ -210,9 +308,11 @@ async fn answer(
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
             .collect(),
         body,
-    };
-    log.lock().expect("log").push(seen.clone());
-    match handler(&seen) {
+    }
+}
+
+async fn send(reply: Reply) -> hyper::Response<ResponseBody> {
+    match reply {
         Reply::Full {
             status,
             headers,
@@ -235,9 +335,9 @@ async fn answer(
             });
             response(200, &headers, ChannelBody(rx).boxed())
         }
-        Reply::Stall(duration) => {
-            tokio::time::sleep(duration).await;
-            response(200, &[], full(b"<p>late</p>".to_vec()))
+        Reply::Late(delay, reply) => {
+            tokio::time::sleep(delay).await;
+            Box::pin(send(*reply)).await
         }
     }
 }

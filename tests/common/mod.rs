@@ -5,7 +5,6 @@ pub mod devstack;
 pub mod https;
 pub mod logs;
 pub mod onchain;
-pub mod tls_site;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
