@@ -76,6 +76,34 @@ pub async fn get_json(
         .header(reqwest::header::ACCEPT, "application/json")
         .build()
         .map_err(|_| UpstreamError::Failed)?;
+    exchange(gateway, request, bounds).await
+}
+
+/// POSTs a JSON body and reads a JSON answer within the same bounds as [`get_json`]. For
+/// JSON-RPC providers whose answers must stay within a machine's own size limit rather than
+/// the RPC transport's general one.
+pub async fn post_json<T: serde::Serialize + ?Sized>(
+    gateway: &Gateway,
+    url: url::Url,
+    body: &T,
+    bounds: Bounds,
+) -> Result<Value, UpstreamError> {
+    let request = gateway
+        .request(reqwest::Method::POST, url)
+        .timeout(bounds.timeout)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .json(body)
+        .build()
+        .map_err(|_| UpstreamError::Failed)?;
+    exchange(gateway, request, bounds).await
+}
+
+/// Sends a built request and reads its JSON answer: status first, then the capped body.
+async fn exchange(
+    gateway: &Gateway,
+    request: reqwest::Request,
+    bounds: Bounds,
+) -> Result<Value, UpstreamError> {
     let response = gateway
         .send(request)
         .await
