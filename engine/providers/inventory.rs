@@ -108,6 +108,13 @@ pub async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -
     let budget = endpoint.bounds.timeout;
     let deadline = Instant::now() + budget;
     let mut inventory = Inventory::default();
+    let Ok(url) = url::Url::parse(endpoint.url.expose()) else {
+        inventory.stop = Some(Stop::Failed {
+            page: 1,
+            why: "the configured inventory URL is invalid".into(),
+        });
+        return inventory;
+    };
     let mut seen_tokens = HashSet::new();
     let mut seen_keys = HashSet::new();
     let mut page_key: Option<String> = None;
@@ -121,7 +128,7 @@ pub async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -
             None => json!([owner, "erc20"]),
             Some(key) => json!([owner, "erc20", {"pageKey": key}]),
         };
-        let result = match read_page(endpoint, page, params, deadline).await {
+        let result = match read_page(endpoint, &url, page, params, deadline).await {
             Ok(result) => result,
             Err(PageError::Budget) => {
                 inventory.stop = Some(Stop::Budget {
@@ -170,12 +177,11 @@ pub async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -
 /// One JSON-RPC call for page `page`, within what is left of the budget: its `result`.
 async fn read_page(
     endpoint: &Endpoint<'_>,
+    url: &url::Url,
     page: u32,
     params: Value,
     deadline: Instant,
 ) -> Result<Value, PageError> {
-    let url = url::Url::parse(endpoint.url.expose())
-        .map_err(|_| PageError::Failed("the configured inventory URL is invalid".into()))?;
     let remaining = deadline.saturating_duration_since(Instant::now());
     let bounds = Bounds {
         timeout: remaining,
@@ -184,7 +190,7 @@ async fn read_page(
     let call = Request::new(METHOD, Id::Number(u64::from(page)), params);
     let answer = tokio::time::timeout(
         remaining,
-        upstream::post_json(endpoint.gateway, url, &call, bounds),
+        upstream::post_json(endpoint.gateway, url.clone(), &call, bounds),
     )
     .await;
     let answer = match answer {
