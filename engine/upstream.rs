@@ -1,6 +1,7 @@
 //! Bounded reads from HTTP data providers (Lido API, DexScreener, the discovery index),
 //! through the counted gateway: one time budget, one size cap, and failures described
-//! without the URL. [`get`] is the one mechanism; [`get_json`] is its Lido/DexScreener use,
+//! without the URL. [`get`] (and [`post`] for JSON-RPC inventory pages) is the one
+//! mechanism; [`get_json`] is its Lido/DexScreener use, [`post_json`] VM03's inventory use,
 //! engine/discovery.rs its discovery use (with engine/bounded_json.rs for the JSON bounds).
 
 use std::time::Duration;
@@ -109,6 +110,33 @@ pub async fn get(
         .header(reqwest::header::ACCEPT, "application/json")
         .build()
         .map_err(|_| GetError::Build)?;
+    exchange(gateway, request, bounds, accept).await
+}
+
+/// The same bounded exchange for a JSON POST: JSON-RPC providers whose answers must stay
+/// within a machine's own size limit rather than the RPC transport's general one.
+pub async fn post<T: serde::Serialize + ?Sized>(
+    gateway: &Gateway,
+    url: url::Url,
+    body: &T,
+    bounds: Bounds,
+    accept: impl Fn(reqwest::StatusCode) -> bool,
+) -> Result<Got, GetError> {
+    let request = gateway
+        .request(reqwest::Method::POST, url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .json(body)
+        .build()
+        .map_err(|_| GetError::Build)?;
+    exchange(gateway, request, bounds, accept).await
+}
+
+async fn exchange(
+    gateway: &Gateway,
+    request: reqwest::Request,
+    bounds: Bounds,
+    accept: impl Fn(reqwest::StatusCode) -> bool,
+) -> Result<Got, GetError> {
     let exchange = async {
         let response = gateway.send(request).await.map_err(describe)?;
         let status = response.status();
@@ -128,16 +156,34 @@ pub async fn get_json(
     url: url::Url,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
-    let got = get(gateway, url, bounds, |status| status.is_success())
-        .await
-        .map_err(|error| match error {
-            GetError::Deadline | GetError::Timeout => {
-                UpstreamError::Timeout(bounds.timeout.as_millis() as u64)
-            }
-            GetError::Connect => UpstreamError::Connect,
-            GetError::TooLarge(max) => UpstreamError::TooLarge(max),
-            GetError::Build | GetError::Failed => UpstreamError::Failed,
-        })?;
+    json_answer(
+        get(gateway, url, bounds, |status| status.is_success()).await,
+        bounds,
+    )
+}
+
+/// POSTs a JSON body and reads a JSON answer within the same bounds as [`get_json`].
+pub async fn post_json<T: serde::Serialize + ?Sized>(
+    gateway: &Gateway,
+    url: url::Url,
+    body: &T,
+    bounds: Bounds,
+) -> Result<Value, UpstreamError> {
+    json_answer(
+        post(gateway, url, body, bounds, |status| status.is_success()).await,
+        bounds,
+    )
+}
+
+fn json_answer(got: Result<Got, GetError>, bounds: Bounds) -> Result<Value, UpstreamError> {
+    let got = got.map_err(|error| match error {
+        GetError::Deadline | GetError::Timeout => {
+            UpstreamError::Timeout(bounds.timeout.as_millis() as u64)
+        }
+        GetError::Connect => UpstreamError::Connect,
+        GetError::TooLarge(max) => UpstreamError::TooLarge(max),
+        GetError::Build | GetError::Failed => UpstreamError::Failed,
+    })?;
     match got {
         Got::Body(body) => serde_json::from_slice(&body).map_err(|_| UpstreamError::Malformed),
         Got::Refused(reqwest::StatusCode::TOO_MANY_REQUESTS) => Err(UpstreamError::RateLimited),

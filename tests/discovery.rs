@@ -1001,6 +1001,17 @@ async fn vm11_holds_never_replace_a_baseline_and_bad_baselines_are_refused_befor
     let again = rig.vm11(Some(&baseline));
     assert_eq!(again["decision"], "CONTINUE", "{again}");
 
+    // The same resource spelled as the listing spells it (lower-case host, no port) is bound
+    // to the baseline: it compares, and the answer quotes the caller's text as given.
+    let mut respelled = vm11_request(Some(&baseline));
+    respelled["resource"] = json!(LISTED);
+    let same = rig.pay(VM11, &respelled, 3);
+    assert_valid("VM11", &same);
+    assert_eq!(same["decision"], "CONTINUE", "{same}");
+    assert_eq!(same["resource"], LISTED);
+    assert_eq!(same["current_baseline"]["resource"], LISTED);
+    assert_eq!(baseline["resource"], RESOURCE);
+
     // A long description is sealed as its digest; the change is still visible.
     let long = "Weather. ".repeat(200);
     let mut verbose = listing(LISTED);
@@ -1067,6 +1078,76 @@ async fn the_manifest_example_baseline_is_sealed_and_accepted_back() {
     let server = TestServer::start().await;
     let response = server.post_json(VM11, &request).await;
     assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(server.outbound(), 0);
+}
+
+/// A baseline sealed for `resource`, as the caller would receive it (the seal recomputed).
+fn baseline_for(resource: &str) -> Value {
+    let mut baseline = machine("VM11")["output_example"]["current_baseline"].clone();
+    baseline["resource"] = json!(resource);
+    let object = baseline.as_object_mut().expect("object");
+    object.shift_remove("baseline_sha256");
+    let seal = canonical_sha256(&baseline);
+    baseline["baseline_sha256"] = json!(seal);
+    baseline
+}
+
+#[tokio::test]
+async fn a_baseline_binds_its_resource_under_the_url_equality_rule_not_as_text() {
+    let server = TestServer::start().await;
+    let request = |resource: &str, sealed_for: &str| {
+        let mut request = machine("VM11")["input_example"].clone();
+        request["resource"] = json!(resource);
+        request["baseline"] = baseline_for(sealed_for);
+        request
+    };
+    let equal = [
+        (
+            "https://API.Example.com/v1/weather",
+            "https://api.example.com/v1/weather",
+        ),
+        (
+            "https://api.example.com:443/v1/weather",
+            "https://api.example.com/v1/weather",
+        ),
+        ("https://api.example.com", "https://api.example.com/"),
+        ("https://Api.Example.COM:443", "https://api.example.com/"),
+        (
+            "https://api.example.com/v1/weather?",
+            "https://api.example.com/v1/weather",
+        ),
+    ];
+    for (resource, sealed_for) in equal {
+        let response = server.post_json(VM11, &request(resource, sealed_for)).await;
+        assert_eq!(
+            response.status().as_u16(),
+            402,
+            "{resource} vs {sealed_for}: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+    let different = [
+        (
+            "https://api.example.com/v1/weather/",
+            "https://api.example.com/v1/weather",
+        ),
+        (
+            "https://api.example.com/V1/weather",
+            "https://api.example.com/v1/weather",
+        ),
+        (
+            "https://api.example.com/v1/weather?a=1",
+            "https://api.example.com/v1/weather",
+        ),
+        (
+            "https://www.api.example.com/v1/weather",
+            "https://api.example.com/v1/weather",
+        ),
+    ];
+    for (resource, sealed_for) in different {
+        let response = server.post_json(VM11, &request(resource, sealed_for)).await;
+        expect_400(response, "baseline_foreign", resource).await;
+    }
     assert_eq!(server.outbound(), 0);
 }
 

@@ -24,6 +24,8 @@ enum Page {
     Status(u16),
     Malformed,
     Hang,
+    /// A well-formed last page of zero balances whose answer takes at least this many bytes.
+    Oversized(usize),
 }
 
 #[derive(Clone, Default)]
@@ -128,6 +130,16 @@ async fn answer(
             json!({"error": {"code": code, "message": "Too many requests"}}).to_string(),
         ),
         Page::Malformed => reply(200, "{\"jsonrpc\":\"2.0\",\"id\":".to_string()),
+        Page::Oversized(bytes) => {
+            let zero = |i: usize| json!({"contractAddress": format!("0x{i:040x}"), "tokenBalance": format!("0x{:064x}", 0), "error": null});
+            let size = zero(0).to_string().len() + 1;
+            let entries: Vec<Value> = (1..=bytes / size + 1).map(zero).collect();
+            let result = json!({"address": request["params"][0], "tokenBalances": entries});
+            reply(
+                200,
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            )
+        }
         Page::Hang => {
             tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             reply(200, String::new())
@@ -797,6 +809,72 @@ async fn an_inventory_that_stops_mid_pagination_is_partial_and_says_what_is_miss
             && elapsed < std::time::Duration::from_secs(25),
         "{elapsed:?}"
     );
+}
+
+/// The manifest's `max_provider_response_bytes` (1 MiB) bounds an inventory answer, not the
+/// RPC transport's larger cap: a 2 MiB page is a failed page, never read as a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inventory_answer_over_the_manifest_size_limit_is_a_failed_page() {
+    let limit = common::machine("VM03")["limits"]["max_provider_response_bytes"]
+        .as_u64()
+        .expect("limit");
+    let p = portfolio(&[]).await;
+    let owner = fresh_address(7);
+    let first = deploy(&p.rig.stack, "SMALL", "18", &owner, "1000");
+    p.inventory.set(
+        "base",
+        vec![
+            Page::Entries(vec![balance_entry(&first, 1000)]),
+            Page::Oversized(2 * 1024 * 1024),
+        ],
+    );
+    let body = p
+        .rig
+        .pay(VM03, &json!({"address": owner, "chains": ["eip155:8453"]}));
+    assert_output_valid("VM03", &body);
+    assert_eq!(body["status"], "PARTIAL", "{body:#}");
+    let chain = &body["chain_results"][0];
+    assert_eq!(chain["inventory_status"], "PARTIAL");
+    assert_eq!(chain["pages_read"], 1);
+    assert_eq!(chain["inventory_complete"], false);
+    assert_eq!(chain["provider_response_complete"], false);
+    assert_eq!(body["returned_holding_count"], 1);
+    assert_eq!(body["confidence"], "LOW");
+    let expected = format!(
+        "inventory page 2 could not be read (the provider's answer exceeds {limit} bytes); holdings on it and on later pages are missing"
+    );
+    assert!(
+        limitations(&body).contains(&expected),
+        "{}",
+        limitations(&body)
+    );
+}
+
+/// A chain whose block cannot be read is HOLD, but the inventory pages read alongside are
+/// still counted in `pages_read` (their holdings are not reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_chain_reports_the_inventory_pages_it_read() {
+    let dead = format!("http://{}/v2/SECRETKEY-rpc", closed_port());
+    let p = portfolio(&[("FACTOMAT_RPC_URL_EIP155_1", dead.as_str())]).await;
+    let owner = fresh_address(8);
+    let listed = "0x00000000000000000000000000000000000000e1";
+    p.inventory.set(
+        "ethereum",
+        vec![
+            Page::Entries(vec![balance_entry(listed, 5)]),
+            Page::Entries(Vec::new()),
+        ],
+    );
+    let body = p
+        .rig
+        .pay(VM03, &json!({"address": owner, "chains": ["eip155:1"]}));
+    assert_output_valid("VM03", &body);
+    assert_eq!(body["status"], "HOLD", "{body:#}");
+    assert_eq!(body["chain_results"][0]["inventory_status"], "HOLD");
+    assert_eq!(body["chain_results"][0]["pages_read"], 2, "{body:#}");
+    assert_eq!(p.inventory.requests("ethereum").len(), 2);
+    assert_eq!(body["holdings"], json!([]));
+    assert_eq!(body["chain_results"][0]["inventory_complete"], false);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

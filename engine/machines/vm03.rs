@@ -108,7 +108,8 @@ struct NativeAsset {
 /// Everything VM03 takes from the manifest.
 struct Settings {
     cap: usize,
-    inventory_budget: Duration,
+    /// The inventory pagination's whole budget and each page's answer size limit.
+    inventory: Bounds,
     max_pages: u32,
     rpc_timeout: Duration,
     pricing: Bounds,
@@ -143,17 +144,26 @@ impl Settings {
             .unwrap_or("0.40")
             .to_string();
         let floor = machine.limit("min_pair_liquidity_usd").unwrap_or(10_000);
+        // Both provider adapters read their answers within this limit; it is required, not
+        // defaulted, so the manifest stays its only source.
+        let max_bytes = machine
+            .limit("max_provider_response_bytes")
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+            .ok_or_else(|| {
+                WorkError::Internal("VM03 has no limit max_provider_response_bytes".into())
+            })?;
         let multicall: String = allowlist(machine, "multicall3")?;
         Ok(Settings {
             cap: machine.limit("max_returned_holdings").unwrap_or(40) as usize,
-            inventory_budget: millis("inventory_budget_ms", 8000),
+            inventory: Bounds {
+                timeout: millis("inventory_budget_ms", 8000),
+                max_bytes,
+            },
             max_pages: machine.limit("max_inventory_pages").unwrap_or(20) as u32,
             rpc_timeout: millis("response_timeout_ms", 8000),
             pricing: Bounds {
                 timeout: millis("response_timeout_ms", 8000),
-                max_bytes: machine
-                    .limit("max_provider_response_bytes")
-                    .unwrap_or(1_048_576) as usize,
+                max_bytes,
             },
             batch_size: machine.limit("pricing_batch_size").unwrap_or(30) as usize,
             liquidity_floor: Decimal::from_units(U256::from(floor), 0).unwrap_or(Decimal::ZERO),

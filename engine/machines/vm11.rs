@@ -37,8 +37,7 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 }
 
 fn check_binding(request: &Value, queries: &[String]) -> Result<(), ApiError> {
-    let same_text = |a: &str, b: &str| rc::text(request, a) == rc::text(request, b);
-    if !same_text("/baseline/resource", "/resource") {
+    if !same_resource(request) {
         return Err(foreign("/baseline/resource", "resource"));
     }
     let pay_to_matches = match (
@@ -60,6 +59,18 @@ fn check_binding(request: &Value, queries: &[String]) -> Result<(), ApiError> {
         return Err(foreign("/baseline/queries", "normalized queries"));
     }
     Ok(())
+}
+
+/// Whether the baseline is bound to the request's resource. The caller may spell the same
+/// URL differently between calls (host case, the default port, `/` for an empty path), so
+/// both are compared as parsed URLs under the URL equality rule used for listings, never as
+/// text; each response still quotes the caller's own text.
+fn same_resource(request: &Value) -> bool {
+    let submitted = rc::public_url(request, "/resource").ok().flatten();
+    match (submitted, rc::text(request, "/baseline/resource")) {
+        (Some(submitted), Some(sealed)) => discovery::same_resource(&submitted, sealed),
+        _ => false,
+    }
 }
 
 /// A baseline returned with `reusable: false` (an incomplete or oversized observation) is

@@ -5,15 +5,21 @@
 //! and per-token errors are dropped here. Pages are followed through `pageKey` until the last
 //! page (no `pageKey`), the page cap, or the time budget, whichever comes first; the result
 //! says which.
+//!
+//! Each page is one JSON-RPC POST through the counted gateway read within the machine's own
+//! answer size limit (`max_provider_response_bytes`), not the general RPC transport's larger
+//! cap: an inventory answer is the one provider answer that grows with the address.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use alloy::primitives::{Address, U256};
-use alloy::providers::{Provider, RootProvider};
+use alloy::rpc::json_rpc::{Id, Request, Response, ResponsePayload};
 use serde_json::{Value, json};
 
-use crate::rpc::describe_error;
+use crate::config::Secret;
+use crate::gateway::Gateway;
+use crate::upstream::{self, Bounds, UpstreamError};
 
 pub const METHOD: &str = "alchemy_getTokenBalances";
 
@@ -81,15 +87,34 @@ impl Inventory {
     }
 }
 
-/// Follows the pages within `budget`.
-pub async fn discover(
-    rpc: &RootProvider,
-    owner: Address,
-    budget: Duration,
-    max_pages: u32,
-) -> Inventory {
+/// Where and within which bounds the pages are read. `bounds.timeout` is the budget of the
+/// whole pagination; `bounds.max_bytes` caps each page's answer.
+pub struct Endpoint<'a> {
+    pub gateway: &'a Gateway,
+    /// Usually carries the provider key: never quoted.
+    pub url: &'a Secret,
+    pub bounds: Bounds,
+}
+
+/// How one page request failed.
+enum PageError {
+    /// The budget ran out (our timeout or the request's own, which is the remaining budget).
+    Budget,
+    Failed(String),
+}
+
+/// Follows the pages within the endpoint's budget.
+pub async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -> Inventory {
+    let budget = endpoint.bounds.timeout;
     let deadline = Instant::now() + budget;
     let mut inventory = Inventory::default();
+    let Ok(url) = url::Url::parse(endpoint.url.expose()) else {
+        inventory.stop = Some(Stop::Failed {
+            page: 1,
+            why: "the configured inventory URL is invalid".into(),
+        });
+        return inventory;
+    };
     let mut seen_tokens = HashSet::new();
     let mut seen_keys = HashSet::new();
     let mut page_key: Option<String> = None;
@@ -103,35 +128,19 @@ pub async fn discover(
             None => json!([owner, "erc20"]),
             Some(key) => json!([owner, "erc20", {"pageKey": key}]),
         };
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let answer = tokio::time::timeout(
-            remaining,
-            rpc.raw_request::<_, Value>(METHOD.into(), params),
-        )
-        .await;
-        // A failure that lands after the deadline is the budget's doing: a late-woken task can
-        // see the transport's own timeout before `timeout` checks the clock.
-        let answer = match answer {
-            Ok(Err(_)) if Instant::now() >= deadline => Err(()),
-            Ok(result) => Ok(result),
-            Err(_) => Err(()),
-        };
-        let result = match answer {
-            Err(_) => {
+        let result = match read_page(endpoint, &url, page, params, deadline).await {
+            Ok(result) => result,
+            Err(PageError::Budget) => {
                 inventory.stop = Some(Stop::Budget {
                     budget_ms: budget.as_millis() as u64,
                     page,
                 });
                 return inventory;
             }
-            Ok(Err(error)) => {
-                inventory.stop = Some(Stop::Failed {
-                    page,
-                    why: describe_error(&error),
-                });
+            Err(PageError::Failed(why)) => {
+                inventory.stop = Some(Stop::Failed { page, why });
                 return inventory;
             }
-            Ok(Ok(result)) => result,
         };
         let Some(entries) = result.get("tokenBalances").and_then(Value::as_array) else {
             inventory.stop = Some(Stop::Failed {
@@ -162,6 +171,61 @@ pub async fn discover(
             }
             Some(key) => page_key = Some(key.to_string()),
         }
+    }
+}
+
+/// One JSON-RPC call for page `page`, within what is left of the budget: its `result`.
+async fn read_page(
+    endpoint: &Endpoint<'_>,
+    url: &url::Url,
+    page: u32,
+    params: Value,
+    deadline: Instant,
+) -> Result<Value, PageError> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let bounds = Bounds {
+        timeout: remaining,
+        ..endpoint.bounds
+    };
+    let call = Request::new(METHOD, Id::Number(u64::from(page)), params);
+    let answer = tokio::time::timeout(
+        remaining,
+        upstream::post_json(endpoint.gateway, url.clone(), &call, bounds),
+    )
+    .await;
+    let answer = match answer {
+        Err(_) | Ok(Err(UpstreamError::Timeout(_))) => return Err(PageError::Budget),
+        // A failure that lands after the deadline is the budget's doing: a late-woken task can
+        // see the request's own timeout error before `timeout` checks the clock.
+        Ok(Err(_)) if Instant::now() >= deadline => return Err(PageError::Budget),
+        Ok(Err(error)) => return Err(PageError::Failed(describe(&error))),
+        Ok(Ok(answer)) => answer,
+    };
+    let response: Response<Value, Value> = serde_json::from_value(answer)
+        .map_err(|_| PageError::Failed("RPC answer was not valid JSON-RPC".into()))?;
+    match response.payload {
+        ResponsePayload::Success(result) => Ok(result),
+        ResponsePayload::Failure(error) => Err(PageError::Failed(format!(
+            "RPC error {}: {}",
+            error.code,
+            upstream::printable(&error.message, 240)
+        ))),
+    }
+}
+
+/// A page failure in the words the RPC adapters use, without the URL; a too-large answer
+/// names the size limit.
+fn describe(error: &UpstreamError) -> String {
+    match error {
+        UpstreamError::RateLimited => "RPC HTTP status 429".into(),
+        UpstreamError::Status(code) => format!("RPC HTTP status {code}"),
+        UpstreamError::Malformed | UpstreamError::Shape(_) => {
+            "RPC answer was not valid JSON-RPC".into()
+        }
+        UpstreamError::Connect => "RPC connection failed".into(),
+        UpstreamError::Timeout(_) => "RPC timed out".into(),
+        UpstreamError::TooLarge(_) => error.to_string(),
+        UpstreamError::Failed => "RPC request failed".into(),
     }
 }
 

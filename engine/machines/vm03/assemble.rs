@@ -222,7 +222,7 @@ fn chain_result(outcome: &ChainOutcome) -> Value {
         "inventory_complete": inventory_complete(outcome),
         "provider_response_complete": inventory.is_some_and(|i| i.value.provider_response_complete()),
         "discovery_capped": outcome.discovery_capped(),
-        "pages_read": inventory.map_or(0, |i| i.value.pages_read),
+        "pages_read": outcome.pages_read,
     })
 }
 

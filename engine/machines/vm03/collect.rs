@@ -57,7 +57,10 @@ pub struct ChainOutcome {
     pub chain: Chain,
     pub block: Result<u64, String>,
     pub native: Option<Timed<Result<U256, String>>>,
+    /// None when the chain is HOLD: its inventory read is discarded.
     pub inventory: Option<Timed<Inventory>>,
+    /// Inventory pages whose answer was read, on a HOLD chain too (`chain_results[].pages_read`).
+    pub pages_read: u32,
     /// Holdings this chain offered to the cap (native, declared, discovered).
     pub offered: usize,
     pub holdings: Vec<Holding>,
@@ -77,28 +80,22 @@ impl ChainOutcome {
     }
 }
 
+fn no_endpoint(chain: Chain) -> WorkError {
+    WorkError::Internal(format!(
+        "no endpoint for {} (readiness passed)",
+        chain.caip2
+    ))
+}
+
 fn rpc(
     context: &WorkContext,
     settings: &Settings,
     chain: Chain,
-    inventory: bool,
 ) -> Result<RootProvider, WorkError> {
-    let url = match inventory {
-        true => context.inventory_url(chain.caip2),
-        false => context.rpc_url(chain.caip2),
-    }
-    .ok_or_else(|| {
-        WorkError::Internal(format!(
-            "no endpoint for {} (readiness passed)",
-            chain.caip2
-        ))
-    })?;
-    let timeout = if inventory {
-        settings.inventory_budget
-    } else {
-        settings.rpc_timeout
-    };
-    Ok(CountedRpc::new(context.gateway.clone(), url, timeout).provider())
+    let url = context
+        .rpc_url(chain.caip2)
+        .ok_or_else(|| no_endpoint(chain))?;
+    Ok(CountedRpc::new(context.gateway.clone(), url, settings.rpc_timeout).provider())
 }
 
 /// Phase 1 of one chain: block, native balance at the block, inventory (concurrently).
@@ -108,8 +105,14 @@ async fn discover(
     request: &Request,
     chain: Chain,
 ) -> Result<ChainOutcome, WorkError> {
-    let node = rpc(context, settings, chain, false)?;
-    let provider = rpc(context, settings, chain, true)?;
+    let node = rpc(context, settings, chain)?;
+    let endpoint = inventory::Endpoint {
+        gateway: &context.gateway,
+        url: context
+            .inventory_url(chain.caip2)
+            .ok_or_else(|| no_endpoint(chain))?,
+        bounds: settings.inventory,
+    };
     let chain_reads = async {
         let block = node
             .get_block_number()
@@ -129,19 +132,16 @@ async fn discover(
         ))
     };
     let discovery = async {
-        let found = inventory::discover(
-            &provider,
-            request.address,
-            settings.inventory_budget,
-            settings.max_pages,
-        )
-        .await;
+        let found = inventory::discover(&endpoint, request.address, settings.max_pages).await;
         Timed {
             value: found,
             retrieved_at: now(),
         }
     };
     let (chain_reads, found) = tokio::join!(chain_reads, discovery);
+    // Pages read are counted even when the chain turns out HOLD: they were read (and paid
+    // for in provider quota) although their holdings cannot be reported.
+    let pages_read = found.value.pages_read;
     let (block, native, inventory) = match chain_reads {
         Ok((block, native)) => (Ok(block), Some(native), Some(found)),
         // Without a block nothing can be read at one block: the chain is HOLD.
@@ -152,6 +152,7 @@ async fn discover(
         block,
         native,
         inventory,
+        pages_read,
         offered: 0,
         holdings: Vec::new(),
         metadata: None,
@@ -243,7 +244,7 @@ async fn complete(
     if outcome.holdings.iter().any(|h| h.token.is_none()) && !to_price.contains(&reference) {
         to_price.push(reference);
     }
-    let node = rpc(context, settings, chain, false)?;
+    let node = rpc(context, settings, chain)?;
     let metadata = async {
         if tokens.is_empty() {
             return None;
