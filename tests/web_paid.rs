@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use common::TestServer;
 use common::devstack::DevStack;
@@ -128,6 +128,15 @@ fn limitations(body: &Value) -> String {
     body["limitations"].to_string()
 }
 
+/// About 10 KB on the wire, 64 MB once decompressed. Compressed once, before any paid call
+/// (see `vm01_reads_real_pages_over_the_paid_rail`): compressing 64 MB inside the handler took
+/// long enough on a loaded machine to run past VM01's own deadline.
+static BOMB: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let mut page = b"<!doctype html><html><head><title>Bomb</title></head><body><p>".to_vec();
+    page.resize(64 * 1024 * 1024, b'a');
+    gzip(&page)
+});
+
 /// The origin's routes for the VM01 tests.
 fn vm01_routes(seen: &Seen) -> Reply {
     let article = || fixture("news-article.html");
@@ -172,19 +181,14 @@ fn vm01_routes(seen: &Seen) -> Reply {
             }
             Reply::html(page)
         }
-        "/bomb" => {
-            // About 10 KB on the wire, 64 MB once decompressed.
-            let mut page = b"<!doctype html><html><head><title>Bomb</title></head><body><p>".to_vec();
-            page.resize(64 * 1024 * 1024, b'a');
-            Reply::Full {
-                status: 200,
-                headers: vec![
-                    ("content-type".into(), "text/html".into()),
-                    ("content-encoding".into(), "gzip".into()),
-                ],
-                body: gzip(&page),
-            }
-        }
+        "/bomb" => Reply::Full {
+            status: 200,
+            headers: vec![
+                ("content-type".into(), "text/html".into()),
+                ("content-encoding".into(), "gzip".into()),
+            ],
+            body: BOMB.clone(),
+        },
         "/drip" => Reply::Drip {
             headers: vec![("content-type".into(), "text/html".into())],
             chunk: b"<p>drip drip drip drip drip drip drip drip drip drip drip drip</p>\n".to_vec(),
@@ -217,6 +221,7 @@ fn vm01_routes(seen: &Seen) -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn vm01_reads_real_pages_over_the_paid_rail() {
+    LazyLock::force(&BOMB);
     let web = Web::start(Arc::new(vm01_routes)).await;
 
     let (body, fetches) = web.vm01("https://news.example.com/article").await;
