@@ -133,9 +133,7 @@ pub async fn run(
         Ok(presented) => presented,
         Err(outcome) => return outcome,
     };
-    let ledger = rail.ledger.clone();
-    let nonce = presented.nonce_sha256.clone();
-    match blocking(move || ledger.knows_nonce(&nonce)).await {
+    match rail.ledger.knows_nonce(&presented.nonce_sha256) {
         Ok(true) => return reject("payment_nonce_already_presented"),
         Ok(false) => {}
         Err(error) => return ledger_failure(&error),
@@ -168,33 +166,26 @@ pub async fn run(
         valid_before: presented.valid_before.clone(),
         request_sha256: canonical_sha256(request),
     };
-    let ledger = rail.ledger.clone();
-    let id = match blocking(move || ledger.reserve(&attempt)).await {
+    let id = match rail.ledger.reserve(&attempt) {
         Ok(id) => id,
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
     let body = match machines::observe(&machine.machine, work, machine, request).await {
         Ok(body) => body,
-        Err(error) => return work_failed(rail, id, machine, &error).await,
+        Err(error) => return work_failed(rail, id, machine, &error),
     };
     let settled = rail
         .facilitator
         .settle(&presented.payload, requirement)
         .await;
-    finish_settlement(rail, id, machine, manifest, &presented, settled, body).await
+    finish_settlement(rail, id, machine, manifest, &presented, settled, body)
 }
 
-async fn work_failed(
-    rail: &PaymentRail,
-    id: i64,
-    machine: &Machine,
-    error: &WorkError,
-) -> PaidOutcome {
+fn work_failed(rail: &PaymentRail, id: i64, machine: &Machine, error: &WorkError) -> PaidOutcome {
     tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
-    let ledger = rail.ledger.clone();
     let reason = error.to_string();
-    if let Err(e) = blocking(move || ledger.finish(id, &Outcome::WorkFailed { reason })).await {
+    if let Err(e) = rail.ledger.finish(id, &Outcome::WorkFailed { reason }) {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
     }
     PaidOutcome::Failed(ApiError::new(
@@ -204,7 +195,7 @@ async fn work_failed(
     ))
 }
 
-async fn finish_settlement(
+fn finish_settlement(
     rail: &PaymentRail,
     id: i64,
     machine: &Machine,
@@ -213,14 +204,12 @@ async fn finish_settlement(
     settled: Result<SettleOutcome, FacilitatorError>,
     body: Value,
 ) -> PaidOutcome {
-    let ledger = rail.ledger.clone();
+    let ledger = rail.ledger.as_ref();
     match settled {
         Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
             let transaction = outcome.transaction.clone().unwrap_or_default();
             tracing::info!(machine = %machine.machine, %transaction, "payment settled");
-            let recorded =
-                blocking(move || ledger.finish(id, &Outcome::Settled { transaction })).await;
-            if let Err(error) = recorded {
+            if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }) {
                 // Settled on chain: deliver, and leave the row reserved for start-up reporting.
                 tracing::error!(%error, attempt = id, "settled but not recorded");
             }
@@ -236,7 +225,7 @@ async fn finish_settlement(
                 .clone()
                 .unwrap_or_else(|| "settlement_failed".into());
             tracing::warn!(machine = %machine.machine, %reason, "settlement failed; result withheld");
-            record_settle_failure(ledger, id, reason.clone()).await;
+            record_settle_failure(ledger, id, reason.clone());
             let mut response = outcome.response;
             response["success"] = json!(false);
             if response.get("transaction").is_none() {
@@ -251,7 +240,7 @@ async fn finish_settlement(
         Err(error) => {
             tracing::error!(machine = %machine.machine, %error, "settlement outcome unknown; result withheld");
             let reason = "settlement_unconfirmed".to_string();
-            record_settle_failure(ledger, id, format!("{reason}: {error}")).await;
+            record_settle_failure(ledger, id, format!("{reason}: {error}"));
             let response = json!({
                 "success": false,
                 "errorReason": reason,
@@ -268,9 +257,8 @@ async fn finish_settlement(
     }
 }
 
-async fn record_settle_failure(ledger: Arc<dyn Ledger>, id: i64, reason: String) {
-    if let Err(error) = blocking(move || ledger.finish(id, &Outcome::SettleFailed { reason })).await
-    {
+fn record_settle_failure(ledger: &dyn Ledger, id: i64, reason: String) {
+    if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }) {
         tracing::error!(%error, attempt = id, "could not record settle_failed");
     }
 }
@@ -283,13 +271,4 @@ fn facilitator_down(step: &str, error: &FacilitatorError) -> PaidOutcome {
             "the payment facilitator did not answer {step}; no work ran and nothing was charged"
         ),
     )
-}
-
-/// Runs a short ledger operation off the async workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, LedgerError> + Send + 'static,
-) -> Result<T, LedgerError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| LedgerError::Storage(format!("ledger task failed: {e}")))?
 }
