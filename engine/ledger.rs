@@ -147,12 +147,17 @@ impl SqliteLedger {
             .strip_prefix("sqlite:")
             .ok_or_else(|| LedgerError::Storage(format!("{database_url:?} is not sqlite:PATH")))?;
         let path = PathBuf::from(path.strip_prefix("//").unwrap_or(path));
-        let connection = Connection::open(&path)?;
+        let mut connection = Connection::open(&path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        connection.execute_batch(SCHEMA)?;
-        add_missing_columns(&connection)?;
+        // One immediate transaction: two processes opening an old file at once must not both
+        // try to add a column.
+        let migration =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        migration.execute_batch(SCHEMA)?;
+        add_missing_columns(&migration)?;
+        migration.commit()?;
         Ok(SqliteLedger {
             connection: Mutex::new(connection),
         })
@@ -297,6 +302,7 @@ mod tests {
     #[test]
     fn the_wal_stays_bounded_under_many_commits() {
         let dir = std::env::temp_dir().join(format!("factomat-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");

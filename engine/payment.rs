@@ -94,6 +94,7 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
         .ok_or_else(|| reject("invalid_payload"))?
         .to_string();
     let valid_before = field("validBefore")
+        .filter(|v| v.parse::<u64>().is_ok())
         .ok_or_else(|| reject("invalid_payload"))?
         .to_string();
     Ok(Presented {

@@ -666,6 +666,47 @@ async fn a_token_without_code_fails_each_batched_read_on_its_own_and_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
+    let stack = DevStack::start();
+    let facilitator = stack.field("facilitator_url");
+    // Single requests reach anvil; a batch gets one error object, as from an endpoint
+    // without batch support.
+    let (proxy, seen) = common::onchain::rpc_proxy(stack.field("rpc_url"), |method| {
+        if method == "batch" {
+            common::onchain::RpcAction::Error(
+                json!({"code": -32600, "message": "batch requests are not supported"}),
+            )
+        } else {
+            common::onchain::RpcAction::Forward
+        }
+    })
+    .await;
+    let rig = rig_with(stack, &facilitator, &format!("http://{proxy}")).await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    assert_eq!(answer["status"], 200, "{answer}");
+    let result = &answer["body"];
+    assert_eq!(result["status"], "HOLD", "{result}");
+    let block = result["block_number"].as_str().expect("the block was read");
+    let limitations = result["limitations"].as_array().expect("limitations");
+    assert_eq!(limitations.len(), 1, "{limitations:?}");
+    assert!(
+        limitations[0].as_str().is_some_and(|l| l.contains(&format!(
+            "The endpoint answered none of the reads batched at block {block}"
+        ))),
+        "{limitations:?}"
+    );
+    assert_eq!(
+        *seen.lock().expect("seen"),
+        vec!["eth_blockNumber".to_string(), "batch".to_string()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
     let rig = rig().await;
     let body = vm02_request(

@@ -130,6 +130,16 @@ async fn read_at_one_block(
             return reads;
         }
     };
+    if let (Err(first), Err(_), Err(_), Err(_), Err(_)) =
+        (&allowance, &balance, &decimals, &symbol, &code)
+    {
+        // Typically an endpoint that refuses batches (one error object instead of an array):
+        // one limitation, not five copies of it.
+        reads.limitations.push(format!(
+            "The endpoint answered none of the reads batched at block {block} ({first}); no allowance or balance was observed."
+        ));
+        return reads;
+    }
     let mut note = |what: &str, error: String| {
         reads.limitations.push(format!(
             "{what} could not be read at block {block}: {error}."
