@@ -358,7 +358,7 @@ fn log_request(method: &Method, path: &str, response: &Response<Bytes>, started:
 }
 
 async fn dispatch<S, B>(
-    state: &AppState,
+    state: &Arc<AppState>,
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -391,7 +391,7 @@ where
 }
 
 async fn paid<S, B>(
-    state: &AppState,
+    state: &Arc<AppState>,
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
@@ -417,27 +417,69 @@ where
     let Some(signature) = headers.get(x402::PAYMENT_SIGNATURE) else {
         return payment_required(challenge);
     };
-    let Some(rail) = &state.rail else {
+    if state.rail.is_none() {
         return error_response(&ApiError::unavailable(
             "service_disabled",
             "no payment facilitator is configured on this deployment; nothing was charged",
         ));
-    };
+    }
     if let Err(error) = machines::readiness(route.machine, &state.config) {
         return error_response(&error);
     }
-    let outcome = payment::run(
-        rail,
-        &MANIFEST,
-        route.machine,
-        requirement,
-        pay_to,
-        &state.work,
-        &request,
-        signature.as_bytes(),
-    )
-    .await;
-    paid_response(state, route, pay_to, outcome)
+    // The paid call runs to its end in a task of its own: hyper drops a request's future when
+    // its client disconnects, and a call cut between /settle and the ledger record would leave
+    // a payment that may have moved with no record of its outcome.
+    let call = PaidCall {
+        state: Arc::clone(state),
+        machine: route.machine,
+        requirement: requirement.clone(),
+        pay_to: pay_to.to_string(),
+        request,
+        signature: signature.as_bytes().to_vec(),
+    };
+    match tokio::spawn(call.run()).await {
+        Ok(outcome) => paid_response(state, route, pay_to, outcome),
+        Err(error) => {
+            tracing::error!(%error, machine = %route.machine.machine, "paid call task failed");
+            error_response(&ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "work_failed",
+                "the paid call failed inside the server; see the ledger for its outcome",
+            ))
+        }
+    }
+}
+
+/// Everything a paid call needs, owned, so it can outlive its request.
+struct PaidCall {
+    state: Arc<AppState>,
+    machine: &'static Machine,
+    requirement: Value,
+    pay_to: String,
+    request: Value,
+    signature: Vec<u8>,
+}
+
+impl PaidCall {
+    async fn run(self) -> PaidOutcome {
+        let Some(rail) = &self.state.rail else {
+            return PaidOutcome::Failed(ApiError::unavailable(
+                "service_disabled",
+                "no payment facilitator is configured on this deployment; nothing was charged",
+            ));
+        };
+        payment::run(
+            rail,
+            &MANIFEST,
+            self.machine,
+            &self.requirement,
+            &self.pay_to,
+            &self.state.work,
+            &self.request,
+            &self.signature,
+        )
+        .await
+    }
 }
 
 fn paid_response(

@@ -459,6 +459,40 @@ async fn settle_failing_facilitator(real: String) -> SocketAddr {
     serve(forward.or(settle).or(supported)).await
 }
 
+/// The real facilitator behind a proxy whose `/settle` answers only after `delay`.
+async fn slow_settle_facilitator(real: String, delay: std::time::Duration) -> SocketAddr {
+    let client = reqwest::Client::new();
+    let forward = warp::path::param::<String>()
+        .and(warp::post())
+        .and(warp::body::bytes())
+        .then(move |step: String, body: bytes::Bytes| {
+            let (client, real) = (client.clone(), real.clone());
+            async move {
+                if step == "settle" {
+                    tokio::time::sleep(delay).await;
+                }
+                let answer = client
+                    .post(format!("{real}/{step}"))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("real facilitator");
+                let bytes = answer.bytes().await.expect("body");
+                http::Response::builder()
+                    .header("content-type", "application/json")
+                    .body(bytes)
+                    .expect("response")
+            }
+        });
+    let supported = warp::path!("supported").map(|| {
+        warp::reply::json(
+            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
+        )
+    });
+    serve(supported.or(forward)).await
+}
+
 async fn serve<F>(filter: F) -> SocketAddr
 where
     F: Filter + Clone + Send + Sync + 'static,
@@ -512,6 +546,59 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let rows = rig.ledger_rows();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "settle_failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded() {
+    let stack = DevStack::start();
+    let slow = slow_settle_facilitator(
+        stack.field("facilitator_url"),
+        std::time::Duration::from_secs(3),
+    )
+    .await;
+    let rpc = stack.field("rpc_url");
+    let rig = rig_with(stack, &format!("http://{slow}"), &rpc).await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let required = rig.challenge(&body).await;
+    let (buyer_before, payee_before) = rig.balances();
+    let header = rig.stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
+    // The buyer gives up while /settle is still pending, closing the connection.
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_millis(1500))
+        .build()
+        .expect("client");
+    let gave_up = impatient
+        .post(rig.url(VM02))
+        .header("content-type", "application/json")
+        .header("PAYMENT-SIGNATURE", &header)
+        .json(&body)
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the buyer was meant to time out first");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut rows = rig.ledger_rows();
+    while rows.first().is_none_or(|r| r.state == "reserved") && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        rows = rig.ledger_rows();
+    }
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].state, "settled",
+        "the call ran to its end: {rows:?}"
+    );
+    assert!(rows[0].transaction_hash.is_some());
+    let (buyer_after, payee_after) = rig.balances();
+    assert_eq!(buyer_before - buyer_after, 10_000);
+    assert_eq!(payee_after - payee_before, 10_000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
