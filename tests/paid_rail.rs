@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use common::devstack::DevStack;
 use common::logs::{capture, logs};
+use common::onchain::serve;
 use common::{TestServer, decode_header, temp_path};
 use factomat::ledger::{Ledger, SqliteLedger};
 use serde_json::{Value, json};
@@ -421,46 +422,18 @@ async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
     );
 }
 
-/// A facilitator that answers /verify and /supported like the real one (by forwarding to it)
-/// but whose /settle fails, as a facilitator does when the transfer cannot be executed.
-async fn settle_failing_facilitator(real: String) -> SocketAddr {
-    let client = reqwest::Client::new();
-    let forward = warp::path!("verify")
-        .and(warp::post())
-        .and(warp::body::bytes())
-        .then(move |body: bytes::Bytes| {
-            let (client, real) = (client.clone(), real.clone());
-            async move {
-                let answer = client
-                    .post(format!("{real}/verify"))
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .expect("real facilitator");
-                let bytes = answer.bytes().await.expect("body");
-                http::Response::builder()
-                    .header("content-type", "application/json")
-                    .body(bytes)
-                    .expect("response")
-            }
-        });
-    let settle = warp::path!("settle").and(warp::post()).map(|| {
-        warp::reply::json(
-            &json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
-            "transaction": "", "network": "eip155:8453"}),
-        )
-    });
-    let supported = warp::path!("supported").map(|| {
-        warp::reply::json(
-            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
-        )
-    });
-    serve(forward.or(settle).or(supported)).await
+/// What the facilitator proxy does with `/settle`; `/verify` always reaches the real one.
+#[derive(Clone, Copy)]
+enum Settle {
+    /// Answer `success: false` without asking the real facilitator.
+    Fail,
+    /// Forward after this delay.
+    After(std::time::Duration),
 }
 
-/// The real facilitator behind a proxy whose `/settle` answers only after `delay`.
-async fn slow_settle_facilitator(real: String, delay: std::time::Duration) -> SocketAddr {
+/// The real facilitator behind a loopback proxy that answers `/supported` itself and treats
+/// `/settle` as `settle` says.
+async fn proxied_facilitator(real: String, settle: Settle) -> SocketAddr {
     let client = reqwest::Client::new();
     let forward = warp::path::param::<String>()
         .and(warp::post())
@@ -468,8 +441,23 @@ async fn slow_settle_facilitator(real: String, delay: std::time::Duration) -> So
         .then(move |step: String, body: bytes::Bytes| {
             let (client, real) = (client.clone(), real.clone());
             async move {
-                if step == "settle" {
-                    tokio::time::sleep(delay).await;
+                let reply = |bytes: bytes::Bytes| {
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(bytes)
+                        .expect("response")
+                };
+                match (step.as_str(), settle) {
+                    ("settle", Settle::Fail) => {
+                        return reply(bytes::Bytes::from(
+                            json!({"success": false,
+                                "errorReason": "invalid_exact_evm_transaction_failed",
+                                "transaction": "", "network": "eip155:8453"})
+                            .to_string(),
+                        ));
+                    }
+                    ("settle", Settle::After(delay)) => tokio::time::sleep(delay).await,
+                    _ => {}
                 }
                 let answer = client
                     .post(format!("{real}/{step}"))
@@ -478,11 +466,7 @@ async fn slow_settle_facilitator(real: String, delay: std::time::Duration) -> So
                     .send()
                     .await
                     .expect("real facilitator");
-                let bytes = answer.bytes().await.expect("body");
-                http::Response::builder()
-                    .header("content-type", "application/json")
-                    .body(bytes)
-                    .expect("response")
+                reply(answer.bytes().await.expect("body"))
             }
         });
     let supported = warp::path!("supported").map(|| {
@@ -493,23 +477,10 @@ async fn slow_settle_facilitator(real: String, delay: std::time::Duration) -> So
     serve(supported.or(forward)).await
 }
 
-async fn serve<F>(filter: F) -> SocketAddr
-where
-    F: Filter + Clone + Send + Sync + 'static,
-    F::Extract: warp::Reply,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(warp::serve(filter).incoming(listener).run());
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let stack = DevStack::start();
-    let failing = settle_failing_facilitator(stack.field("facilitator_url")).await;
+    let failing = proxied_facilitator(stack.field("facilitator_url"), Settle::Fail).await;
     let rpc = stack.field("rpc_url");
     let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
     let body = vm02_request(
@@ -551,9 +522,9 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded() {
     let stack = DevStack::start();
-    let slow = slow_settle_facilitator(
+    let slow = proxied_facilitator(
         stack.field("facilitator_url"),
-        std::time::Duration::from_secs(3),
+        Settle::After(std::time::Duration::from_secs(3)),
     )
     .await;
     let rpc = stack.field("rpc_url");
