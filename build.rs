@@ -1,14 +1,14 @@
 //! Checks machines.yaml and renders every published document into OUT_DIR.
 //!
 //! A manifest that contradicts itself fails the build with one line per problem, each naming
-//! the machine and field. The engine embeds the renders (see `engine/renders.rs`); the same
+//! the machine and field. The engine embeds the renders (see `engine/catalog/embedded.rs`); the same
 //! renders are committed under generated/ and docs/ and a test catches drift.
 
 #[allow(dead_code)] // the library uses the rest
-#[path = "engine/manifest.rs"]
+#[path = "engine/catalog/manifest.rs"]
 mod manifest;
 #[allow(dead_code)]
-#[path = "engine/render.rs"]
+#[path = "engine/catalog/render.rs"]
 mod render;
 
 use std::fmt::Write as _;
@@ -19,8 +19,8 @@ fn main() {
     for watched in [
         "machines.yaml",
         "templates",
-        "engine/manifest.rs",
-        "engine/render.rs",
+        "engine/catalog/manifest.rs",
+        "engine/catalog/render.rs",
     ] {
         println!("cargo::rerun-if-changed={watched}");
     }

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use factomat::catalog::embedded::RENDERS;
 use factomat::config::{Config, LogFormat};
-use factomat::renders::RENDERS;
-use factomat::server;
+use factomat::http::server;
 
 #[derive(Parser)]
 #[command(
@@ -176,21 +176,21 @@ fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rows = match factomat::ledger::open(&config.database_url).and_then(|l| l.rows()) {
+    let rows = match factomat::pay::ledger::open(&config.database_url).and_then(|l| l.rows()) {
         Ok(rows) => rows,
         Err(error) => {
             eprintln!("factomat: ledger {}: {error}", config.database_url);
             return ExitCode::FAILURE;
         }
     };
-    let report = factomat::report::build(&factomat::renders::MANIFEST, &rows);
+    let report = factomat::pay::report::build(&factomat::catalog::embedded::MANIFEST, &rows);
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     } else {
-        print!("{}", factomat::report::render_text(&report));
+        print!("{}", factomat::pay::report::render_text(&report));
     }
     ExitCode::SUCCESS
 }
@@ -204,7 +204,7 @@ struct ExtractArgs<'a> {
 
 fn extract(file: &Path, args: &ExtractArgs<'_>) -> ExitCode {
     let (url, max_text_chars, content_type) = (args.url, args.max_text_chars, args.content_type);
-    let Some(machine) = factomat::renders::MANIFEST
+    let Some(machine) = factomat::catalog::embedded::MANIFEST
         .machines
         .iter()
         .find(|m| m.machine == "VM01")
@@ -240,7 +240,7 @@ fn extract(file: &Path, args: &ExtractArgs<'_>) -> ExitCode {
             .and_then(|n| usize::try_from(n).ok()),
     };
     let requested = url.map_or_else(|| file.display().to_string(), str::to_string);
-    let reading = factomat::page::read_local(requested, page_url, &bytes, content_type, limit);
+    let reading = factomat::web::page::read_local(requested, page_url, &bytes, content_type, limit);
     let body =
         factomat::machines::vm01::response(machine, &reading, &factomat::machines::vm01::now());
     let text = if args.pretty {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use alloy_primitives::Address;
 use common::devstack::DevStack;
 use common::{BASE_URL, TestServer, expect_400, machine};
-use factomat::canonical::{canonical_sha256, sha256_hex};
+use factomat::support::canonical::{canonical_sha256, sha256_hex};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -337,7 +337,7 @@ fn assert_discovery_request(read: &Seen) {
 
 fn assert_valid(id: &str, body: &Value) {
     let validator =
-        factomat::manifest::compile_schema(&machine(id)["output_schema"]).expect("schema");
+        factomat::catalog::manifest::compile_schema(&machine(id)["output_schema"]).expect("schema");
     let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
     assert!(
         errors.is_empty(),

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::repo_root;
-use factomat::renders::RENDERS;
+use factomat::catalog::embedded::RENDERS;
 
 const REFRESH: &str = "cargo run -- generate";
 
@@ -61,8 +61,9 @@ fn generated_files_say_so_at_the_top() {
             );
         }
     }
-    let openapi: serde_json::Value =
-        serde_json::from_str(factomat::renders::render("generated/openapi.json").expect("openapi"))
-            .expect("json");
+    let openapi: serde_json::Value = serde_json::from_str(
+        factomat::catalog::embedded::render("generated/openapi.json").expect("openapi"),
+    )
+    .expect("json");
     assert_eq!(openapi["info"]["x-generated-from"], "machines.yaml");
 }

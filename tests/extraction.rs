@@ -5,7 +5,7 @@
 mod common;
 
 use factomat::machines::vm01;
-use factomat::page;
+use factomat::web::page;
 use serde_json::Value;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -13,8 +13,8 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn machine() -> &'static factomat::manifest::Machine {
-    factomat::renders::MANIFEST
+fn machine() -> &'static factomat::catalog::manifest::Machine {
+    factomat::catalog::embedded::MANIFEST
         .machines
         .iter()
         .find(|m| m.machine == "VM01")

@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use common::https::{Handler, Reply, Seen, Site, TestCa};
 use factomat::config::Config;
-use factomat::fetch::{FetchLimits, FetchMethod, FetchRefusal, FetchRequest, Fetcher, Redirects};
-use factomat::gateway::Gateway;
-use factomat::url_policy::UrlPolicyError;
+use factomat::net::gateway::Gateway;
+use factomat::net::url_policy::UrlPolicyError;
+use factomat::web::fetch::{
+    FetchLimits, FetchMethod, FetchRefusal, FetchRequest, Fetcher, Redirects,
+};
 use serde_json::json;
 
 fn limits() -> FetchLimits {

@@ -11,7 +11,7 @@ use common::devstack::DevStack;
 use common::logs::{capture, logs};
 use common::onchain::serve;
 use common::{TestServer, decode_header, temp_path};
-use factomat::ledger::{Ledger, SqliteLedger};
+use factomat::pay::ledger::{Ledger, SqliteLedger};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -65,7 +65,7 @@ impl Rig {
         format!("{}{path}", self.server.url)
     }
 
-    fn ledger_rows(&self) -> Vec<factomat::ledger::AttemptRow> {
+    fn ledger_rows(&self) -> Vec<factomat::pay::ledger::AttemptRow> {
         SqliteLedger::open(&self.ledger_url)
             .expect("ledger")
             .rows()
@@ -877,7 +877,7 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
     let ledger_url = format!("sqlite:{}", temp_path("crashed.db").display());
     let ledger = SqliteLedger::open(&ledger_url).expect("ledger");
     ledger
-        .reserve(&factomat::ledger::NewAttempt {
+        .reserve(&factomat::pay::ledger::NewAttempt {
             machine: "VM02".into(),
             family: "ONCHAIN_PREFLIGHT".into(),
             payer: "0x00000000000000000000000000000000000c4a54".into(),

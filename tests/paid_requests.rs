@@ -4,7 +4,7 @@
 mod common;
 
 use common::{BASE_URL, PAY_TO, TestServer, decode_header, expect_400, machine, manifest};
-use factomat::canonical::canonical_sha256;
+use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
 const IDS: [&str; 11] = [

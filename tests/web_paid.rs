@@ -455,7 +455,7 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
     assert_eq!(baseline["content_truncated"], false);
     assert_eq!(
         baseline["page_sha256"],
-        factomat::canonical::canonical_sha256(&baseline["components"]),
+        factomat::support::canonical::canonical_sha256(&baseline["components"]),
         "page_sha256 is the canonical sha256 of the six component hashes"
     );
 

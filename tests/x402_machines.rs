@@ -11,7 +11,7 @@ use base64::Engine as _;
 use common::TestServer;
 use common::devstack::DevStack;
 use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
-use factomat::canonical::canonical_sha256;
+use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
 const HOST: &str = "seller.example.com";

@@ -3,12 +3,13 @@
 
 use serde_json::Value;
 
-use crate::api_error::ApiError;
+use crate::catalog::manifest::Machine;
 use crate::config::{Config, Secret};
-use crate::gateway::Gateway;
-use crate::manifest::Machine;
-use crate::ttl_cache::TtlCache;
+use crate::http::error::ApiError;
+use crate::net::gateway::Gateway;
+use crate::support::ttl_cache::TtlCache;
 
+pub mod checks;
 pub mod probe_reads;
 pub mod vm01;
 pub mod vm02;
@@ -83,8 +84,8 @@ pub enum WorkError {
     Internal(String),
 }
 
-impl From<crate::discovery::DiscoveryError> for WorkError {
-    fn from(error: crate::discovery::DiscoveryError) -> Self {
+impl From<crate::providers::discovery::DiscoveryError> for WorkError {
+    fn from(error: crate::providers::discovery::DiscoveryError) -> Self {
         WorkError::Internal(error.to_string())
     }
 }

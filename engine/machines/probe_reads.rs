@@ -1,5 +1,5 @@
 //! The probe → select → read steps VM09 and VM10 share: one unpaid probe of the caller's
-//! resource, the shared requirement selection (engine/x402_probe.rs), and the payer's token
+//! resource, the shared requirement selection (engine/web/x402_probe.rs), and the payer's token
 //! reads for the selected asset. Each machine decides which selections are read and with
 //! which spender; the decision rules stay in the machine modules.
 
@@ -7,12 +7,12 @@ use alloy::primitives::Address;
 use serde_json::Value;
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
+use crate::catalog::manifest::Machine;
+use crate::chain::token_reads::{self, TokenReads};
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::token_reads::{self, TokenReads};
-use crate::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
+use crate::http::error::ApiError;
+use crate::support::evm;
+use crate::web::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
 
 /// Ready when the probe can run and the eip155:8453 RPC endpoint for the reads is configured.
 pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {

@@ -4,12 +4,12 @@
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::fetch::{FetchLimits, Fetcher};
-use crate::manifest::Machine;
-use crate::page::{self, PageReading};
-use crate::request_checks as rc;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::web::fetch::{FetchLimits, Fetcher};
+use crate::web::page::{self, PageReading};
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/url")?;
@@ -25,7 +25,7 @@ pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), ApiError> {
     let unavailable = |message: String| ApiError::unavailable("fetch_setup_failed", message);
     FetchLimits::from_machine(machine).map_err(unavailable)?;
     text_limit(machine).map_err(|e| unavailable(e.to_string()))?;
-    crate::fetch::check_setup(config).map_err(|e| unavailable(e.to_string()))
+    crate::web::fetch::check_setup(config).map_err(|e| unavailable(e.to_string()))
 }
 
 /// The manifest's `max_text_chars`.

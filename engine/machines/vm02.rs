@@ -18,13 +18,13 @@ use alloy::transports::TransportError;
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
+use crate::catalog::manifest::Machine;
+use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::report::format_units;
-use crate::request_checks as rc;
-use crate::rpc::{CountedRpc, describe_error};
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::pay::report::format_units;
+use crate::support::evm;
 
 const CHAIN: &str = "eip155:8453";
 

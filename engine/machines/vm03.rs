@@ -18,14 +18,14 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
-use crate::chains::{self, Chain};
+use crate::catalog::manifest::Machine;
+use crate::chain::networks::{self, Chain};
 use crate::config::Config;
-use crate::decimal::Decimal;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::request_checks as rc;
-use crate::upstream::Bounds;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::net::upstream::Bounds;
+use crate::support::decimal::Decimal;
+use crate::support::evm;
 
 pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::address(request, "/address")?;
@@ -211,11 +211,11 @@ fn parse_request(request: &Value) -> Result<Request, WorkError> {
             .iter()
             .map(|c| {
                 c.as_str()
-                    .and_then(chains::by_caip2)
+                    .and_then(networks::by_caip2)
                     .ok_or_else(|| invalid("chains"))
             })
             .collect::<Result<Vec<_>, _>>()?,
-        None => vec![chains::ETHEREUM, chains::BASE],
+        None => vec![networks::ETHEREUM, networks::BASE],
     };
     let mut declared: Vec<Declared> = Vec::new();
     for entry in request
@@ -226,7 +226,7 @@ fn parse_request(request: &Value) -> Result<Request, WorkError> {
     {
         let chain = entry["chain"]
             .as_str()
-            .and_then(chains::by_caip2)
+            .and_then(networks::by_caip2)
             .ok_or_else(|| invalid("declared chain"))?;
         let token = entry["token"]
             .as_str()

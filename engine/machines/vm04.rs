@@ -23,17 +23,17 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
-use crate::chains::{self, Chain};
+use crate::catalog::manifest::Machine;
+use crate::chain::networks::{self, Chain};
+use crate::chain::rpc::CountedRpc;
 use crate::config::Config;
-use crate::decimal::Decimal;
-use crate::evm;
-use crate::manifest::Machine;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::net::upstream::{Bounds, UpstreamError};
 use crate::providers::aave::{self, AaveError, ReserveObservation};
 use crate::providers::lido::{self, SmaObservation};
-use crate::request_checks as rc;
-use crate::rpc::CountedRpc;
-use crate::upstream::{Bounds, UpstreamError};
+use crate::support::decimal::Decimal;
+use crate::support::evm;
 
 pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     let kind = rc::text(request, "/asset/kind").unwrap_or_default();
@@ -230,7 +230,7 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Value) -> Result<Query, W
     let chain = request
         .get("chain_id")
         .and_then(Value::as_u64)
-        .and_then(chains::by_id)
+        .and_then(networks::by_id)
         .ok_or_else(|| WorkError::Internal("chain_id passed validation but is unknown".into()))?;
     let resolved = match rc::text(request, "/asset/kind").unwrap_or_default() {
         "native" => Resolved {
@@ -855,7 +855,7 @@ fn limitations(query: &Query, reads: &Reads, age: u64, cached: bool, ttl: Durati
     }
     if reads.lido.is_some() {
         out.push("The Lido rate is the Lido API's 7-day simple moving average of the stETH APR; it is not read on chain and has no block number.".into());
-        if query.chain.chain_id == chains::BASE.chain_id {
+        if query.chain.chain_id == networks::BASE.chain_id {
             out.push("wstETH on eip155:8453 is bridged and non-rebasing; its Lido rate is the Ethereum stETH APR, accrued through the wstETH exchange rate.".into());
         }
     }
@@ -921,7 +921,7 @@ fn respond(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::renders::MANIFEST;
+    use crate::catalog::embedded::MANIFEST;
 
     fn vm04() -> &'static Machine {
         MANIFEST

@@ -6,11 +6,11 @@
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::discovery::{self, now_iso};
-use crate::manifest::Machine;
-use crate::request_checks as rc;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::providers::discovery::{self, now_iso};
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/resource")?;

@@ -23,14 +23,14 @@ use alloy::rpc::types::{FeeHistory, TransactionRequest};
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
-use crate::chains::{self, Chain};
+use crate::catalog::manifest::Machine;
+use crate::chain::networks::{self, Chain};
+use crate::chain::rpc::{self, CallFailure, CountedRpc};
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::report::format_units;
-use crate::request_checks as rc;
-use crate::rpc::{self, CallFailure, CountedRpc};
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::pay::report::format_units;
+use crate::support::evm;
 
 /// Revert data quoted in limitations at most (bytes); longer data is cut and says so.
 const MAX_QUOTED_REVERT_BYTES: usize = 256;
@@ -78,7 +78,7 @@ fn intent(request: &Value) -> Result<Intent, WorkError> {
     let invalid =
         |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
     let chain = rc::text(request, "/chain")
-        .and_then(chains::by_caip2)
+        .and_then(networks::by_caip2)
         .ok_or_else(|| invalid("chain"))?;
     let to = rc::text(request, "/to")
         .and_then(|t| evm::parse_address(t).ok())
@@ -278,7 +278,7 @@ fn estimate_limitation(chain: Chain, failure: &CallFailure) -> String {
 }
 
 fn scope_limitation(chain: Chain) -> String {
-    if chain.chain_id == chains::BASE.chain_id {
+    if chain.chain_id == networks::BASE.chain_id {
         "On eip155:8453 the figures cover only the layer-2 execution fee, not the separate layer-1 security/data fee, and are not a total transaction cost.".to_string()
     } else {
         "The figures are illustrative execution fees from recent fee history, not a recommendation, a fee setting or a guaranteed final cost.".to_string()
@@ -350,7 +350,7 @@ fn illustrative_fees(
         );
         vec![scenario("next_base_fee_no_priority_fee".to_string(), 0)]
     };
-    let covers = if chain.chain_id == chains::BASE.chain_id {
+    let covers = if chain.chain_id == networks::BASE.chain_id {
         "l2_execution_fee_only"
     } else {
         "execution_fee_only"

@@ -5,13 +5,13 @@
 use serde_json::{Map, Value, json};
 
 use super::{WorkContext, WorkError, vm01};
-use crate::api_error::ApiError;
-use crate::canonical::canonical_sha256;
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::extract::{Extracted, normalize_whitespace};
-use crate::manifest::Machine;
-use crate::page::{PageReading, Status};
-use crate::request_checks as rc;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::support::canonical::canonical_sha256;
+use crate::web::extract::{Extracted, normalize_whitespace};
+use crate::web::page::{PageReading, Status};
 
 /// The six hashed components, in the order `changed_components` lists them.
 pub const COMPONENTS: [&str; 6] = [
@@ -339,8 +339,8 @@ pub fn response(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::{Basis, CharsetSource, Heading};
-    use crate::fetch::BodyEnd;
+    use crate::web::extract::{Basis, CharsetSource, Heading};
+    use crate::web::fetch::BodyEnd;
 
     /// The worked example of docs/hashing.md, computed there with Python's json.dumps.
     #[test]
@@ -417,7 +417,7 @@ mod tests {
             hash("structured_data"),
             "8d4d10afe6b747b737cc984e816bf4d2d34cc2a848ca278f0ff99f4956c03784"
         );
-        let machine = crate::renders::MANIFEST
+        let machine = crate::catalog::embedded::MANIFEST
             .machines
             .iter()
             .find(|m| m.machine == "VM07")

@@ -1,4 +1,4 @@
-//! VM08 x402 service change snapshot. One unpaid probe (engine/x402_probe.rs) yields a
+//! VM08 x402 service change snapshot. One unpaid probe (engine/web/x402_probe.rs) yields a
 //! contract fingerprint of the live challenge; it is compared with the caller's sealed
 //! baseline (fingerprint_sha256 = canonical sha256 of the fingerprint). Decision rules and
 //! price_policy semantics: docs/vm08-x402-change.md.
@@ -7,13 +7,13 @@ use alloy::primitives::U256;
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
-use crate::canonical::canonical_sha256;
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::request_checks as rc;
-use crate::x402_probe::{self, Probe, ProbeOutcome, ProbeTarget, Requirement};
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::support::canonical::canonical_sha256;
+use crate::support::evm;
+use crate::web::x402_probe::{self, Probe, ProbeOutcome, ProbeTarget, Requirement};
 
 /// Defaults when the caller sends no price_policy (or only one of its keys).
 pub const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;

@@ -1,5 +1,5 @@
 //! VM09 x402 pre-sign handoff packet. One unpaid probe, the requirement selection of
-//! engine/x402_probe.rs (eip3009 only), the caller's ceiling and payTo list, the payer's
+//! engine/web/x402_probe.rs (eip3009 only), the caller's ceiling and payTo list, the payer's
 //! USDC balance at one block, and the optional compact baseline. Decision rules, reason
 //! codes and hashes: docs/vm09-presign-handoff.md.
 
@@ -8,14 +8,14 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError, probe_reads};
-use crate::api_error::ApiError;
-use crate::canonical::canonical_sha256;
+use crate::catalog::manifest::Machine;
+use crate::chain::token_reads::TokenReads;
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::request_checks as rc;
-use crate::token_reads::TokenReads;
-use crate::x402_probe::{self, Probe, Requirement, Selection};
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::support::canonical::canonical_sha256;
+use crate::support::evm;
+use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/resource_url")?;

@@ -7,14 +7,14 @@ use alloy::primitives::{Address, U256, address};
 use serde_json::{Value, json};
 
 use super::{WorkContext, WorkError, probe_reads};
-use crate::api_error::ApiError;
-use crate::canonical::canonical_sha256;
+use crate::catalog::manifest::Machine;
+use crate::chain::token_reads::TokenReads;
 use crate::config::Config;
-use crate::evm;
-use crate::manifest::Machine;
-use crate::request_checks as rc;
-use crate::token_reads::TokenReads;
-use crate::x402_probe::{self, Probe, Requirement, Selection};
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::support::canonical::canonical_sha256;
+use crate::support::evm;
+use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// Uniswap Permit2, the canonical token spender of the permit2 transfer method.
 pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");

@@ -10,12 +10,12 @@
 use serde_json::{Map, Value, json};
 
 use super::{WorkContext, WorkError};
-use crate::api_error::ApiError;
-use crate::canonical::{canonical_json, canonical_sha256, sha256_hex};
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::discovery::{self, Inputs, Observation, Presence, Visibility, now_iso};
-use crate::manifest::Machine;
-use crate::request_checks as rc;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
+use crate::providers::discovery::{self, Inputs, Observation, Presence, Visibility, now_iso};
+use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
 
 pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/resource")?;

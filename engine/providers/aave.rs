@@ -10,7 +10,7 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::sol;
 use serde::{Deserialize, Serialize};
 
-use crate::rpc::describe_error;
+use crate::chain::rpc::describe_error;
 
 sol! {
     #[sol(rpc)]

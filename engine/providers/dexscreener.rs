@@ -13,9 +13,9 @@ use alloy::primitives::Address;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use crate::decimal::Decimal;
-use crate::gateway::Gateway;
-use crate::upstream::{self, Bounds, UpstreamError};
+use crate::net::gateway::Gateway;
+use crate::net::upstream::{self, Bounds, UpstreamError};
+use crate::support::decimal::Decimal;
 
 /// The pair chosen for one token.
 #[derive(Debug, Clone, PartialEq)]

@@ -117,7 +117,7 @@ fn decode_symbol(data: &[u8]) -> Option<String> {
         }
         Err(_) => return None,
     };
-    let clean = crate::upstream::printable(&text, 32);
+    let clean = crate::net::upstream::printable(&text, 32);
     (!clean.is_empty()).then_some(clean)
 }
 

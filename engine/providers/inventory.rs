@@ -18,8 +18,8 @@ use alloy::rpc::json_rpc::{Id, Request, Response, ResponsePayload};
 use serde_json::{Value, json};
 
 use crate::config::Secret;
-use crate::gateway::Gateway;
-use crate::upstream::{self, Bounds, UpstreamError};
+use crate::net::gateway::Gateway;
+use crate::net::upstream::{self, Bounds, UpstreamError};
 
 pub const METHOD: &str = "alchemy_getTokenBalances";
 

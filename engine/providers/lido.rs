@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::gateway::Gateway;
-use crate::upstream::{self, Bounds, UpstreamError};
+use crate::net::gateway::Gateway;
+use crate::net::upstream::{self, Bounds, UpstreamError};
 
 pub const SMA_PATH: [&str; 5] = ["v1", "protocol", "steth", "apr", "sma"];
 

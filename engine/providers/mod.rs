@@ -10,6 +10,7 @@
 
 pub mod aave;
 pub mod dexscreener;
+pub mod discovery;
 pub mod erc20;
 pub mod inventory;
 pub mod lido;

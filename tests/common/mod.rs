@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use base64::Engine as _;
 use factomat::config::Config;
-use factomat::server::{self, RunningServer};
+use factomat::http::server::{self, RunningServer};
 use serde_json::Value;
 
 /// A payee for tests (anvil account #2).

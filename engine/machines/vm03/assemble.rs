@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 
 use super::collect::{ChainOutcome, Holding, Origin, Timed};
 use super::{Request, Settings};
-use crate::decimal::Decimal;
-use crate::manifest::Machine;
+use crate::catalog::manifest::Machine;
+use crate::pay::report::format_units;
 use crate::providers::dexscreener::{Pricing, Quote};
 use crate::providers::now;
-use crate::report::format_units;
+use crate::support::decimal::Decimal;
 
 /// Every holding observation code, in the order they are listed.
 const OBSERVATIONS: [&str; 13] = [

@@ -9,14 +9,14 @@ use alloy::providers::{Provider, RootProvider};
 use futures_util::future::join_all;
 
 use super::{Declared, Request, Settings};
-use crate::chains::Chain;
-use crate::evm;
+use crate::chain::networks::Chain;
+use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
 use crate::providers::inventory::{self, Inventory};
 use crate::providers::now;
-use crate::rpc::{CountedRpc, describe_error};
+use crate::support::evm;
 
 /// Why a holding is in the list.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 use alloy_primitives::{Address, U256};
 use serde_json::Value;
 
-use crate::api_error::ApiError;
-use crate::canonical;
-use crate::evm;
-use crate::url_policy;
+use crate::http::error::ApiError;
+use crate::net::url_policy;
+use crate::support::canonical;
+use crate::support::evm;
 
 /// The value at a JSON pointer (RFC 6901), as `Value::pointer` finds it. Our pointers are
 /// literals without escapes, so this walks them without `Value::pointer`'s per-segment

@@ -11,11 +11,11 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 use url::Url;
 
-use crate::canonical::canonical_sha256;
-use crate::fetch::{FetchLimits, FetchMethod, FetchRequest, Fetcher, Redirects};
+use crate::catalog::challenge::PAYMENT_REQUIRED;
+use crate::catalog::manifest::Machine;
 use crate::machines::{WorkContext, WorkError};
-use crate::manifest::Machine;
-use crate::x402::PAYMENT_REQUIRED;
+use crate::support::canonical::canonical_sha256;
+use crate::web::fetch::{FetchLimits, FetchMethod, FetchRequest, Fetcher, Redirects};
 
 /// The request identity of a probe: method, URL and the POST body fingerprint.
 #[derive(Debug, Clone, PartialEq)]
@@ -249,11 +249,11 @@ pub fn requirement_json(requirement: &Requirement) -> Value {
 pub fn ready(
     machine: &Machine,
     config: &crate::config::Config,
-) -> Result<(), crate::api_error::ApiError> {
-    use crate::api_error::ApiError;
+) -> Result<(), crate::http::error::ApiError> {
+    use crate::http::error::ApiError;
     FetchLimits::from_machine(machine)
         .map_err(|e| ApiError::unavailable("fetch_setup_failed", e))?;
-    let gateway = crate::gateway::Gateway::new()
+    let gateway = crate::net::gateway::Gateway::new()
         .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
     Fetcher::new(gateway, config)
         .map(|_| ())
@@ -437,7 +437,7 @@ mod tests {
     use super::*;
 
     fn v2(value: &Value) -> String {
-        crate::x402::encode_header(value)
+        crate::catalog::challenge::encode_header(value)
     }
 
     #[test]

@@ -15,14 +15,14 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use url::Url;
 
-use crate::api_error::ApiError;
-use crate::bounded_json::{self, JsonBounds, JsonRefusal};
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::gateway::Gateway;
+use crate::http::error::ApiError;
+use crate::machines::checks as rc;
 use crate::machines::{WorkContext, WorkError};
-use crate::manifest::Machine;
-use crate::request_checks as rc;
-use crate::upstream::{self, Bounds, GetError, Got};
+use crate::net::bounded_json::{self, JsonBounds, JsonRefusal};
+use crate::net::gateway::Gateway;
+use crate::net::upstream::{self, Bounds, GetError, Got};
 
 /// The URL equality rule, as stated in every VM05 response's evidence.
 pub const URL_EQUALITY: &str = "https; host lowercased; default port 443; pathname plus query string compared exactly; fragments and userinfo rejected; query parameter order significant.";

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::HeaderValue;
 use serde_json::{Value, json};
 
-use crate::manifest::{Machine, Manifest};
-use crate::render;
+use crate::catalog::manifest::{Machine, Manifest};
+use crate::catalog::render;
 
 /// Header names of the v2 HTTP transport.
 pub const PAYMENT_REQUIRED: &str = "payment-required";

@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use crate::manifest::Manifest;
+use crate::catalog::manifest::Manifest;
 
 include!(concat!(env!("OUT_DIR"), "/renders.rs"));
 

@@ -9,7 +9,7 @@ use minijinja::value::Serde;
 use minijinja::{Environment, context};
 use serde_json::{Map, Value, json};
 
-use crate::manifest::{Machine, Manifest};
+use super::manifest::{Machine, Manifest};
 
 /// Placeholder for the configured base URL in every render.
 pub const BASE_URL_TOKEN: &str = "{base_url}";
@@ -52,9 +52,9 @@ pub const SAMPLE_MACHINE: &str = "VM04";
 const GENERATED_NOTE: &str =
     "Generated from machines.yaml by build.rs; do not edit. Refresh with: cargo run -- generate";
 
-const MACHINE_TEMPLATE: &str = include_str!("../templates/machine.md.j2");
-const LLMS_TEMPLATE: &str = include_str!("../templates/llms.txt.j2");
-const GENERATED_README_TEMPLATE: &str = include_str!("../templates/generated-readme.md.j2");
+const MACHINE_TEMPLATE: &str = include_str!("../../templates/machine.md.j2");
+const LLMS_TEMPLATE: &str = include_str!("../../templates/llms.txt.j2");
+const GENERATED_README_TEMPLATE: &str = include_str!("../../templates/generated-readme.md.j2");
 
 /// One rendered document and the repository path its committed copy lives at.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,8 @@
 use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
-use crate::api_error::ApiError;
-use crate::manifest::{Machine, compile_schema};
+use crate::catalog::manifest::{Machine, compile_schema};
+use crate::http::error::ApiError;
 
 const ADDRESS_PATTERN: &str = "^0x[0-9a-fA-F]{40}$";
 const UINT_PATTERN: &str = "^(0|[1-9][0-9]*)$";

@@ -14,18 +14,18 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use warp::Filter;
 
-use crate::api_error::ApiError;
+use crate::catalog::challenge::{self, Challenge};
+use crate::catalog::embedded::{self, MANIFEST};
+use crate::catalog::manifest::{Machine, Manifest};
+use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::config::Config;
-use crate::facilitator::FacilitatorClient;
-use crate::gateway::Gateway;
-use crate::ledger;
+use crate::http::body::{self, RequestValidator};
+use crate::http::error::ApiError;
 use crate::machines::{self, Check, WorkContext};
-use crate::manifest::{Machine, Manifest};
-use crate::payment::{self, PaidOutcome, PaymentRail};
-use crate::render::{self, BASE_URL_TOKEN};
-use crate::renders::{self, MANIFEST};
-use crate::validation::{self, RequestValidator};
-use crate::x402::{self, Challenge};
+use crate::net::gateway::Gateway;
+use crate::pay::facilitator::FacilitatorClient;
+use crate::pay::gate::{self, PaidOutcome, PaymentRail};
+use crate::pay::ledger;
 
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
@@ -240,7 +240,8 @@ impl PaidRoute {
         let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
         let challenge = pay_to
             .map(|pay_to| {
-                let required = x402::payment_required(manifest, machine, base_url, pay_to, None);
+                let required =
+                    challenge::payment_required(manifest, machine, base_url, pay_to, None);
                 Challenge::new(&required)
             })
             .transpose()
@@ -260,7 +261,7 @@ impl PaidRoute {
 }
 
 fn with_base_url(render_path: &str, base_url: &str) -> Result<Bytes, StartError> {
-    let text = renders::render(render_path)
+    let text = embedded::render(render_path)
         .ok_or_else(|| StartError::Prepare(format!("render {render_path} missing")))?;
     Ok(Bytes::from(text.replace(BASE_URL_TOKEN, base_url)))
 }
@@ -414,7 +415,7 @@ where
             "payments are not configured on this deployment (no pay_to); no payment is requested",
         ));
     };
-    let Some(signature) = headers.get(x402::PAYMENT_SIGNATURE) else {
+    let Some(signature) = headers.get(challenge::PAYMENT_SIGNATURE) else {
         return payment_required(challenge);
     };
     if state.rail.is_none() {
@@ -468,7 +469,7 @@ impl PaidCall {
                 "no payment facilitator is configured on this deployment; nothing was charged",
             ));
         };
-        payment::run(
+        gate::run(
             rail,
             &MANIFEST,
             self.machine,
@@ -495,7 +496,11 @@ fn paid_response(
         } => {
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
             let mut response = base_response(StatusCode::OK, JSON, bytes);
-            insert_header(&mut response, x402::PAYMENT_RESPONSE, &payment_response);
+            insert_header(
+                &mut response,
+                challenge::PAYMENT_RESPONSE,
+                &payment_response,
+            );
             response
         }
         PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, &reason),
@@ -504,7 +509,11 @@ fn paid_response(
             payment_response,
         } => {
             let mut response = rejection(state, route, pay_to, &reason);
-            insert_header(&mut response, x402::PAYMENT_RESPONSE, &payment_response);
+            insert_header(
+                &mut response,
+                challenge::PAYMENT_RESPONSE,
+                &payment_response,
+            );
             response
         }
         PaidOutcome::Failed(error) => error_response(&error),
@@ -513,7 +522,7 @@ fn paid_response(
 
 /// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
 fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) -> Response<Bytes> {
-    let required = x402::payment_required(
+    let required = challenge::payment_required(
         &MANIFEST,
         route.machine,
         &state.base_url,
@@ -550,7 +559,7 @@ where
 {
     check_content_type(headers)?;
     let bytes = read_limited(headers, body, route.max_body).await?;
-    let request = validation::parse_json(&bytes)?;
+    let request = body::parse_json(&bytes)?;
     route.validator.validate(&request)?;
     (route.check)(route.machine, &request)?;
     Ok(request)
@@ -652,7 +661,7 @@ fn document(doc: &FreeDoc, head: bool) -> Response<Bytes> {
 fn payment_required(challenge: &Challenge) -> Response<Bytes> {
     let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
     response.headers_mut().insert(
-        HeaderName::from_static(x402::PAYMENT_REQUIRED),
+        HeaderName::from_static(challenge::PAYMENT_REQUIRED),
         challenge.header.clone(),
     );
     response

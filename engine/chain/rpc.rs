@@ -16,7 +16,7 @@ use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
 use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
 
 use crate::config::Secret;
-use crate::gateway::Gateway;
+use crate::net::gateway::Gateway;
 
 /// Bytes of an RPC answer we read at most; a larger answer is an error.
 const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -204,9 +204,9 @@ pub fn classify_call_error(error: &TransportError) -> CallFailure {
         .as_ref()
         .filter(|d| !d.is_empty())
         .and_then(|d| revert_reason(d))
-        .map(|r| crate::upstream::printable(&r, 240));
+        .map(|r| crate::net::upstream::printable(&r, 240));
     CallFailure::Reverted {
-        message: crate::upstream::printable(&payload.message, 240),
+        message: crate::net::upstream::printable(&payload.message, 240),
         reason,
         data,
     }

@@ -13,12 +13,12 @@ use base64::engine::general_purpose::STANDARD;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::api_error::ApiError;
-use crate::canonical::{canonical_sha256, sha256_hex};
-use crate::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
-use crate::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::catalog::manifest::{Machine, Manifest};
+use crate::http::error::ApiError;
 use crate::machines::{self, WorkContext, WorkError};
-use crate::manifest::{Machine, Manifest};
+use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
+use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::support::canonical::{canonical_sha256, sha256_hex};
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;

@@ -1,13 +1,13 @@
-//! One bounded reading of one page: the fetch (engine/fetch.rs), the extraction
-//! (engine/extract.rs) and the product status rules shared by VM01 and VM07
+//! One bounded reading of one page: the fetch (engine/web/fetch.rs), the extraction
+//! (engine/web/extract.rs) and the product status rules shared by VM01 and VM07
 //! (docs/extraction.md "Status").
 
 use std::collections::BTreeMap;
 
 use url::Url;
 
-use crate::extract::{self, Basis, ExtractOptions, Extracted, Observation};
-use crate::fetch::{
+use crate::web::extract::{self, Basis, ExtractOptions, Extracted, Observation};
+use crate::web::fetch::{
     BodyEnd, FetchLimits, FetchMethod, FetchOutcome, FetchRequest, Fetcher, Redirects,
 };
 

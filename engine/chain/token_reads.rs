@@ -8,9 +8,9 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::sol;
 
+use crate::catalog::manifest::Machine;
+use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::machines::{WorkContext, WorkError};
-use crate::manifest::Machine;
-use crate::rpc::{CountedRpc, describe_error};
 
 /// The only chain the x402 machines read.
 pub const CHAIN: &str = "eip155:8453";

@@ -2,13 +2,13 @@
 //! through the counted gateway: one time budget, one size cap, and failures described
 //! without the URL. [`get`] (and [`post`] for JSON-RPC inventory pages) is the one
 //! mechanism; [`get_json`] is its Lido/DexScreener use, [`post_json`] VM03's inventory use,
-//! engine/discovery.rs its discovery use (with engine/bounded_json.rs for the JSON bounds).
+//! engine/providers/discovery.rs its discovery use (with engine/net/bounded_json.rs for the JSON bounds).
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::gateway::Gateway;
+use crate::net::gateway::Gateway;
 
 /// Why a provider answer could not be used. The text never contains the URL, which is
 /// configuration and may identify an account.

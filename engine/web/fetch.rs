@@ -25,10 +25,10 @@ use serde_json::Value;
 use tokio::time::{Instant, timeout_at};
 use url::{Host, Url};
 
+use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::gateway::Gateway;
-use crate::manifest::Machine;
-use crate::url_policy::{self, UrlPolicyError};
+use crate::net::gateway::Gateway;
+use crate::net::url_policy::{self, UrlPolicyError};
 
 /// The User-Agent of every fetch: who we are and that this is one bounded read.
 pub const USER_AGENT: &str = concat!(

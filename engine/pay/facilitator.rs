@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::Secret;
-use crate::gateway::Gateway;
+use crate::net::gateway::Gateway;
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use alloy_primitives::U256;
 use serde_json::{Value, json};
 
-use crate::ledger::AttemptRow;
-use crate::manifest::Manifest;
+use crate::catalog::manifest::Manifest;
+use crate::pay::ledger::AttemptRow;
 
 /// Formats atomic units with `decimals` places, trimming trailing zeros.
 pub fn format_units(amount: U256, decimals: u32) -> String {

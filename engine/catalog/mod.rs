@@ -1,0 +1,7 @@
+//! The manifest's types and everything rendered from it: catalog, OpenAPI, discovery
+//! document, docs, and the x402 challenge.
+
+pub mod challenge;
+pub mod embedded;
+pub mod manifest;
+pub mod render;

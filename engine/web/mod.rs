@@ -1,0 +1,6 @@
+//! The web: the bounded page fetcher, main-text extraction, and the x402 seller probe.
+
+pub mod extract;
+pub mod fetch;
+pub mod page;
+pub mod x402_probe;
