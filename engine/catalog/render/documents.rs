@@ -148,10 +148,12 @@ pub fn well_known(manifest: &Manifest) -> Value {
         })
         .collect();
     json!({
+        "version": 1,
         "x402Version": manifest.payment.x402_version,
         "service": manifest.service.name,
         "description": manifest.service.description,
         "resources": resources,
+        "instructions": manifest.service.guidance,
         "items": items,
         "catalog": url(CATALOG_PATH),
         "openapi": url(OPENAPI_PATH),

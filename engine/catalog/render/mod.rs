@@ -35,9 +35,11 @@ pub const HEALTH_PATH: &str = "/health";
 pub const WELL_KNOWN_PATH: &str = "/.well-known/x402";
 pub const SAMPLE_PATH: &str = "/samples/productive-venue-snapshot";
 pub const DOCS_PREFIX: &str = "/docs/machines/";
+/// The origin's icon, where indexes look for one.
+pub const FAVICON_PATH: &str = "/favicon.svg";
 /// Free documents: (served path, committed render path, content type). The service serves
 /// each render from memory with the base URL substituted.
-pub const FREE_DOCUMENTS: [(&str, &str, &str); 6] = [
+pub const FREE_DOCUMENTS: [(&str, &str, &str); 7] = [
     ("/", "generated/index.json", "application/json"),
     (CATALOG_PATH, "generated/catalog.json", "application/json"),
     (OPENAPI_PATH, "generated/openapi.json", "application/json"),
@@ -52,6 +54,7 @@ pub const FREE_DOCUMENTS: [(&str, &str, &str); 6] = [
         "generated/samples/productive-venue-snapshot.json",
         "application/json",
     ),
+    (FAVICON_PATH, "generated/favicon.svg", "image/svg+xml"),
 ];
 
 /// The committed render path of a machine's documentation page.
@@ -105,6 +108,10 @@ pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
         Render {
             path: "generated/llms.txt".into(),
             content: llms_txt(manifest)?,
+        },
+        Render {
+            path: "generated/favicon.svg".into(),
+            content: templates::FAVICON.into(),
         },
         Render {
             path: "generated/README.md".into(),

@@ -197,7 +197,9 @@ fn paid_operation(manifest: &Manifest, machine: &Machine) -> Value {
                 },
                 "503": json_response("Service disabled, provider not configured, or payment rail unavailable.", schema_ref("Error")),
             },
-            "x-payment-info": {
+            "security": [],
+            "x-payment-info": payment_info(machine),
+            "x-factomat-payment": {
                 "descriptive_only": true,
                 "authority": "the unpaid 402 PAYMENT-REQUIRED challenge",
                 "protocol": p.protocol,
@@ -213,12 +215,26 @@ fn paid_operation(manifest: &Manifest, machine: &Machine) -> Value {
     })
 }
 
+/// The structured `x-payment-info` discovery indexes read: a fixed USD price and the
+/// protocols the operation accepts.
+fn payment_info(machine: &Machine) -> Value {
+    json!({
+        "price": {
+            "mode": "fixed",
+            "currency": "USD",
+            "amount": machine.price.trim_start_matches('$'),
+        },
+        "protocols": [{"x402": {}}],
+    })
+}
+
 fn free_operation(operation_id: &str, summary: &str, content_type: &str, schema: Value) -> Value {
     json!({
         "get": {
             "operationId": operation_id,
             "summary": summary,
             "tags": ["FREE"],
+            "security": [],
             "responses": {
                 "200": {"description": summary, "content": {content_type: {"schema": schema}}},
             },
@@ -305,6 +321,7 @@ pub fn openapi(manifest: &Manifest) -> Value {
             "operationId": "getMachineDoc",
             "summary": "Markdown documentation page of one machine",
             "tags": ["FREE"],
+            "security": [],
             "parameters": [{"name": "machine", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^VM(0[1-9]|1[01])$"}}],
             "responses": {
                 "200": {"description": "Markdown page", "content": {"text/markdown": {"schema": {"type": "string"}}}},
@@ -328,10 +345,13 @@ pub fn openapi(manifest: &Manifest) -> Value {
         "info": {
             "title": manifest.service.title,
             "version": manifest.service.api_version,
-            "description": format!("{}\n\nPayment: x402 v2, scheme {}, network {}, asset {} ({}). x-payment-info entries are descriptive; the 402 challenge is the authority.", manifest.service.description, manifest.payment.scheme, manifest.payment.network, manifest.payment.asset_symbol, manifest.payment.asset),
+            "description": format!("{}\n\nPayment: x402 v2, scheme {}, network {}, asset {} ({}). x-payment-info and x-factomat-payment entries are descriptive; the 402 challenge is the authority.", manifest.service.description, manifest.payment.scheme, manifest.payment.network, manifest.payment.asset_symbol, manifest.payment.asset),
+            "contact": manifest.service.contact,
+            "x-guidance": manifest.service.guidance,
             "x-generated-from": "machines.yaml",
             "x-catalog-version": manifest.service.catalog_version,
         },
+        "x-agentcash-guidance": {"llmsTxtUrl": url(LLMS_PATH)},
         "servers": [{"url": BASE_URL_TOKEN}],
         "tags": tags,
         "paths": paths,
@@ -386,5 +406,33 @@ mod tests {
         }
         let text = document.to_string();
         assert!(!text.contains("\"const\""), "3.0.3 has no const");
+    }
+
+    #[test]
+    fn every_operation_declares_no_auth_and_paid_ones_a_structured_price() {
+        let manifest = test_manifest();
+        let document = openapi(&manifest);
+        let paths = document["paths"].as_object().expect("paths");
+        for (path, item) in paths {
+            for (method, operation) in item.as_object().expect("path item") {
+                assert_eq!(operation["security"], json!([]), "{method} {path}");
+            }
+        }
+        for machine in &manifest.machines {
+            let info = &document["paths"][machine.path.as_str()]["post"]["x-payment-info"];
+            assert_eq!(info["price"]["mode"], json!("fixed"));
+            assert_eq!(info["price"]["currency"], json!("USD"));
+            let amount = info["price"]["amount"].as_str().expect("amount");
+            assert_eq!(format!("${amount}"), machine.price);
+            assert_eq!(info["protocols"], json!([{"x402": {}}]));
+        }
+        assert_eq!(
+            document["info"]["contact"]["email"],
+            json!(manifest.service.contact.email)
+        );
+        assert_eq!(
+            document["x-agentcash-guidance"]["llmsTxtUrl"],
+            json!(format!("{BASE_URL_TOKEN}{LLMS_PATH}"))
+        );
     }
 }

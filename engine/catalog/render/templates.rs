@@ -9,6 +9,8 @@ use super::*;
 const GENERATED_NOTE: &str =
     "Generated from machines.yaml by build.rs; do not edit. Refresh with: cargo run -- generate";
 
+/// The origin's icon, served as is.
+pub(super) const FAVICON: &str = include_str!("../../../templates/favicon.svg");
 const MACHINE_TEMPLATE: &str = include_str!("../../../templates/machine.md.j2");
 const LLMS_TEMPLATE: &str = include_str!("../../../templates/llms.txt.j2");
 const GENERATED_README_TEMPLATE: &str = include_str!("../../../templates/generated-readme.md.j2");
