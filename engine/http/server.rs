@@ -569,8 +569,11 @@ where
     check_content_type(headers)?;
     let bytes = read_limited(headers, body, route.max_body).await?;
     let request = body::parse_json(&bytes)?;
-    route.validator.validate(&request)?;
+    let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
+    if let Some(error) = combined_rule {
+        return Err(error);
+    }
     Ok((request, work))
 }
 
