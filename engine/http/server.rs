@@ -239,15 +239,21 @@ impl PaidRoute {
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
         let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
         let challenge = pay_to
-            .map(|pay_to| {
-                let required =
-                    challenge::payment_required(manifest, machine, base_url, pay_to, None);
-                Challenge::new(&required)
-            })
+            .map(|pay_to| Challenge::for_machine(manifest, machine, base_url, pay_to, None))
             .transpose()
             .map_err(|e| {
                 StartError::Prepare(format!("{}: challenge header: {e}", machine.machine))
             })?;
+        if let Some(challenge) = &challenge
+            && challenge.header.len() > challenge::HEADER_BUDGET
+        {
+            tracing::warn!(
+                machine = %machine.machine,
+                header_bytes = challenge.header.len(),
+                budget = challenge::HEADER_BUDGET,
+                "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
+            );
+        }
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
         Ok(PaidRoute {
             machine,
@@ -523,14 +529,14 @@ fn paid_response(
 
 /// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
 fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) -> Response<Bytes> {
-    let required = challenge::payment_required(
+    let challenge = Challenge::for_machine(
         &MANIFEST,
         route.machine,
         &state.base_url,
         pay_to,
         Some(reason),
     );
-    match Challenge::new(&required) {
+    match challenge {
         Ok(challenge) => payment_required(&challenge),
         Err(_) => error_response(&ApiError::new(
             StatusCode::PAYMENT_REQUIRED,
