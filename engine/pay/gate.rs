@@ -1,13 +1,18 @@
 //! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`:
-//! decode → x402Version 2 → `accepted` equals our requirement → facilitator `/verify` →
+//! decode → x402Version 2 → `accepted` equals our requirement → the local check (signature,
+//! payee, price, window; see `local_check`) → facilitator `/verify` →
 //! ledger reserve → the machine's work → facilitator `/settle` → ledger record.
 //!
-//! Nothing goes outbound before `/verify` says the payment is valid, and the unique nonce in
+//! A payment the local check refuses never costs a facilitator call. Nothing goes outbound
+//! before `/verify` says the payment is valid, and the unique nonce in
 //! the ledger makes sure one authorization runs the work at most once.
 
+use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use alloy_primitives::B256;
+use alloy::sol_types::Eip712Domain;
+use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::StatusCode;
@@ -18,15 +23,22 @@ use crate::http::error::ApiError;
 use crate::machines::{self, WorkContext, WorkError};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 
-/// The configured facilitator and ledger.
+/// The configured facilitator and ledger, and what the local check needs.
 pub struct PaymentRail {
     pub facilitator: FacilitatorClient,
     pub ledger: Arc<dyn Ledger>,
+    /// The asset's EIP-712 domain (`local_check::payment_domain`).
+    pub domain: Eip712Domain,
+    /// Payments refused by the local check, which never reached the facilitator.
+    pub refused_locally: AtomicU64,
+    /// Smart-wallet signatures passed to the facilitator unchecked.
+    pub signatures_deferred: AtomicU64,
 }
 
 /// What the gate decided; the server turns it into HTTP.
@@ -106,6 +118,47 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     })
 }
 
+/// The local check (no network); a refusal is counted and answered like the facilitator's.
+fn check_locally(
+    rail: &PaymentRail,
+    machine: &Machine,
+    pay_to: &str,
+    presented: &Presented,
+) -> Result<(), PaidOutcome> {
+    let (Ok(pay_to), Ok(amount)) = (
+        Address::from_str(pay_to),
+        U256::from_str_radix(&machine.price_atomic, 10),
+    ) else {
+        return Err(unavailable(
+            "payment_misconfigured",
+            "the payee or price of this machine cannot be read; nothing was charged",
+        ));
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let expected = Expected {
+        domain: &rail.domain,
+        pay_to,
+        amount,
+        now,
+    };
+    let payload = presented.payload.get("payload").unwrap_or(&Value::Null);
+    match local_check::check(payload, &expected) {
+        Ok(LocalVerdict::Checked) => Ok(()),
+        Ok(LocalVerdict::SignatureDeferred) => {
+            rail.signatures_deferred.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(refusal) => {
+            rail.refused_locally.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(machine = %machine.machine, reason = refusal.reason(), %refusal, "payment refused before /verify");
+            Err(reject(refusal.reason()))
+        }
+    }
+}
+
 fn unavailable(code: &str, message: impl Into<String>) -> PaidOutcome {
     PaidOutcome::Failed(ApiError::unavailable(code, message))
 }
@@ -134,6 +187,9 @@ pub async fn run(
         Ok(presented) => presented,
         Err(outcome) => return outcome,
     };
+    if let Err(outcome) = check_locally(rail, machine, pay_to, &presented) {
+        return outcome;
+    }
     match rail.ledger.knows_nonce(&presented.nonce_sha256) {
         Ok(true) => return reject("payment_nonce_already_presented"),
         Ok(false) => {}
