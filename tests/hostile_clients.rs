@@ -473,3 +473,38 @@ async fn forged_payments_never_reach_the_facilitator_and_real_ones_still_settle(
         "one /verify and one /settle"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_cut_at_the_response_write_deadline() {
+    capture();
+    let server = TestServer::with_env(&[("FACTOMAT_RESPONSE_WRITE_TIMEOUT_MS", "1000")]).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("small receive buffer");
+    let mut stream = socket.connect(server.server.addr).await.expect("connect");
+    // 40 pipelined requests for the 230 KB OpenAPI document: far more than the socket
+    // buffers hold, and this client reads none of it.
+    let requests = b"GET /openapi.json HTTP/1.1\r\nHost: factomat.test\r\n\r\n".repeat(40);
+    stream.write_all(&requests).await.expect("requests");
+    let started = Instant::now();
+    let counters = &server.server.state.connections;
+    while counter(&counters.write_timeouts) == 0 && started.elapsed() < Duration::from_secs(6) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        counter(&counters.write_timeouts),
+        1,
+        "the stalled write was cut"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let closed = closed_by(
+        &mut stream,
+        tokio::time::Instant::now() + Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        closed,
+        "the connection is closed once the buffered bytes are read"
+    );
+}
