@@ -36,6 +36,8 @@ pub struct Service {
     pub family_wallet_note: String,
     pub rediscovery_note: String,
     pub default_max_request_bytes: u64,
+    /// Cache-Control max-age of the free documents (catalog, OpenAPI, llms.txt, storefront).
+    pub free_document_max_age_seconds: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

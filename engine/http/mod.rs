@@ -2,4 +2,5 @@
 
 pub mod body;
 pub mod error;
+pub mod free_docs;
 pub mod server;
