@@ -35,6 +35,21 @@ const DOCUMENTS: &[(&str, &str, &str)] = &[
         "text/markdown; charset=utf-8",
     ),
     (
+        "/storefront/",
+        "generated/storefront/index.html",
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/storefront/VM03",
+        "generated/storefront/VM03.html",
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/storefront/storefront.css",
+        "generated/storefront/storefront.css",
+        "text/css; charset=utf-8",
+    ),
+    (
         "/docs/machines/VM11.md",
         "docs/machines/VM11.md",
         "text/markdown; charset=utf-8",

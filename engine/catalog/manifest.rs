@@ -42,6 +42,8 @@ pub struct Service {
     pub contact: Contact,
     /// One paragraph for agents (OpenAPI `info.x-guidance`); llms.txt has the long form.
     pub guidance: String,
+    /// What no machine ever does, stated to people on every storefront machine page.
+    pub never: Vec<String>,
 }
 
 /// The operator's contact, as OpenAPI's Contact object.

@@ -18,6 +18,7 @@ use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::{self, MANIFEST};
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::catalog::render::{self, BASE_URL_TOKEN};
+use crate::catalog::storefront;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::error::ApiError;
@@ -280,6 +281,9 @@ fn free_documents(
             content_type,
             with_base_url(render_path, base_url)?,
         )?;
+    }
+    for (path, render_path, content_type) in storefront::documents(manifest) {
+        add(path, content_type, with_base_url(&render_path, base_url)?)?;
     }
     for machine in &manifest.machines {
         add(
@@ -659,6 +663,12 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
     };
     let mut response = base_response(status, doc.content_type, body);
     doc.write_headers(response.headers_mut(), chosen);
+    if doc.content_type.starts_with("text/html") {
+        response.headers_mut().insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(storefront::CONTENT_SECURITY_POLICY),
+        );
+    }
     if head && !selection.not_modified {
         response
             .headers_mut()
