@@ -3,4 +3,5 @@
 pub mod body;
 pub mod connections;
 pub mod error;
+pub mod free_docs;
 pub mod server;

@@ -18,10 +18,12 @@ use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::{self, MANIFEST};
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::catalog::render::{self, BASE_URL_TOKEN};
+use crate::catalog::storefront;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::connections::{self, ConnectionCounters};
 use crate::http::error::ApiError;
+use crate::http::free_docs::FreeDoc;
 use crate::machines::{self, Entry, Work, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::facilitator::FacilitatorClient;
@@ -32,12 +34,6 @@ use crate::pay::local_check;
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE";
-
-/// A free document served from bytes prepared at start-up.
-struct FreeDoc {
-    content_type: &'static str,
-    body: Bytes,
-}
 
 /// Everything a paid path needs, prepared at start-up.
 struct PaidRoute {
@@ -305,28 +301,35 @@ fn free_documents(
     config: &Config,
 ) -> Result<HashMap<String, FreeDoc>, StartError> {
     let mut docs = HashMap::new();
+    let max_age = manifest.service.free_document_max_age_seconds;
     let mut add = |path: String, content_type: &'static str, body: Bytes| {
-        docs.insert(path, FreeDoc { content_type, body });
+        let doc = FreeDoc::prepare(content_type, body, max_age)
+            .map_err(|e| StartError::Prepare(format!("{path}: {e}")))?;
+        docs.insert(path, doc);
+        Ok::<(), StartError>(())
     };
     for (path, render_path, content_type) in render::FREE_DOCUMENTS {
         add(
             path.into(),
             content_type,
             with_base_url(render_path, base_url)?,
-        );
+        )?;
+    }
+    for (path, render_path, content_type) in storefront::documents(manifest) {
+        add(path, content_type, with_base_url(&render_path, base_url)?)?;
     }
     for machine in &manifest.machines {
         add(
             format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
             "text/markdown; charset=utf-8",
             with_base_url(&render::machine_doc_path(machine), base_url)?,
-        );
+        )?;
     }
     add(
         render::HEALTH_PATH.into(),
         JSON,
         health_document(manifest, config),
-    );
+    )?;
     Ok(docs)
 }
 
@@ -411,8 +414,8 @@ where
     }
     if let Some(doc) = state.free.get(path) {
         return match *method {
-            Method::GET => document(doc, false),
-            Method::HEAD => document(doc, true),
+            Method::GET => document(doc, false, headers),
+            Method::HEAD => document(doc, true, headers),
             Method::OPTIONS => preflight("GET, HEAD, OPTIONS"),
             _ => method_not_allowed("GET, HEAD, OPTIONS"),
         };
@@ -706,13 +709,29 @@ fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) ->
     response
 }
 
-fn document(doc: &FreeDoc, head: bool) -> Response<Bytes> {
-    let body = if head { Bytes::new() } else { doc.body.clone() };
-    let mut response = base_response(StatusCode::OK, doc.content_type, body);
-    if head {
+/// A free document in the representation the request prefers; 304 when its copy is current.
+fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
+    let selection = doc.select(request);
+    let chosen = selection.representation;
+    let (status, body) = if selection.not_modified {
+        (StatusCode::NOT_MODIFIED, Bytes::new())
+    } else if head {
+        (StatusCode::OK, Bytes::new())
+    } else {
+        (StatusCode::OK, chosen.body.clone())
+    };
+    let mut response = base_response(status, doc.content_type, body);
+    doc.write_headers(response.headers_mut(), chosen);
+    if doc.content_type.starts_with("text/html") {
+        response.headers_mut().insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(storefront::CONTENT_SECURITY_POLICY),
+        );
+    }
+    if head && !selection.not_modified {
         response
             .headers_mut()
-            .insert(CONTENT_LENGTH, HeaderValue::from(doc.body.len()));
+            .insert(CONTENT_LENGTH, HeaderValue::from(chosen.body.len()));
     }
     response
 }
