@@ -4,14 +4,14 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
@@ -21,6 +21,7 @@ use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::catalog::storefront;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
+use crate::http::connections::{self, ConnectionCounters};
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
 use crate::machines::{self, Entry, Work, WorkContext};
@@ -28,6 +29,7 @@ use crate::net::gateway::Gateway;
 use crate::pay::facilitator::FacilitatorClient;
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
+use crate::pay::local_check;
 
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
@@ -50,6 +52,8 @@ pub struct AppState {
     pub config: Config,
     pub base_url: String,
     pub gateway: Gateway,
+    /// Connection events (cap, deadlines, hang-ups), counted.
+    pub connections: Arc<ConnectionCounters>,
     rail: Option<PaymentRail>,
     work: WorkContext,
     free: HashMap<String, FreeDoc>,
@@ -116,11 +120,20 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     state.report_unfinished_attempts();
     state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
-    let routes = routes(state.clone());
-    let server = warp::serve(routes).incoming(listener).graceful(async move {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        // A dropped sender stops the server too, as warp's graceful signal did.
         let _ = rx.await;
+        let _ = stop_tx.send(true);
     });
-    let task = tokio::spawn(server.run());
+    let service = warp::service(routes(state.clone()));
+    let task = tokio::spawn(connections::serve(
+        listener,
+        service,
+        state.config.connections,
+        state.connections.clone(),
+        stop_rx,
+    ));
     tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
     Ok(RunningServer {
         addr,
@@ -150,10 +163,19 @@ impl AppState {
             config,
             base_url,
             gateway,
+            connections: Default::default(),
             rail,
             work,
             free,
             paid,
+        })
+    }
+
+    /// Payments refused by the local check before any facilitator call.
+    pub fn payments_refused_locally(&self) -> u64 {
+        self.rail.as_ref().map_or(0, |rail| {
+            rail.refused_locally
+                .load(std::sync::atomic::Ordering::Relaxed)
         })
     }
 
@@ -217,9 +239,14 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
+    let domain = local_check::payment_domain(&MANIFEST.payment)
+        .map_err(|e| StartError::Prepare(e.to_string()))?;
     Ok(Some(PaymentRail {
         facilitator,
         ledger,
+        domain,
+        refused_locally: Default::default(),
+        signatures_deferred: Default::default(),
     }))
 }
 
@@ -410,8 +437,19 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
-    let (request, work) = match validate_paid_request(route, headers, body).await {
+    let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
+    let (request, work) = match validate_paid_request(route, headers, body, body_deadline).await {
         Ok(accepted) => accepted,
+        Err(error) if error.status == StatusCode::REQUEST_TIMEOUT => {
+            state.connections.body_timed_out();
+            tracing::debug!(machine = %route.machine.machine, "request body missed its deadline");
+            let mut response = error_response(&error);
+            // The rest of the body may still be on its way: never read it, close instead.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
         Err(error) => return error_response(&error),
     };
     let (Some(challenge), Some(requirement), Some(pay_to)) = (
@@ -564,13 +602,25 @@ async fn validate_paid_request<S, B>(
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
+    body_deadline: Duration,
 ) -> Result<(Value, Work), ApiError>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
     check_content_type(headers)?;
-    let bytes = read_limited(headers, body, route.max_body).await?;
+    let bytes = tokio::time::timeout(body_deadline, read_limited(headers, body, route.max_body))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms; nothing was charged",
+                    body_deadline.as_millis()
+                ),
+            )
+        })??;
     let request = body::parse_json(&bytes)?;
     route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;

@@ -77,10 +77,7 @@ pub async fn read_requested_page(
     Ok(page::read(&fetcher, url, limits, text_limit(machine)?).await)
 }
 
-/// The current time as the spec's ISO-8601 timestamp (UTC, seconds).
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
+pub use crate::support::timestamp::now;
 
 /// The VM01 response of a reading.
 pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> Value {

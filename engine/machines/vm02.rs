@@ -23,8 +23,8 @@ use crate::catalog::manifest::Machine;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::pay::report::format_units;
 use crate::support::evm;
+use crate::support::units::format_units;
 
 const CHAIN: &str = "eip155:8453";
 

@@ -29,8 +29,9 @@ use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, CallFailure, CountedRpc};
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::pay::report::format_units;
 use crate::support::evm;
+use crate::support::timestamp::now;
+use crate::support::units::format_units;
 
 /// Revert data quoted in limitations at most (bytes); longer data is cut and says so.
 const MAX_QUOTED_REVERT_BYTES: usize = 256;
@@ -270,10 +271,6 @@ fn respond(
         },
         "limitations": limitations,
     })
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn estimate_limitation(chain: Chain, failure: &CallFailure) -> String {

@@ -4,7 +4,7 @@
 //! codes and hashes: docs/vm09-presign-handoff.md.
 
 use alloy::primitives::U256;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
+use crate::support::timestamp::seconds as timestamp;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// VM09 x402 pre-sign handoff packet.
@@ -231,10 +232,6 @@ fn decide(
         decision: if ready { "READY" } else { "NOT_READY" },
         codes,
     }
-}
-
-fn timestamp(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// The VM09 packet.

@@ -15,8 +15,8 @@ use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
 use crate::providers::inventory::{self, Inventory};
-use crate::providers::now;
 use crate::support::evm;
+use crate::support::timestamp::now_millis as now;
 
 /// Why a holding is in the list.
 #[derive(Debug, Clone, PartialEq, Eq)]

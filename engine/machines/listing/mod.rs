@@ -1,11 +1,14 @@
-//! What VM05 and VM11 share: the typed request fields of a discovery listing check, their
-//! readiness, and one reading of the configured discovery provider for them.
+//! What VM05 and VM11 share: their readiness, the request's inputs, and one interpreted
+//! reading of the configured discovery provider for them.
+
+pub mod model;
 
 use super::{NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::providers::discovery::{self, DiscoveryLimits, Inputs, Observation};
+use crate::providers::discovery::{self, DiscoveryLimits};
+use model::{Inputs, Observation};
 
 /// A machine reading the provider can run: the provider is configured and every limit it
 /// runs under is in the manifest.
@@ -42,12 +45,14 @@ pub async fn observe(
     queries: &[String],
 ) -> Result<(Inputs, Observation), WorkError> {
     let inputs = inputs(resource, pay_to, queries)?;
-    let observation = discovery::observe(
+    let reading = discovery::read(
         &context.gateway,
         context.config.discovery_url.as_ref(),
         machine,
-        &inputs,
+        inputs.pay_to,
+        &inputs.queries,
     )
     .await?;
+    let observation = model::interpret(reading, &inputs);
     Ok((inputs, observation))
 }
