@@ -98,8 +98,8 @@ fn broken_manifests_name_machine_and_field() {
     );
 
     let mut foreign_baseline = committed();
-    machine_mut(&mut foreign_baseline, "VM08")["input_schema"]["properties"]["baseline"]
-        ["properties"]["methodology_version"]["const"] = json!("x402-service-change-snapshot-9.9.9");
+    machine_mut(&mut foreign_baseline, "VM08")["input_schema"]["properties"]["baseline"]["properties"]
+        ["methodology_version"]["const"] = json!("x402-service-change-snapshot-9.9.9");
     assert_reports(
         &foreign_baseline,
         "VM08.input_schema.baseline.methodology_version: must be const",
