@@ -320,7 +320,13 @@ mod tests {
 
     fn local(body: &[u8]) -> PageReading {
         let url = Url::parse("https://news.example.com/a").ok();
-        read_local("https://news.example.com/a".into(), url, body, Some("text/html"), None)
+        read_local(
+            "https://news.example.com/a".into(),
+            url,
+            body,
+            Some("text/html"),
+            None,
+        )
     }
 
     #[test]
@@ -330,6 +336,9 @@ mod tests {
         assert_eq!(empty.final_url, None);
         let page = local(b"<html><head><title>T</title></head><body><p>Text.</p></body></html>");
         assert_ne!(page.status, Status::Hold);
-        assert_eq!(page.final_url.as_deref(), Some("https://news.example.com/a"));
+        assert_eq!(
+            page.final_url.as_deref(),
+            Some("https://news.example.com/a")
+        );
     }
 }
