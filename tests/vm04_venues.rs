@@ -388,6 +388,16 @@ async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
     );
     assert_eq!(venue_ids(&body), ["aave_v3:1:WETH", "lido:1:stETH"]);
     assert_eq!(body["venues"][1]["primary_apr"], Value::Null);
+    // The failed venue says when its read was attempted and that it failed; it has no
+    // observed_at. The observed one has both times.
+    let failed = &body["venues"][1];
+    assert_eq!(failed["observed_at"], Value::Null, "{failed:#}");
+    assert_eq!(failed["read_failed"], true);
+    assert!(failed["attempted_at"].is_string(), "{failed:#}");
+    let observed = &body["venues"][0];
+    assert_eq!(observed["read_failed"], false);
+    assert!(observed["observed_at"].is_string(), "{observed:#}");
+    assert_eq!(body["retrieved_at"], observed["observed_at"]);
     assert_eq!(
         body["errors"],
         json!([{"source": "lido:1:stETH", "code": "upstream_rate_limited",
@@ -403,6 +413,19 @@ async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
     assert_eq!(
         (body["status"].clone(), body["classification"].clone()),
         (json!("HOLD"), json!("HOLD_UPSTREAM")),
+        "{body:#}"
+    );
+    // Nothing was read: no retrieved_at of an observation, and a limitation says so.
+    assert_eq!(body["retrieved_at"], Value::Null, "{body:#}");
+    assert_eq!(body["venues"][0]["observed_at"], Value::Null);
+    assert!(
+        body["limitations"]
+            .as_array()
+            .expect("limitations")
+            .iter()
+            .any(|l| l
+                .as_str()
+                .is_some_and(|l| l.contains("retrieved_at is null"))),
         "{body:#}"
     );
 

@@ -442,6 +442,8 @@ async fn read_lido(
 
 /// The reads the candidates need, run concurrently; a protocol with no candidate is not read.
 struct Reads {
+    /// When the reads were started: the time an attempted read that failed carries.
+    attempted_at: String,
     /// The Aave reserve read (symbol), when an Aave venue is a candidate.
     aave_reserve: Option<String>,
     aave: Option<Result<Served<ReserveObservation>, AaveError>>,
@@ -460,6 +462,7 @@ async fn read(
         .find(|v| v.protocol == "aave_v3")
         .map(|v| v.reserve.clone());
     let wants_lido = candidates.iter().any(|v| v.protocol == "lido");
+    let attempted_at = crate::providers::now();
     let aave = async {
         match &aave_reserve {
             Some(reserve) => Some(read_aave(context, machine, frozen, chain, reserve).await),
@@ -474,6 +477,7 @@ async fn read(
     };
     let (aave, lido) = tokio::join!(aave, lido);
     Reads {
+        attempted_at,
         aave_reserve,
         aave,
         lido,
@@ -525,7 +529,10 @@ fn venue_base(spec: &VenueSpec, frozen: &Frozen, chain: Chain) -> Value {
         "secondary_rates": [],
         "source": "",
         "block_number": null,
-        "observed_at": crate::providers::now(),
+        // Set only from a read that succeeded; a failed read says when it was attempted.
+        "observed_at": null,
+        "attempted_at": null,
+        "read_failed": true,
         "evidence_ids": [],
     })
 }
@@ -582,6 +589,7 @@ fn aave_venue(
     item["contracts"]["a_token"] = json!(observation.a_token.to_checksum(None));
     item["block_number"] = json!(observation.block_number.to_string());
     item["observed_at"] = json!(observation.retrieved_at);
+    item["read_failed"] = json!(false);
     item["evidence_ids"] = json!([aave_evidence_id(chain, &spec.reserve)]);
     let borrow = plausible(ray(observation.variable_borrow_rate_ray), ceiling).ok();
     item["secondary_rates"] = json!([{
@@ -642,6 +650,7 @@ fn lido_venue(
     let observation = &served.value;
     let item = &mut result.item;
     item["observed_at"] = json!(observation.retrieved_at);
+    item["read_failed"] = json!(false);
     item["evidence_ids"] = json!([LIDO_EVIDENCE_ID]);
     let latest = observation
         .latest_apr_percent
@@ -755,6 +764,9 @@ pub async fn observe(
             },
         )
         .collect();
+    for result in &mut results {
+        result.item["attempted_at"] = json!(reads.attempted_at);
+    }
     let (status, classification) = classify(&results);
     sort(&mut results, &query.sort);
     let truncated = results.len() > query.limit;
@@ -847,6 +859,10 @@ fn limitations(query: &Query, reads: &Reads, age: u64, cached: bool, ttl: Durati
     let mut out = vec![
         "primary_apr is an APR as a decimal fraction (0.0412 = 4.12%); it is never converted to APY.".to_string(),
     ];
+    let read_something = matches!(reads.aave, Some(Ok(_))) || matches!(reads.lido, Some(Ok(_)));
+    if !read_something {
+        out.push("Nothing was read from any source, so retrieved_at is null: there is no observation to date.".into());
+    }
     if reads.aave.is_some() {
         out.push("Aave v3 APR values are observed at one block; they change with utilization and are not a forecast.".into());
         if query.resolved.kind == "native" {
@@ -907,7 +923,8 @@ fn respond(
         "result_count": outcome.venues.len(),
         "truncated": outcome.truncated,
         "omissions": outcome.omissions,
-        "retrieved_at": earliest.unwrap_or_else(crate::providers::now),
+        // Null when nothing was read: there is no observation to date.
+        "retrieved_at": earliest,
         "block_number": block,
         "cached": cached,
         "observation_age_ms": age,

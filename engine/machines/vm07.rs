@@ -1,5 +1,6 @@
 //! VM07 web change snapshot. A caller's baseline must be ours (methodology) and intact
-//! (page_sha256 = canonical sha256 of the six component hashes; docs/hashing.md). The page is
+//! (page_sha256 = canonical sha256 of the baseline without page_sha256: the six component
+//! hashes, both completeness flags and the methodology; docs/hashing.md). The page is
 //! read exactly as VM01 reads it; the comparison rules are in docs/vm07-web-change.md.
 
 use serde_json::{Map, Value, json};
@@ -30,11 +31,10 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
     rc::public_url(request, "/url")?;
     if request.get("baseline").is_some() {
         rc::baseline_methodology(request, &machine.methodology_version)?;
-        let components = request
-            .pointer("/baseline/components")
-            .cloned()
-            .unwrap_or(Value::Null);
-        rc::seal_matches(request, "/baseline/page_sha256", &components)?;
+        // The seal binds the completeness flags too: they decide whether the baseline is
+        // known-good, so an edited flag must not pass as an intact baseline.
+        let sealed = rc::without_keys(request, "/baseline", &["page_sha256"]);
+        rc::seal_matches(request, "/baseline/page_sha256", &sealed)?;
     }
     Ok(())
 }
@@ -88,14 +88,15 @@ impl Baseline {
     }
 
     fn to_json(&self, machine: &Machine) -> Value {
-        let components = Value::Object(self.components.clone());
-        json!({
+        let mut baseline = json!({
             "methodology_version": machine.methodology_version,
-            "page_sha256": canonical_sha256(&components),
-            "components": components,
+            "components": Value::Object(self.components.clone()),
             "content_truncated": self.content_truncated,
             "extraction_complete": self.extraction_complete,
-        })
+        });
+        let seal = canonical_sha256(&baseline);
+        baseline["page_sha256"] = Value::String(seal);
+        baseline
     }
 }
 
@@ -424,7 +425,7 @@ mod tests {
             .expect("VM07");
         assert_eq!(
             baseline.to_json(machine)["page_sha256"],
-            "5bd7b51f5950d95e5ee9ce4edf09c8519fbc127ed4fe7b31773eeea975b467ff"
+            "d5438204f0c12e7e6a2ba604c153346446554d48dbff63ce5a0c4d1a606c2606"
         );
         assert!(baseline.known_good());
     }

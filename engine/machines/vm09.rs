@@ -40,7 +40,8 @@ pub async fn observe(
     request: &Value,
 ) -> Result<Value, WorkError> {
     let (probe, selection) = probe_reads::probe_and_select(context, machine, request).await?;
-    let observed_at = Utc::now();
+    // The packet's 60 s run from when the challenge was received, not from when our reads end.
+    let observed_at = probe.received_at;
     let selected = match &selection {
         Selection::Selected(requirement) => Some(requirement),
         _ => None,
@@ -213,7 +214,7 @@ fn decide(
 }
 
 fn timestamp(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// The VM09 packet.
@@ -229,9 +230,9 @@ pub fn response(
         .limit("freshness_ms")
         .and_then(|ms| i64::try_from(ms).ok())
         .ok_or_else(|| WorkError::Internal("VM09 has no freshness_ms".into()))?;
-    // Whole seconds on both ends, so expires_at - observed_at is exactly freshness_ms.
-    let observed_at =
-        DateTime::<Utc>::from_timestamp(observed_at.timestamp(), 0).unwrap_or(observed_at);
+    // Millisecond timestamps on both ends, so expires_at - observed_at is exactly freshness_ms.
+    let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
+        .unwrap_or(observed_at);
     let expires_at = observed_at + chrono::Duration::milliseconds(freshness);
     let selected = match selection {
         Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
