@@ -5,3 +5,4 @@ pub mod challenge;
 pub mod embedded;
 pub mod manifest;
 pub mod render;
+pub mod sample;
