@@ -7,9 +7,12 @@
 #[allow(dead_code)] // the library uses the rest
 #[path = "engine/catalog/manifest.rs"]
 mod manifest;
-#[allow(dead_code)]
-#[path = "engine/catalog/render.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "engine/catalog/render/mod.rs"]
 mod render;
+#[allow(dead_code)]
+#[path = "engine/catalog/storefront.rs"]
+mod storefront;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,7 +23,8 @@ fn main() {
         "machines.yaml",
         "templates",
         "engine/catalog/manifest.rs",
-        "engine/catalog/render.rs",
+        "engine/catalog/render",
+        "engine/catalog/storefront.rs",
     ] {
         println!("cargo::rerun-if-changed={watched}");
     }
@@ -39,7 +43,11 @@ fn main() {
             ));
         }
     };
-    let renders = render::render_all(&manifest).unwrap_or_else(|e| fail(&format!("render: {e}")));
+    let mut renders =
+        render::render_all(&manifest).unwrap_or_else(|e| fail(&format!("render: {e}")));
+    renders.extend(
+        storefront::render_all(&manifest).unwrap_or_else(|e| fail(&format!("storefront: {e}"))),
+    );
     let mut index = String::from(
         "/// Every committed render, by repository path.\npub static RENDERS: &[(&str, &str)] = &[\n",
     );

@@ -361,17 +361,17 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
             "the request does not fit the VM04 input schema: {error}"
         ));
     }
-    let check = machines::check_for(&machine.machine).ok_or("VM04 has no check")?;
-    check(machine, &request).map_err(|e| e.to_string())?;
-    machines::readiness(machine, config).map_err(|e| e.to_string())?;
+    let entry = machines::find(&machine.machine).ok_or("VM04 is not registered")?;
+    entry
+        .readiness(machine, config)
+        .map_err(|e| e.to_string())?;
+    let work = entry.accept(machine, &request).map_err(|e| e.to_string())?;
     let context = machines::WorkContext {
         gateway: factomat::net::gateway::Gateway::new().map_err(|e| e.to_string())?,
         config: config.clone(),
         cache: Default::default(),
     };
-    let response = machines::observe(&machine.machine, &context, machine, &request)
-        .await
-        .map_err(|e| e.to_string())?;
+    let response = work.observe(&context).await.map_err(|e| e.to_string())?;
     if response["status"] == "HOLD" {
         return Err(format!(
             "the providers answered HOLD ({}), which is not stored as the sample; errors: {}",

@@ -1,32 +1,91 @@
 //! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`:
-//! decode → x402Version 2 → `accepted` equals our requirement → facilitator `/verify` →
+//! decode → x402Version 2 → `accepted` equals our requirement → the local check (signature,
+//! payee, price, window; see `local_check`) → facilitator `/verify` →
 //! ledger reserve → the machine's work → facilitator `/settle` → ledger record.
 //!
-//! Nothing goes outbound before `/verify` says the payment is valid, and the unique nonce in
+//! A payment the local check refuses never costs a facilitator call. Nothing goes outbound
+//! before `/verify` says the payment is valid, and the unique nonce in
 //! the ledger makes sure one authorization runs the work at most once.
 
+use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use alloy_primitives::B256;
+use alloy::sol_types::Eip712Domain;
+use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::catalog::manifest::{Machine, Manifest};
-use crate::http::error::ApiError;
-use crate::machines::{self, WorkContext, WorkError};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 
-/// The configured facilitator and ledger.
+/// The configured facilitator and ledger, and what the local check needs.
 pub struct PaymentRail {
+    /// The facilitator client (`/verify`, `/settle`, `/supported`).
     pub facilitator: FacilitatorClient,
+    /// Where every paid attempt is recorded.
     pub ledger: Arc<dyn Ledger>,
+    /// The asset's EIP-712 domain (`local_check::payment_domain`).
+    pub domain: Eip712Domain,
+    /// Payments refused by the local check, which never reached the facilitator.
+    pub refused_locally: AtomicU64,
+    /// Smart-wallet signatures passed to the facilitator unchecked.
+    pub signatures_deferred: AtomicU64,
+}
+
+/// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
+pub struct PaidCall<'a> {
+    /// The manifest entry of the machine sold.
+    pub machine: &'a Machine,
+    /// The PaymentRequirements a payment's `accepted` must equal.
+    pub requirement: &'a Value,
+    /// Our configured payTo address.
+    pub pay_to: &'a str,
+    /// The request as received, for the ledger's request hash.
+    pub request: &'a Value,
+    /// The `PAYMENT-SIGNATURE` header.
+    pub header: &'a [u8],
+}
+
+/// A refusal of ours on the paid path: nothing was charged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The ledger cannot record the attempt.
+    #[error("the settlement ledger is unavailable; nothing was charged")]
+    LedgerUnavailable,
+    /// The facilitator did not answer a step.
+    #[error("the payment facilitator did not answer {step}; no work ran and nothing was charged")]
+    FacilitatorUnavailable {
+        /// `verify` or `settle`.
+        step: &'static str,
+    },
+    /// Our payee or this machine's price cannot be read (a configuration fault).
+    #[error("the payee or price of this machine cannot be read; nothing was charged")]
+    Misconfigured,
+    /// The work failed; the payment was not settled.
+    #[error(
+        "the observation could not be produced; the payment was not settled and nothing was charged"
+    )]
+    WorkFailed,
+}
+
+impl Refusal {
+    /// The stable error code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::LedgerUnavailable => "ledger_unavailable",
+            Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
+            Refusal::WorkFailed => "work_failed",
+            Refusal::Misconfigured => "payment_misconfigured",
+        }
+    }
 }
 
 /// What the gate decided; the server turns it into HTTP.
@@ -44,8 +103,8 @@ pub enum PaidOutcome {
         reason: String,
         payment_response: String,
     },
-    /// 503 or 500: a refusal of ours; nothing was charged.
-    Failed(ApiError),
+    /// A refusal of ours; nothing was charged.
+    Failed(Refusal),
 }
 
 /// The parts of a PaymentPayload the gate relies on.
@@ -106,34 +165,71 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     })
 }
 
-fn unavailable(code: &str, message: impl Into<String>) -> PaidOutcome {
-    PaidOutcome::Failed(ApiError::unavailable(code, message))
+/// The local check (no network); a refusal is counted and answered like the facilitator's.
+fn check_locally(
+    rail: &PaymentRail,
+    machine: &Machine,
+    pay_to: &str,
+    presented: &Presented,
+) -> Result<(), PaidOutcome> {
+    let (Ok(pay_to), Ok(amount)) = (
+        Address::from_str(pay_to),
+        U256::from_str_radix(&machine.price_atomic, 10),
+    ) else {
+        return Err(PaidOutcome::Failed(Refusal::Misconfigured));
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let expected = Expected {
+        domain: &rail.domain,
+        pay_to,
+        amount,
+        now,
+    };
+    let payload = presented.payload.get("payload").unwrap_or(&Value::Null);
+    match local_check::check(payload, &expected) {
+        Ok(LocalVerdict::Checked) => Ok(()),
+        Ok(LocalVerdict::SignatureDeferred) => {
+            rail.signatures_deferred.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(refusal) => {
+            rail.refused_locally.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(machine = %machine.machine, reason = refusal.reason(), %refusal, "payment refused before /verify");
+            Err(reject(refusal.reason()))
+        }
+    }
 }
 
 fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
-    unavailable(
-        "ledger_unavailable",
-        "the settlement ledger is unavailable; nothing was charged",
-    )
+    PaidOutcome::Failed(Refusal::LedgerUnavailable)
 }
 
-/// Runs the whole paid path for one request.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
+/// Runs the whole paid path for one request. `work` is the machine's paid work, not yet
+/// started: it runs only after `/verify` accepted the payment and the ledger reserved it.
+pub async fn run<E: std::fmt::Display>(
     rail: &PaymentRail,
     manifest: &Manifest,
-    machine: &Machine,
-    requirement: &Value,
-    pay_to: &str,
-    work: &WorkContext,
-    request: &Value,
-    header: &[u8],
+    call: PaidCall<'_>,
+    work: impl Future<Output = Result<Value, E>>,
 ) -> PaidOutcome {
+    let PaidCall {
+        machine,
+        requirement,
+        pay_to,
+        request,
+        header,
+    } = call;
     let presented = match decode(header, requirement) {
         Ok(presented) => presented,
         Err(outcome) => return outcome,
     };
+    if let Err(outcome) = check_locally(rail, machine, pay_to, &presented) {
+        return outcome;
+    }
     match rail.ledger.knows_nonce(&presented.nonce_sha256) {
         Ok(true) => return reject("payment_nonce_already_presented"),
         Ok(false) => {}
@@ -172,7 +268,7 @@ pub async fn run(
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
-    let body = match machines::observe(&machine.machine, work, machine, request).await {
+    let body = match work.await {
         Ok(body) => body,
         Err(error) => return work_failed(rail, id, machine, &error),
     };
@@ -183,17 +279,18 @@ pub async fn run(
     finish_settlement(rail, id, machine, manifest, &presented, settled, body)
 }
 
-fn work_failed(rail: &PaymentRail, id: i64, machine: &Machine, error: &WorkError) -> PaidOutcome {
+fn work_failed(
+    rail: &PaymentRail,
+    id: i64,
+    machine: &Machine,
+    error: &dyn std::fmt::Display,
+) -> PaidOutcome {
     tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
     let reason = error.to_string();
     if let Err(e) = rail.ledger.finish(id, &Outcome::WorkFailed { reason }) {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
     }
-    PaidOutcome::Failed(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "work_failed",
-        "the observation could not be produced; the payment was not settled and nothing was charged",
-    ))
+    PaidOutcome::Failed(Refusal::WorkFailed)
 }
 
 fn finish_settlement(
@@ -264,12 +361,7 @@ fn record_settle_failure(ledger: &dyn Ledger, id: i64, reason: String) {
     }
 }
 
-fn facilitator_down(step: &str, error: &FacilitatorError) -> PaidOutcome {
+fn facilitator_down(step: &'static str, error: &FacilitatorError) -> PaidOutcome {
     tracing::warn!(step, %error, "facilitator unavailable");
-    unavailable(
-        "facilitator_unavailable",
-        format!(
-            "the payment facilitator did not answer {step}; no work ran and nothing was charged"
-        ),
-    )
+    PaidOutcome::Failed(Refusal::FacilitatorUnavailable { step })
 }
