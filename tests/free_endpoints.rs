@@ -40,6 +40,11 @@ const DOCUMENTS: &[(&str, &str, &str)] = &[
         "text/html; charset=utf-8",
     ),
     (
+        "/storefront",
+        "generated/storefront/index.html",
+        "text/html; charset=utf-8",
+    ),
+    (
         "/storefront/VM03",
         "generated/storefront/VM03.html",
         "text/html; charset=utf-8",

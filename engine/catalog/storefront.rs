@@ -49,7 +49,12 @@ pub fn page_path(machine: &Machine) -> String {
 
 /// Every storefront document: (served path, committed render path, content type).
 pub fn documents(manifest: &Manifest) -> Vec<(String, String, &'static str)> {
-    let mut documents = vec![(PREFIX.to_string(), format!("{RENDER_DIR}/index.html"), HTML)];
+    let index = format!("{RENDER_DIR}/index.html");
+    // The index answers with and without the trailing slash; its links are root-relative.
+    let mut documents = vec![
+        (PREFIX.to_string(), index.clone(), HTML),
+        (PREFIX.trim_end_matches('/').to_string(), index, HTML),
+    ];
     for machine in &manifest.machines {
         documents.push((
             page_path(machine),

@@ -257,7 +257,8 @@ impl PaidRoute {
         base_url: &str,
         pay_to: Option<&str>,
     ) -> Result<PaidRoute, StartError> {
-        let validator = RequestValidator::new(machine).map_err(StartError::Prepare)?;
+        let validator =
+            RequestValidator::new(machine).map_err(|e| StartError::Prepare(e.to_string()))?;
         let entry = machines::find(&machine.machine)
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
         let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
@@ -643,8 +644,11 @@ where
             )
         })??;
     let request = body::parse_json(&bytes)?;
-    route.validator.validate(&request)?;
+    let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
+    if let Some(error) = combined_rule {
+        return Err(error);
+    }
     Ok((request, work))
 }
 

@@ -203,8 +203,8 @@ struct Query {
 }
 
 fn query(machine: &Machine, frozen: &Frozen, request: &Request) -> Result<Query, WorkError> {
-    let chain = networks::by_id(request.chain_id)
-        .ok_or_else(|| WorkError::Internal("chain_id passed validation but is unknown".into()))?;
+    let chain =
+        networks::by_id(request.chain_id).ok_or_else(|| WorkError::unreadable("chain_id"))?;
     let resolved = match request.asset_text("kind").unwrap_or_default() {
         "native" => Resolved {
             symbol: Some("ETH".into()),
@@ -222,8 +222,8 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Request) -> Result<Query,
         }
         _ => {
             let text = request.asset_text("address").unwrap_or_default();
-            let address = evm::parse_address(text)
-                .map_err(|_| WorkError::Internal("asset.address passed validation".into()))?;
+            let address =
+                evm::parse_address(text).map_err(|_| WorkError::unreadable("asset.address"))?;
             match frozen.symbol_of(chain, address) {
                 Some((symbol, known)) => Resolved {
                     symbol: Some(symbol),

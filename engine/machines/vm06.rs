@@ -117,8 +117,7 @@ struct Intent {
 }
 
 fn intent(request: &Request) -> Result<Intent, WorkError> {
-    let invalid =
-        |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
+    let invalid = |what: &str| WorkError::unreadable(what);
     let chain = networks::by_caip2(&request.chain).ok_or_else(|| invalid("chain"))?;
     let to = evm::parse_address(&request.to).map_err(|_| invalid("to"))?;
     let from = match &request.from {
@@ -169,7 +168,7 @@ async fn observe(
     let intent = intent(request)?;
     let url = context
         .rpc_url(intent.chain.caip2)
-        .ok_or_else(|| WorkError::Internal(format!("no {} RPC endpoint", intent.chain.caip2)))?;
+        .ok_or_else(|| WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2)))?;
     let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
     let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let query = history_query(machine);

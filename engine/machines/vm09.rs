@@ -248,7 +248,7 @@ pub fn response(
     let freshness = machine
         .limit("freshness_ms")
         .and_then(|ms| i64::try_from(ms).ok())
-        .ok_or_else(|| WorkError::Internal("VM09 has no freshness_ms".into()))?;
+        .ok_or_else(|| WorkError::manifest("VM09", "no limit freshness_ms"))?;
     // Millisecond timestamps on both ends, so expires_at - observed_at is exactly freshness_ms.
     let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
         .unwrap_or(observed_at);

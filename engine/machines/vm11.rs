@@ -180,9 +180,9 @@ struct Vm11Limits {
 impl Vm11Limits {
     fn from_machine(machine: &Machine) -> Result<Self, WorkError> {
         let get = |name: &str| {
-            machine.limit(name).ok_or_else(|| {
-                WorkError::Internal(format!("{} has no manifest limit {name}", machine.machine))
-            })
+            machine
+                .limit(name)
+                .ok_or_else(|| WorkError::manifest(&machine.machine, format!("no limit {name}")))
         };
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         Ok(Vm11Limits {

@@ -23,11 +23,7 @@ pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
 
 /// The request's inputs, re-read after the pre-payment checks accepted them.
 pub fn inputs(resource: &str, pay_to: &str, queries: &[String]) -> Result<Inputs, WorkError> {
-    let unreadable = |what: &str| {
-        WorkError::Internal(format!(
-            "{what} passed the pre-payment checks but cannot be read now"
-        ))
-    };
+    let unreadable = |what: &str| WorkError::unreadable(what);
     Ok(Inputs::new(
         rc::public_url(resource, "/resource").map_err(|_| unreadable("resource"))?,
         rc::address(pay_to, "/pay_to").map_err(|_| unreadable("pay_to"))?,

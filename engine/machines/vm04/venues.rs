@@ -46,7 +46,7 @@ pub(super) fn allowlist<T: serde::de::DeserializeOwned>(
 ) -> Result<T, WorkError> {
     let value = machine.allowlists.get(name).cloned().unwrap_or(Value::Null);
     serde_json::from_value(value)
-        .map_err(|e| WorkError::Internal(format!("VM04 allowlists.{name} is unreadable: {e}")))
+        .map_err(|e| WorkError::manifest("VM04", format!("allowlists.{name} is unreadable: {e}")))
 }
 
 pub(super) fn frozen(machine: &Machine) -> Result<Frozen, WorkError> {
