@@ -13,6 +13,8 @@ use crate::support::evm;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8402";
 /// The default ledger: a SQLite file in the working directory.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:factomat.db";
+/// The default file of the captured VM04 sample (`factomat sample capture`).
+pub const DEFAULT_SAMPLE_PATH: &str = "factomat-sample.json";
 /// The file read when no `--config` is given and it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "factomat.toml";
 
@@ -103,6 +105,12 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "FACTOMAT_DATABASE_URL",
         false,
         "Settlement ledger; sqlite:PATH.",
+    ),
+    (
+        "sample_path",
+        "FACTOMAT_SAMPLE_PATH",
+        false,
+        "File where `factomat sample capture` stores the captured VM04 answer that /samples/productive-venue-snapshot serves (default factomat-sample.json); without it the sample is an illustrative example.",
     ),
     (
         "rpc_url_eip155_8453",
@@ -205,6 +213,8 @@ pub struct Config {
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
     pub database_url: String,
+    /// Where the captured VM04 sample is stored and read from.
+    pub sample_path: PathBuf,
     pub rpc_url_eip155_8453: Option<Secret>,
     pub rpc_url_eip155_1: Option<Secret>,
     pub inventory_url_eip155_1: Option<Secret>,
@@ -575,6 +585,11 @@ impl RawLayer {
             facilitator_settle_timeout_ms,
             connections: self.connection_limits()?,
             database_url,
+            sample_path: PathBuf::from(
+                self.get("sample_path")
+                    .map(|(v, _)| v)
+                    .unwrap_or(DEFAULT_SAMPLE_PATH),
+            ),
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
             inventory_url_eip155_1: secret("inventory_url_eip155_1")?,

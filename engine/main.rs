@@ -56,6 +56,22 @@ enum Command {
         #[command(subcommand)]
         command: LedgerCommand,
     },
+    /// The free VM04 sample.
+    Sample {
+        #[command(subcommand)]
+        command: SampleCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SampleCommand {
+    /// Make one real VM04 call against the configured providers and store the answer (with
+    /// its capture time and block) at sample_path; the sample endpoint then serves it.
+    Capture {
+        /// The VM04 request as JSON (default: the manifest's VM04 input example).
+        #[arg(long)]
+        request: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -76,6 +92,9 @@ fn main() -> ExitCode {
         Command::Ledger {
             command: LedgerCommand::Report { json },
         } => ledger_report(cli.config.as_deref(), json),
+        Command::Sample {
+            command: SampleCommand::Capture { request },
+        } => sample_capture(cli.config.as_deref(), request.as_deref()),
         Command::Extract {
             files,
             url,
@@ -285,4 +304,83 @@ fn generate(out_dir: &Path, check: bool) -> ExitCode {
         if check { "differ" } else { "written" }
     );
     ExitCode::SUCCESS
+}
+
+/// `factomat sample capture`: one real VM04 observation, stored for the free sample endpoint.
+/// Only a complete or partial observation is stored; a HOLD is not a useful sample.
+fn sample_capture(config_path: Option<&Path>, request: Option<&str>) -> ExitCode {
+    let config = match Config::load(config_path, std::env::vars()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("factomat: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("factomat: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(capture_vm04(&config, request)) {
+        Ok(stored) => {
+            println!(
+                "stored a captured {} answer at {} (captured_at {}, block {}, status {})",
+                stored["machine"].as_str().unwrap_or_default(),
+                config.sample_path.display(),
+                stored["captured_at"].as_str().unwrap_or_default(),
+                stored["block_number"].as_str().unwrap_or("none"),
+                stored["response"]["status"].as_str().unwrap_or_default(),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("factomat: sample capture: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_json::Value, String> {
+    use factomat::catalog::{embedded::MANIFEST, render::SAMPLE_MACHINE, sample};
+    use factomat::machines;
+    let machine = MANIFEST
+        .machine(SAMPLE_MACHINE)
+        .ok_or("the manifest has no VM04")?;
+    let request: serde_json::Value = match request {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| format!("--request is not JSON: {e}"))?
+        }
+        None => machine.input_example.clone(),
+    };
+    let validator = factomat::catalog::manifest::compile_schema(&machine.input_schema)?;
+    if let Some(error) = validator.iter_errors(&request).next() {
+        return Err(format!(
+            "the request does not fit the VM04 input schema: {error}"
+        ));
+    }
+    let entry = machines::find(&machine.machine).ok_or("VM04 is not registered")?;
+    entry
+        .readiness(machine, config)
+        .map_err(|e| e.to_string())?;
+    let work = entry.accept(machine, &request).map_err(|e| e.to_string())?;
+    let context = machines::WorkContext {
+        gateway: factomat::net::gateway::Gateway::new().map_err(|e| e.to_string())?,
+        config: config.clone(),
+        cache: Default::default(),
+    };
+    let response = work.observe(&context).await.map_err(|e| e.to_string())?;
+    if response["status"] == "HOLD" {
+        return Err(format!(
+            "the providers answered HOLD ({}), which is not stored as the sample; errors: {}",
+            response["classification"], response["errors"]
+        ));
+    }
+    let captured_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let stored = sample::stored_capture(machine, &request, &response, &captured_at);
+    sample::check_capture(machine, &stored)?;
+    sample::store(&config.sample_path, &stored).map_err(|e| e.to_string())?;
+    Ok(stored)
 }

@@ -670,6 +670,12 @@ async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
     let limitations = result["limitations"].as_array().expect("limitations");
     assert!(!limitations.is_empty());
     assert!(
+        limitations.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.contains("false by default: not assessed"))),
+        "HOLD flags are marked as not assessed: {limitations:?}"
+    );
+    assert!(
         limitations[0]
             .as_str()
             .is_some_and(|l| l.contains("could not be read")),
@@ -751,7 +757,13 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
     assert_eq!(result["status"], "HOLD", "{result}");
     let block = result["block_number"].as_str().expect("the block was read");
     let limitations = result["limitations"].as_array().expect("limitations");
-    assert_eq!(limitations.len(), 1, "{limitations:?}");
+    assert_eq!(limitations.len(), 2, "{limitations:?}");
+    assert!(
+        limitations[1]
+            .as_str()
+            .is_some_and(|l| l.contains("effectively_unlimited are false by default")),
+        "the forced flags are said to be unassessed: {limitations:?}"
+    );
     assert!(
         limitations[0].as_str().is_some_and(|l| l.contains(&format!(
             "The endpoint answered none of the reads batched at block {block}"

@@ -267,33 +267,46 @@ fn vm07_baseline() -> Value {
         "final_url": h('a'), "http": h('b'), "metadata": h('c'),
         "outline": h('d'), "content": h('e'), "structured_data": h('f'),
     });
-    json!({
+    let mut baseline = json!({
         "methodology_version": "web-change-snapshot-0.1.0",
-        "page_sha256": canonical_sha256(&components),
         "components": components,
         "content_truncated": false,
         "extraction_complete": true,
-    })
+    });
+    baseline["page_sha256"] = json!(canonical_sha256(&baseline));
+    baseline
 }
 
 fn vm08_baseline() -> Value {
     let fingerprint = json!({
-        "scheme": "exact", "network": "eip155:8453",
-        "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "amount": "10000",
-        "pay_to": "0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b", "max_timeout_seconds": 60,
-        "extra": {"name": "USD Coin", "version": "2"},
-        "resource_url": "https://api.example.com/v1/quote",
         "requirement_count": 1,
+        "requirements": [{
+            "scheme": "exact", "network": "eip155:8453",
+            "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913", "amount": "10000",
+            "pay_to": "0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b", "max_timeout_seconds": 60,
+            "extra": {"name": "USD Coin", "version": "2"},
+            "resource_url": "https://api.example.com/v1/quote",
+        }],
     });
-    json!({
+    seal_vm08(json!({
+        "reusable": true,
         "methodology_version": "x402-service-change-snapshot-0.1.0",
+        "provenance": "direct_service",
         "resource_url": "https://api.example.com/v1/quote",
         "method": "GET",
         "body_sha256": null,
         "observed_at": "2026-11-01T00:00:00Z",
         "fingerprint_sha256": canonical_sha256(&fingerprint),
         "fingerprint": fingerprint,
-    })
+        "hold_reason": null,
+    }))
+}
+
+/// Seals a VM08 baseline as the service does: baseline_sha256 over the rest.
+fn seal_vm08(mut baseline: Value) -> Value {
+    let unsealed = without(baseline.clone(), "/baseline_sha256");
+    baseline["baseline_sha256"] = json!(canonical_sha256(&unsealed));
+    baseline
 }
 
 fn vm10_baseline() -> Value {
@@ -355,7 +368,10 @@ fn specific_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
     let mut tampered07 = vm07_baseline();
     tampered07["components"]["content"] = json!("0".repeat(64));
     let mut tampered08 = vm08_baseline();
-    tampered08["fingerprint"]["amount"] = json!("1");
+    tampered08["fingerprint"]["requirements"][0]["amount"] = json!("1");
+    let mut flag_edited08 = vm08_baseline();
+    flag_edited08["observed_at"] = json!("2026-11-02T00:00:00Z");
+    let not_reusable08 = seal_vm08(with(vm08_baseline(), "/reusable", json!(false)));
     let mut tampered10 = vm10_baseline();
     tampered10["balance_raw"] = json!("99999999999");
     let queries = ["weather api", "x402 weather forecast"];
@@ -917,6 +933,18 @@ fn specific_cases() -> Vec<(&'static str, Value, &'static str, &'static str)> {
             with(vm08.clone(), "/baseline", tampered08),
             "baseline_tampered",
             "/baseline/fingerprint_sha256",
+        ),
+        (
+            "VM08",
+            with(vm08.clone(), "/baseline", flag_edited08),
+            "baseline_tampered",
+            "/baseline/baseline_sha256",
+        ),
+        (
+            "VM08",
+            with(vm08.clone(), "/baseline", not_reusable08),
+            "baseline_not_reusable",
+            "/baseline/reusable",
         ),
         (
             "VM08",

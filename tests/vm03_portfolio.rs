@@ -555,6 +555,13 @@ async fn holdings_are_read_at_one_block_priced_from_the_deepest_base_pair_and_va
         ]
     );
     assert_eq!(body["sources"][0]["block_number"], block);
+    assert_eq!(body["sources"][0]["pagination_complete"], true);
+    assert!(
+        body["sources"][0]["limitations"]
+            .to_string()
+            .contains("is not paginated"),
+        "the native source says its pagination flag is no pagination observation"
+    );
     assert_eq!(
         body["sources"][2]["block_number"], block,
         "metadata at the same block"
@@ -679,7 +686,12 @@ async fn fifty_five_holdings_are_capped_at_40_shared_fairly_between_chains() {
     assert_eq!(holding(&body, &eth_tokens[0])["balance_adjusted"], "2.5");
     assert_eq!(
         body["readiness"]["factual_flags"],
-        json!(["HOLDINGS_CAP_REACHED", "NO_DEX_MARKET"])
+        json!([
+            "HOLDINGS_CAP_REACHED",
+            "NO_DEX_MARKET",
+            "CONCENTRATION_NOT_ASSESSABLE"
+        ]),
+        "nothing priced: concentrated false is flagged as not assessed"
     );
     assert_eq!(
         body["readiness"]["evidence_gaps"],
@@ -697,6 +709,7 @@ async fn fifty_five_holdings_are_capped_at_40_shared_fairly_between_chains() {
     assert_eq!(body["valuation"]["priced_usd"], Value::Null);
     assert_eq!(body["concentration"]["largest_priced_share"], Value::Null);
     assert_eq!(body["concentration"]["concentrated"], false);
+    assert!(limitations(&body).contains("concentration could not be assessed"));
     assert!(
         limitations(&body)
             .contains("The 40-holding cap omitted 18 discovered holdings (eip155:8453: 18)."),
@@ -974,6 +987,12 @@ async fn an_unreadable_chain_is_hold_and_no_configured_url_leaks() {
     assert_eq!(body["readiness"]["status"], "HOLD");
     assert_eq!(body["confidence"], "LOW");
     assert_eq!(body["holdings"], json!([]));
+    let native = &body["sources"][0];
+    assert_eq!(native["id"], "src-ethereum-native", "{body:#}");
+    assert_eq!(
+        native["pagination_complete"], false,
+        "an unread balance is not a complete read"
+    );
     let everything = format!("{body}\n{}", logs());
     assert!(!everything.contains("SECRET"), "a configured secret leaked");
 }

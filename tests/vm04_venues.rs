@@ -388,6 +388,16 @@ async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
     );
     assert_eq!(venue_ids(&body), ["aave_v3:1:WETH", "lido:1:stETH"]);
     assert_eq!(body["venues"][1]["primary_apr"], Value::Null);
+    // The failed venue says when its read was attempted and that it failed; it has no
+    // observed_at. The observed one has both times.
+    let failed = &body["venues"][1];
+    assert_eq!(failed["observed_at"], Value::Null, "{failed:#}");
+    assert_eq!(failed["read_failed"], true);
+    assert!(failed["attempted_at"].is_string(), "{failed:#}");
+    let observed = &body["venues"][0];
+    assert_eq!(observed["read_failed"], false);
+    assert!(observed["observed_at"].is_string(), "{observed:#}");
+    assert_eq!(body["retrieved_at"], observed["observed_at"]);
     assert_eq!(
         body["errors"],
         json!([{"source": "lido:1:stETH", "code": "upstream_rate_limited",
@@ -403,6 +413,19 @@ async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
     assert_eq!(
         (body["status"].clone(), body["classification"].clone()),
         (json!("HOLD"), json!("HOLD_UPSTREAM")),
+        "{body:#}"
+    );
+    // Nothing was read: no retrieved_at of an observation, and a limitation says so.
+    assert_eq!(body["retrieved_at"], Value::Null, "{body:#}");
+    assert_eq!(body["venues"][0]["observed_at"], Value::Null);
+    assert!(
+        body["limitations"]
+            .as_array()
+            .expect("limitations")
+            .iter()
+            .any(|l| l
+                .as_str()
+                .is_some_and(|l| l.contains("retrieved_at is null"))),
         "{body:#}"
     );
 
@@ -506,13 +529,117 @@ async fn a_missing_lido_api_url_is_503_before_any_charge() {
 }
 
 #[tokio::test]
-async fn the_free_sample_is_a_marked_capture_of_the_current_shape() {
+async fn without_a_capture_the_free_sample_is_labelled_illustrative() {
     let server = common::TestServer::start().await;
     let response = server.get("/samples/productive-venue-snapshot").await;
     assert_eq!(response.status().as_u16(), 200);
     let sample: Value = response.json().await.expect("json");
     assert_eq!(sample["sample"], true);
+    assert_eq!(sample["kind"], "illustrative");
     assert_eq!(sample["not_a_current_observation"], true);
+    let notice = sample["notice"].as_str().expect("notice");
+    assert!(
+        notice.contains("not captured") && !notice.starts_with("Captured"),
+        "{notice}"
+    );
+    assert!(sample.get("captured_at").is_none());
     assert_output_valid("VM04", &sample["response"]);
     assert_eq!(server.outbound(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sample_capture_stores_a_real_answer_that_the_free_endpoint_then_serves() {
+    let lido = Lido::start(sma(3.05)).await;
+    let stack = DevStack::start_with_mainnet();
+    let pool = aave_setup(&stack, 8453);
+    set_reserve(
+        &stack,
+        8453,
+        &pool,
+        USDC_8453,
+        "41200000000000000000000000",
+        "55000000000000000000000000",
+    );
+    let sample_path = common::temp_path("captured-sample.json");
+    let env = [
+        ("FACTOMAT_RPC_URL_EIP155_8453", stack.field("rpc_url")),
+        ("FACTOMAT_RPC_URL_EIP155_1", stack.field("rpc_url_eip155_1")),
+        ("FACTOMAT_LIDO_API_URL", lido.url.clone()),
+        ("FACTOMAT_SAMPLE_PATH", sample_path.display().to_string()),
+    ];
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .args(["sample", "capture"])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("factomat runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stored: Value =
+        serde_json::from_slice(&std::fs::read(&sample_path).expect("capture stored"))
+            .expect("json");
+    // The manifest's example request (USDC on Base) was really answered by the stand-ins.
+    let block = stored["block_number"]
+        .as_str()
+        .expect("a block")
+        .to_string();
+    assert_eq!(stored["response"]["block_number"], block);
+    assert_eq!(
+        stored["response"]["venues"][0]["primary_apr"], "0.0412",
+        "{stored:#}"
+    );
+    assert!(stdout.contains(&format!("block {block}")), "{stdout}");
+
+    let hits = lido.hits();
+    let server = common::TestServer::with_env(
+        &env.iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    let sample: Value = server
+        .get("/samples/productive-venue-snapshot")
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(sample["kind"], "captured", "{sample:#}");
+    assert_eq!(sample["not_a_current_observation"], true);
+    assert_eq!(sample["captured_at"], stored["captured_at"]);
+    assert_eq!(sample["block_number"], block);
+    assert_eq!(sample["response"], stored["response"]);
+    assert!(
+        sample["notice"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("Captured sample: a real VM04 answer")),
+        "{sample:#}"
+    );
+    assert_output_valid("VM04", &sample["response"]);
+    assert_eq!(
+        server.outbound(),
+        0,
+        "serving the capture does no provider work"
+    );
+    assert_eq!(lido.hits(), hits);
+
+    // A capture from another methodology is not served as this one's sample.
+    let mut foreign = stored.clone();
+    foreign["methodology_version"] = json!("productive-venue-0.1.0");
+    std::fs::write(&sample_path, foreign.to_string()).expect("write");
+    let server = common::TestServer::with_env(&[(
+        "FACTOMAT_SAMPLE_PATH",
+        sample_path.display().to_string().as_str(),
+    )])
+    .await;
+    let sample: Value = server
+        .get("/samples/productive-venue-snapshot")
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(sample["kind"], "illustrative");
 }

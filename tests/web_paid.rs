@@ -473,10 +473,14 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
     let baseline = first["baseline"].clone();
     assert_eq!(baseline["extraction_complete"], true);
     assert_eq!(baseline["content_truncated"], false);
+    let mut sealed = baseline.clone();
+    sealed
+        .as_object_mut()
+        .map(|b| b.shift_remove("page_sha256"));
     assert_eq!(
         baseline["page_sha256"],
-        factomat::support::canonical::canonical_sha256(&baseline["components"]),
-        "page_sha256 is the canonical sha256 of the six component hashes"
+        factomat::support::canonical::canonical_sha256(&sealed),
+        "page_sha256 seals the component hashes, both completeness flags and the methodology"
     );
 
     let same = web.vm07(url, Some(&baseline)).await;
@@ -561,6 +565,22 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
         .post_json(VM07, &json!({"url": url, "baseline": tampered}))
         .await;
     common::expect_400(response, "baseline_tampered", "tampered").await;
+    // Each completeness flag is sealed: flipping one (e.g. to pass a truncated baseline off
+    // as known-good) is a 400 too, and still before any payment or fetch.
+    for (source, flag) in [
+        (&baseline, "content_truncated"),
+        (&baseline, "extraction_complete"),
+        (&truncated_baseline, "content_truncated"),
+    ] {
+        let mut flipped = source.clone();
+        let value = flipped[flag].as_bool().expect("flag");
+        flipped[flag] = json!(!value);
+        let response = web
+            .server
+            .post_json(VM07, &json!({"url": url, "baseline": flipped}))
+            .await;
+        common::expect_400(response, "baseline_tampered", flag).await;
+    }
     let mut foreign = baseline.clone();
     foreign["methodology_version"] = json!("web-change-snapshot-0.0.9");
     let response = web

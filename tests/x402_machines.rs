@@ -30,6 +30,10 @@ struct Terms {
     amount: String,
     pay_to: String,
     mode: &'static str,
+    /// A second requirement (network, amount) after the first, when set.
+    second: Option<(&'static str, &'static str)>,
+    /// When the seller last answered.
+    answered_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 fn url(path: &str) -> String {
@@ -41,12 +45,21 @@ fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>)
     if let Some(method) = method {
         extra["assetTransferMethod"] = json!(method);
     }
+    let mut accepts = vec![
+        json!({"scheme": "exact", "network": "eip155:8453", "amount": terms.amount,
+        "asset": USDC, "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "extra": extra}),
+    ];
+    if let Some((network, amount)) = terms.second {
+        accepts.push(
+            json!({"scheme": "exact", "network": network, "amount": amount,
+            "asset": USDC, "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "extra": extra}),
+        );
+    }
     let required = json!({
         "x402Version": 2,
         "error": "Payment required",
         "resource": {"url": resource, "description": path, "mimeType": "application/json"},
-        "accepts": [{"scheme": "exact", "network": "eip155:8453", "amount": terms.amount,
-            "asset": USDC, "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "extra": extra}],
+        "accepts": accepts,
     });
     let header = base64::engine::general_purpose::STANDARD.encode(required.to_string());
     Reply::new(402)
@@ -58,11 +71,15 @@ fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>)
 /// The seller: a v2 x402 resource with changeable terms and hand-built edge cases.
 fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
     Arc::new(move |seen: &Seen| {
-        let terms = terms.lock().expect("terms").clone();
+        let mut shared = terms.lock().expect("terms");
+        shared.answered_at = Some(chrono::Utc::now());
+        let terms = shared.clone();
+        drop(shared);
         match seen.path.as_str() {
             "/quote" => match terms.mode {
                 "free" => Reply::new(200).body("{\"quote\":1}"),
                 "broken" => Reply::new(500).body("oops"),
+                "moved" => Reply::new(302).header("location", &url("/v1")),
                 _ => v2_challenge("/quote", &url("/quote"), &terms, None),
             },
             "/permit2" => v2_challenge("/permit2", &url("/permit2"), &terms, Some("permit2")),
@@ -106,6 +123,8 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
         amount: "10000".into(),
         pay_to: MERCHANT.into(),
         mode: "x402",
+        second: None,
+        answered_at: None,
     }));
     let ca = TestCa::new();
     let site = Site::start(ca.server_config(&[HOST]), seller(terms.clone())).await;
@@ -178,7 +197,18 @@ async fn vm08_baseline_continue_changed_and_hold() {
     assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
     assert_eq!(first["observation_kind"], "first");
     assert_eq!(first["baseline"]["reusable"], true);
-    assert_eq!(first["fingerprint"]["amount"], "10000");
+    assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
+    assert_eq!(
+        first["baseline"]["baseline_sha256"],
+        canonical_sha256(&{
+            let mut sealed = first["baseline"].clone();
+            sealed
+                .as_object_mut()
+                .map(|b| b.shift_remove("baseline_sha256"));
+            sealed
+        }),
+        "the baseline is sealed whole"
+    );
     assert_eq!(
         first["fingerprint_sha256"],
         canonical_sha256(&first["fingerprint"])
@@ -224,36 +254,75 @@ async fn vm08_baseline_continue_changed_and_hold() {
     assert_eq!(moved["decision"], "CHANGED");
     assert_eq!(moved["material_change_classes"], json!(["PAY_TO_CHANGED"]));
 
-    // HOLD never replaces the caller's baseline.
-    rig.set(|t| t.mode = "broken");
-    let hold = rig.pay(VM08, &with_baseline(&moved));
-    assert_eq!(hold["decision"], "HOLD", "{hold}");
-    assert_eq!(hold["recommended_action"], "keep_prior_baseline");
-    assert_eq!(
-        hold["baseline"]["fingerprint_sha256"],
-        moved["baseline"]["fingerprint_sha256"]
-    );
-    assert_eq!(
-        hold["baseline"]["observed_at"],
-        moved["baseline"]["observed_at"]
-    );
+    // HOLD (500, 302) and NO_LONGER_X402 (200 without payment) never hand back a reusable
+    // baseline: the caller keeps its own, and the answer says why.
+    for (mode, decision, classes) in [
+        ("broken", "HOLD", json!([])),
+        ("moved", "HOLD", json!([])),
+        ("free", "CHANGED", json!(["NO_LONGER_X402"])),
+    ] {
+        rig.set(|t| t.mode = mode);
+        let answer = rig.pay(VM08, &with_baseline(&moved));
+        assert_eq!(answer["decision"], decision, "{mode}: {answer}");
+        assert_eq!(answer["material_change_classes"], classes, "{mode}");
+        let returned = &answer["baseline"];
+        assert_eq!(returned["reusable"], false, "{mode}: {answer}");
+        assert_eq!(returned["fingerprint"], Value::Null, "{mode}");
+        assert_eq!(returned["fingerprint_sha256"], Value::Null, "{mode}");
+        assert!(
+            returned["hold_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("Keep your own baseline")),
+            "{mode}: {answer}"
+        );
+        assert_ne!(
+            answer["recommended_action"], "store_returned_baseline",
+            "{mode}"
+        );
+        // A non-reusable baseline sent back is refused before payment.
+        let mut back = request.clone();
+        back["baseline"] = returned.clone();
+        let response = rig.server.post_json(VM08, &back).await;
+        assert_eq!(response.status().as_u16(), 400, "{mode}");
+    }
+    rig.set(|t| t.mode = "x402");
 
-    rig.set(|t| t.mode = "free");
-    let gone = rig.pay(VM08, &with_baseline(&moved));
+    // Every requirement is fingerprinted: a change in the second one is CHANGED and named.
+    rig.set(|t| t.second = Some(("eip155:84532", "30000")));
+    let two = rig.pay(VM08, &with_baseline(&moved));
     assert_eq!(
-        gone["material_change_classes"],
-        json!(["NO_LONGER_X402"]),
-        "{gone}"
+        two["material_change_classes"],
+        json!(["REQUIREMENT_ADDED"]),
+        "{two}"
     );
+    assert_eq!(two["fingerprint"]["requirement_count"], 2);
+    rig.set(|t| t.second = Some(("eip155:1", "30000")));
+    let other_network = rig.pay(VM08, &with_baseline(&two));
+    assert_eq!(other_network["decision"], "CHANGED", "{other_network}");
     assert_eq!(
-        gone["baseline"]["fingerprint_sha256"],
-        moved["baseline"]["fingerprint_sha256"]
+        other_network["changed_requirements"],
+        json!([{"accepts_index": 1, "baseline_index": 1, "classes": ["NETWORK_CHANGED"]}]),
+        "{other_network}"
     );
+    assert!(
+        other_network["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("accepts[1]: NETWORK_CHANGED")),
+        "{other_network}"
+    );
+    rig.set(|t| t.second = Some(("eip155:1", "90000")));
+    let dearer = rig.pay(VM08, &with_baseline(&other_network));
+    assert_eq!(
+        dearer["changed_requirements"],
+        json!([{"accepts_index": 1, "baseline_index": 1, "classes": ["AMOUNT_INCREASE_ABOVE_POLICY"]}]),
+        "{dearer}"
+    );
+    rig.set(|t| t.second = None);
 
     // A tampered baseline is a 400 before payment: no probe, no outbound request.
     let before = (rig.server.outbound(), rig.site.seen().len());
     let mut tampered = with_baseline(&moved);
-    tampered["baseline"]["fingerprint"]["amount"] = json!("1");
+    tampered["baseline"]["fingerprint"]["requirements"][0]["amount"] = json!("1");
     let response = rig.server.post_json(VM08, &tampered).await;
     assert_eq!(response.status().as_u16(), 400);
     let mut foreign = with_baseline(&moved);
@@ -265,7 +334,7 @@ async fn vm08_baseline_continue_changed_and_hold() {
     // v1 challenge over GET; a redirect is not followed.
     let v1 = rig.pay(VM08, &json!({"resource_url": url("/v1"), "method": "GET"}));
     assert_eq!(v1["decision"], "BASELINE_CREATED", "{v1}");
-    assert_eq!(v1["fingerprint"]["network"], "base");
+    assert_eq!(v1["fingerprint"]["requirements"][0]["network"], "base");
     assert_clean_probe(&rig.probes_of("/v1")[0], "GET", "");
     let redirect = rig.pay(
         VM08,
@@ -382,6 +451,24 @@ async fn vm09_ready_and_each_non_ready_reason() {
     assert_eq!(
         (at("expires_at") - at("observed_at")).num_milliseconds(),
         60_000
+    );
+    // observed_at is when the challenge came back, to the millisecond: not before the seller
+    // answered, and not after the reads that followed.
+    let answered = rig
+        .terms
+        .lock()
+        .expect("terms")
+        .answered_at
+        .expect("the seller answered");
+    let lag = (at("observed_at").with_timezone(&chrono::Utc) - answered).num_milliseconds();
+    assert!(
+        (0..500).contains(&lag),
+        "observed_at is {lag} ms after the seller answered: {ready}"
+    );
+    assert!(
+        ready["observed_at"].as_str().is_some_and(|t| t.len() == 24),
+        "millisecond precision: {}",
+        ready["observed_at"]
     );
     for flag in [
         "signing",
@@ -674,8 +761,22 @@ async fn official_express_seller_through_vm08_to_vm10() {
     let request = json!({"resource_url": url("/quote"), "method": "POST"});
     let first = pay(VM08, &request);
     assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
-    assert_eq!(first["fingerprint"]["amount"], "10000");
-    assert_eq!(first["fingerprint"]["resource_url"], url("/quote"));
+    assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
+    assert_eq!(
+        first["baseline"]["baseline_sha256"],
+        canonical_sha256(&{
+            let mut sealed = first["baseline"].clone();
+            sealed
+                .as_object_mut()
+                .map(|b| b.shift_remove("baseline_sha256"));
+            sealed
+        }),
+        "the baseline is sealed whole"
+    );
+    assert_eq!(
+        first["fingerprint"]["requirements"][0]["resource_url"],
+        url("/quote")
+    );
     let mut again = request.clone();
     again["baseline"] = first["baseline"].clone();
     assert_eq!(pay(VM08, &again)["decision"], "CONTINUE");

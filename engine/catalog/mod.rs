@@ -5,4 +5,5 @@ pub mod challenge;
 pub mod embedded;
 pub mod manifest;
 pub mod render;
+pub mod sample;
 pub mod storefront;

@@ -319,6 +319,10 @@ fn free_documents(
     for (path, render_path, content_type) in storefront::documents(manifest) {
         add(path, content_type, with_base_url(&render_path, base_url)?)?;
     }
+    if let Some(captured) = captured_sample(manifest, &config.sample_path) {
+        let text = captured.to_string().replace(BASE_URL_TOKEN, base_url);
+        add(render::SAMPLE_PATH.into(), JSON, Bytes::from(text))?;
+    }
     for machine in &manifest.machines {
         add(
             format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
@@ -332,6 +336,23 @@ fn free_documents(
         health_document(manifest, config),
     )?;
     Ok(docs)
+}
+
+/// The served document of a stored VM04 capture, read once at start-up; None (the
+/// illustrative example is served) when there is none or it is unusable, which is logged.
+fn captured_sample(manifest: &Manifest, path: &std::path::Path) -> Option<serde_json::Value> {
+    let machine = manifest.machine(render::SAMPLE_MACHINE)?;
+    match crate::catalog::sample::load(machine, path) {
+        Ok(Some(stored)) => {
+            tracing::info!(path = %path.display(), captured_at = %stored["captured_at"], "serving the captured VM04 sample");
+            Some(crate::catalog::sample::captured_document(machine, &stored))
+        }
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(%error, "captured sample not served; serving the illustrative example");
+            None
+        }
+    }
 }
 
 /// The health object (schema `Health`): static facts of this process, no upstream work.

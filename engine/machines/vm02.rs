@@ -257,7 +257,24 @@ fn adjusted(raw: Option<U256>, decimals: Option<u8>) -> Value {
     }
 }
 
-fn respond(machine: &Machine, request: &Request, reads: Reads) -> Value {
+/// The limitation that says which forced booleans are defaults, not observations, because
+/// the read they derive from did not happen (the schema forbids null for them).
+fn unassessed_flags(reads: &Reads) -> Option<&'static str> {
+    match (reads.allowance, reads.balance) {
+        (None, _) => Some(
+            "The allowance was not read, so allowance_covers_current_balance, max_uint256_approval and effectively_unlimited are false by default: not assessed, not observed.",
+        ),
+        (Some(_), None) => Some(
+            "The balance was not read, so allowance_covers_current_balance is false by default: not assessed, not observed.",
+        ),
+        _ => None,
+    }
+}
+
+fn respond(machine: &Machine, request: &Request, mut reads: Reads) -> Value {
+    if let Some(limitation) = unassessed_flags(&reads) {
+        reads.limitations.push(limitation.to_string());
+    }
     let both = reads.allowance.zip(reads.balance);
     let status = if both.is_some() && reads.code_present == Some(true) {
         "OK"

@@ -279,6 +279,9 @@ async fn observe(
             },
         )
         .collect();
+    for result in &mut results {
+        result.item["attempted_at"] = Value::String(reads.attempted_at.clone());
+    }
     let (status, classification) = classify(&results);
     sort(&mut results, &query.sort);
     let truncated = results.len() > query.limit;

@@ -1,5 +1,6 @@
 //! VM07 web change snapshot. A caller's baseline must be ours (methodology) and intact
-//! (page_sha256 = canonical sha256 of the six component hashes; docs/hashing.md). The page is
+//! (page_sha256 = canonical sha256 of the baseline without page_sha256: the six component
+//! hashes, both completeness flags and the methodology; docs/hashing.md). The page is
 //! read exactly as VM01 reads it; the comparison rules are in docs/vm07-web-change.md.
 
 use serde::Deserialize;
@@ -49,11 +50,13 @@ impl super::Machine for Vm07 {
                 rc::text_at(baseline, "/methodology_version"),
                 &machine.methodology_version,
             )?;
-            let components = baseline.get("components").cloned().unwrap_or(Value::Null);
+            // The seal binds the completeness flags too: they decide whether the baseline is
+            // known-good, so an edited flag must not pass as an intact baseline.
+            let sealed = rc::without_keys(baseline, &["page_sha256"]);
             rc::seal_matches(
                 rc::text_at(baseline, "/page_sha256"),
                 "/baseline/page_sha256",
-                &components,
+                &sealed,
             )?;
         }
         Ok(())
@@ -109,14 +112,15 @@ impl Baseline {
     }
 
     fn to_json(&self, machine: &Machine) -> Value {
-        let components = Value::Object(self.components.clone());
-        json!({
+        let mut baseline = json!({
             "methodology_version": machine.methodology_version,
-            "page_sha256": canonical_sha256(&components),
-            "components": components,
+            "components": Value::Object(self.components.clone()),
             "content_truncated": self.content_truncated,
             "extraction_complete": self.extraction_complete,
-        })
+        });
+        let seal = canonical_sha256(&baseline);
+        baseline["page_sha256"] = Value::String(seal);
+        baseline
     }
 }
 
@@ -445,7 +449,7 @@ mod tests {
             .expect("VM07");
         assert_eq!(
             baseline.to_json(machine)["page_sha256"],
-            "5bd7b51f5950d95e5ee9ce4edf09c8519fbc127ed4fe7b31773eeea975b467ff"
+            "d5438204f0c12e7e6a2ba604c153346446554d48dbff63ce5a0c4d1a606c2606"
         );
         assert!(baseline.known_good());
     }

@@ -1,7 +1,7 @@
 //! VM08 x402 service change snapshot. One unpaid probe (engine/web/x402_probe.rs) yields a
-//! contract fingerprint of the live challenge; it is compared with the caller's sealed
-//! baseline (fingerprint_sha256 = canonical sha256 of the fingerprint). Decision rules and
-//! price_policy semantics: docs/vm08-x402-change.md.
+//! contract fingerprint of every requirement of the live challenge; it is compared with the
+//! caller's sealed baseline (fingerprint_sha256 over the fingerprint, baseline_sha256 over the
+//! whole baseline). Decision rules and price_policy semantics: docs/vm08-x402-change.md.
 
 use alloy::primitives::U256;
 use serde::Deserialize;
@@ -12,7 +12,7 @@ use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::support::canonical::canonical_sha256;
+use crate::support::canonical::{canonical_json, canonical_sha256};
 use crate::support::evm;
 use crate::web::x402_probe::{Probe, ProbeOutcome, Requirement};
 
@@ -88,12 +88,22 @@ fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
             rc::text_at(baseline, "/methodology_version"),
             &machine.methodology_version,
         )?;
-        if let Some(fingerprint) = baseline.get("fingerprint") {
-            rc::seal_matches(
-                rc::text_at(baseline, "/fingerprint_sha256"),
-                "/baseline/fingerprint_sha256",
-                fingerprint,
-            )?;
+        rc::seal_matches(
+            rc::text_at(baseline, "/fingerprint_sha256"),
+            "/baseline/fingerprint_sha256",
+            baseline.get("fingerprint").unwrap_or(&Value::Null),
+        )?;
+        rc::seal_matches(
+            rc::text_at(baseline, "/baseline_sha256"),
+            "/baseline/baseline_sha256",
+            &rc::without_keys(baseline, &["baseline_sha256"]),
+        )?;
+        if baseline.get("reusable") != Some(&Value::Bool(true)) {
+            return Err(CheckFailure::field(
+                "baseline_not_reusable",
+                "/baseline/reusable",
+                "only a baseline returned with reusable: true can be compared against",
+            ));
         }
         baseline_binding(request, baseline)?;
     }
@@ -121,20 +131,54 @@ fn baseline_binding(request: &Request, baseline: &Value) -> Result<(), CheckFail
     Ok(())
 }
 
-/// The contract fingerprint of the primary requirement (accepts[0]); None when that
-/// requirement lacks a contract field.
+/// The contract fingerprint of one requirement.
+fn requirement_fingerprint(requirement: &Requirement) -> Value {
+    json!({
+        "scheme": requirement.scheme,
+        "network": requirement.network,
+        "asset": requirement.asset,
+        "amount": requirement.amount,
+        "pay_to": requirement.pay_to,
+        "max_timeout_seconds": requirement.max_timeout_seconds,
+        "extra": requirement.extra,
+        "resource_url": requirement.resource_url,
+    })
+}
+
+/// The order-independent sort key of a requirement fingerprint: its canonical JSON with the
+/// case-insensitive addresses lowercased.
+fn order_key(requirement: &Value) -> String {
+    let mut key = requirement.clone();
+    for field in ["asset", "pay_to"] {
+        if let Some(text) = key.get(field).and_then(Value::as_str) {
+            key[field] = Value::String(text.to_ascii_lowercase());
+        }
+    }
+    canonical_json(&key)
+}
+
+/// The live requirements as (accepts index, fingerprint), in canonical order; None when there
+/// is none or any of them lacks a contract field (the observation is then incomplete).
+fn requirement_fingerprints(requirements: &[Requirement]) -> Option<Vec<(usize, Value)>> {
+    if requirements.is_empty() || !requirements.iter().all(Requirement::complete) {
+        return None;
+    }
+    let mut listed: Vec<(usize, Value)> = requirements
+        .iter()
+        .map(|r| (r.index, requirement_fingerprint(r)))
+        .collect();
+    listed.sort_by_cached_key(|(_, fp)| order_key(fp));
+    Some(listed)
+}
+
+/// The contract fingerprint of the whole challenge: every requirement of `accepts`, in
+/// canonical order (so reordering `accepts` changes nothing), and their count. None when the
+/// challenge has no requirement or one lacks a contract field.
 pub fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
-    let first = requirements.first().filter(|r| r.complete())?;
+    let listed = requirement_fingerprints(requirements)?;
     Some(json!({
-        "scheme": first.scheme,
-        "network": first.network,
-        "asset": first.asset,
-        "amount": first.amount,
-        "pay_to": first.pay_to,
-        "max_timeout_seconds": first.max_timeout_seconds,
-        "extra": first.extra,
-        "resource_url": first.resource_url,
-        "requirement_count": requirements.len(),
+        "requirement_count": listed.len(),
+        "requirements": listed.into_iter().map(|(_, fp)| fp).collect::<Vec<_>>(),
     }))
 }
 
@@ -177,7 +221,7 @@ pub fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'sta
     })
 }
 
-/// Material change classes between a baseline fingerprint and the current one.
+/// Material change classes between one baseline requirement and one live requirement.
 pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'static str> {
     let differs = |key: &str| prior.get(key) != current.get(key);
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
@@ -215,15 +259,97 @@ pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'stat
     if differs("resource_url") {
         classes.push("RESOURCE_URL_CHANGED");
     }
-    let count = |v: &Value| {
-        v.get("requirement_count")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
-    match count(current).cmp(&count(prior)) {
-        std::cmp::Ordering::Greater => classes.push("REQUIREMENT_ADDED"),
-        std::cmp::Ordering::Less => classes.push("REQUIREMENT_REMOVED"),
-        std::cmp::Ordering::Equal => {}
+    classes
+}
+
+/// One requirement that differs between the baseline and the live challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequirementChange {
+    /// Its index in the live challenge's `accepts`; None when it was removed.
+    pub accepts_index: Option<usize>,
+    /// Its position in the baseline fingerprint's `requirements`; None when it was added.
+    pub baseline_index: Option<usize>,
+    pub classes: Vec<&'static str>,
+}
+
+impl RequirementChange {
+    fn to_json(&self) -> Value {
+        json!({
+            "accepts_index": self.accepts_index,
+            "baseline_index": self.baseline_index,
+            "classes": self.classes,
+        })
+    }
+
+    fn describe(&self) -> String {
+        let which = match (self.accepts_index, self.baseline_index) {
+            (Some(live), _) => format!("accepts[{live}]"),
+            (None, Some(old)) => format!("baseline requirement {old}"),
+            (None, None) => "a requirement".into(),
+        };
+        format!("{which}: {}", self.classes.join(", "))
+    }
+}
+
+/// Pairs the baseline's requirements with the live ones, independent of their order: equal
+/// requirements first, then each remaining live requirement with the remaining baseline one
+/// it differs from least; the rest were added or removed.
+pub fn requirement_changes(
+    prior: &[Value],
+    current: &[(usize, Value)],
+    policy: (u64, u64),
+) -> Vec<RequirementChange> {
+    let mut prior_open: Vec<bool> = vec![true; prior.len()];
+    let mut current_open: Vec<bool> = vec![true; current.len()];
+    for (c, (_, live)) in current.iter().enumerate() {
+        let equal = (0..prior.len())
+            .find(|&p| prior_open[p] && changes(&prior[p], live, policy).is_empty());
+        if let Some(p) = equal {
+            prior_open[p] = false;
+            current_open[c] = false;
+        }
+    }
+    let mut found = Vec::new();
+    for (c, (accepts_index, live)) in current.iter().enumerate() {
+        if !current_open[c] {
+            continue;
+        }
+        let closest = (0..prior.len())
+            .filter(|&p| prior_open[p])
+            .map(|p| (p, changes(&prior[p], live, policy)))
+            .min_by_key(|(_, classes)| classes.len());
+        let (baseline_index, classes) = match closest {
+            Some((p, classes)) => {
+                prior_open[p] = false;
+                (Some(p), classes)
+            }
+            None => (None, vec!["REQUIREMENT_ADDED"]),
+        };
+        found.push(RequirementChange {
+            accepts_index: Some(*accepts_index),
+            baseline_index,
+            classes,
+        });
+    }
+    found.extend(
+        (0..prior.len())
+            .filter(|&p| prior_open[p])
+            .map(|p| RequirementChange {
+                accepts_index: None,
+                baseline_index: Some(p),
+                classes: vec!["REQUIREMENT_REMOVED"],
+            }),
+    );
+    found
+}
+
+/// The union of the classes of every changed requirement, without repeats, in first-seen order.
+fn union_of(changed: &[RequirementChange]) -> Vec<&'static str> {
+    let mut classes: Vec<&'static str> = Vec::new();
+    for class in changed.iter().flat_map(|c| c.classes.iter()) {
+        if !classes.contains(class) {
+            classes.push(class);
+        }
     }
     classes
 }
@@ -232,59 +358,57 @@ pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'stat
 struct Verdict {
     status: &'static str,
     decision: &'static str,
+    changed: Vec<RequirementChange>,
+    /// NO_LONGER_X402 or the union of the requirement changes.
     classes: Vec<&'static str>,
     reason: String,
     action: &'static str,
-    /// The baseline returned: the current one (Some(fingerprint)) or the caller's.
+    /// Whether the current observation is complete, hence returned as a reusable baseline.
     returns_current: bool,
 }
 
 fn verdict(
     probe: &Probe,
-    current: Option<&Value>,
-    prior: Option<&Value>,
+    current: Option<&[(usize, Value)]>,
+    prior: Option<&[Value]>,
     policy: (u64, u64),
 ) -> Verdict {
-    let hold = |reason: String, classes: Vec<&'static str>| Verdict {
-        status: "HOLD",
-        decision: "HOLD",
-        classes,
-        reason,
-        action: "keep_prior_baseline",
-        returns_current: false,
-    };
     match (current, prior) {
         (Some(_), None) => Verdict {
             status: "OK",
             decision: "BASELINE_CREATED",
+            changed: Vec::new(),
             classes: Vec::new(),
             reason: "No baseline was supplied; the complete direct observation is returned as a reusable baseline.".into(),
             action: "store_returned_baseline",
             returns_current: true,
         },
         (Some(current), Some(prior)) => {
-            let classes = changes(prior, current, policy);
-            if classes.is_empty() {
-                Verdict {
+            let changed = requirement_changes(prior, current, policy);
+            let classes = union_of(&changed);
+            if changed.is_empty() {
+                return Verdict {
                     status: "OK",
                     decision: "CONTINUE",
+                    changed,
                     classes,
-                    reason: "The live payment contract equals the baseline's fingerprint.".into(),
+                    reason: "Every requirement of the live payment contract equals the baseline's fingerprint.".into(),
                     action: "store_returned_baseline",
                     returns_current: true,
-                }
-            } else {
-                Verdict {
-                    status: "OK",
-                    decision: "CHANGED",
-                    reason: format!(
-                        "The live payment contract differs from the baseline: {}.",
-                        classes.join(", ")
-                    ),
-                    classes,
-                    action: "review_material_changes",
-                    returns_current: true,
-                }
+                };
+            }
+            let described: Vec<String> = changed.iter().map(RequirementChange::describe).collect();
+            Verdict {
+                status: "OK",
+                decision: "CHANGED",
+                reason: format!(
+                    "The live payment contract differs from the baseline: {}.",
+                    described.join("; ")
+                ),
+                changed,
+                classes,
+                action: "review_material_changes",
+                returns_current: true,
             }
         }
         (None, prior) => {
@@ -294,6 +418,7 @@ fn verdict(
                 return Verdict {
                     status: "OK",
                     decision: "CHANGED",
+                    changed: Vec::new(),
                     classes: vec!["NO_LONGER_X402"],
                     reason: "The resource answered successfully without asking for payment; it no longer presents an x402 payment contract.".into(),
                     action: "review_material_changes",
@@ -301,66 +426,86 @@ fn verdict(
                 };
             }
             let reason = probe.limitation().unwrap_or_else(|| {
-                "The challenge's first requirement lacks a scheme, network, asset, amount or payTo, so no complete fingerprint could be made.".into()
+                "A requirement of the challenge lacks a scheme, network, asset, amount or payTo (or there is none), so no complete fingerprint could be made.".into()
             });
-            hold(reason, Vec::new())
+            Verdict {
+                status: "HOLD",
+                decision: "HOLD",
+                changed: Vec::new(),
+                classes: Vec::new(),
+                reason,
+                action: "keep_prior_baseline",
+                returns_current: false,
+            }
         }
     }
 }
 
+/// The baseline's requirement fingerprints, as sent (already seal-checked before payment).
+fn prior_requirements(request: &Request) -> Option<Vec<Value>> {
+    request
+        .baseline
+        .as_ref()
+        .and_then(|b| rc::at(b, "/fingerprint/requirements"))
+        .and_then(Value::as_array)
+        .cloned()
+}
+
+/// The baseline block of the response, sealed with baseline_sha256. Reusable only when this
+/// observation is complete (SPEC 2.9); otherwise it carries no fingerprint and says why, and
+/// the caller keeps its own baseline (SPEC Part 3 rule 2).
+fn baseline_block(
+    machine: &Machine,
+    probe: &Probe,
+    current: Option<&Value>,
+    verdict: &Verdict,
+    observed_at: &str,
+) -> Value {
+    let (fingerprint, hold_reason) = match current {
+        Some(fingerprint) if verdict.returns_current => (Some(fingerprint), None),
+        _ => (
+            None,
+            Some(format!(
+                "This observation is not a complete payment contract, so it is no baseline: {} Keep your own baseline.",
+                verdict.reason
+            )),
+        ),
+    };
+    let mut baseline = json!({
+        "reusable": fingerprint.is_some(),
+        "methodology_version": machine.methodology_version,
+        "provenance": "direct_service",
+        "observed_at": observed_at,
+        "resource_url": probe.target.url.as_str(),
+        "method": probe.target.method,
+        "body_sha256": probe.target.body_sha256(),
+        "fingerprint": fingerprint,
+        "fingerprint_sha256": fingerprint.map(canonical_sha256),
+        "hold_reason": hold_reason,
+    });
+    let seal = canonical_sha256(&baseline);
+    baseline["baseline_sha256"] = Value::String(seal);
+    baseline
+}
+
 /// The VM08 response of a probe and the caller's request.
 pub fn response(machine: &Machine, request: &Request, probe: &Probe, checked_at: &str) -> Value {
+    let listed = requirement_fingerprints(probe.requirements());
     let current = fingerprint(probe.requirements());
-    let prior = request.baseline.as_ref().and_then(|b| b.get("fingerprint"));
+    let prior = prior_requirements(request);
     let policy = price_policy(request);
-    let verdict = verdict(probe, current.as_ref(), prior, policy);
+    let verdict = verdict(probe, listed.as_deref(), prior.as_deref(), policy);
     let current_sha = current.as_ref().map(canonical_sha256);
-    let baseline = if verdict.returns_current {
-        json!({
-            "reusable": true,
-            "methodology_version": machine.methodology_version,
-            "provenance": "direct_service",
-            "observed_at": checked_at,
-            "resource_url": probe.target.url.as_str(),
-            "method": probe.target.method,
-            "body_sha256": probe.target.body_sha256(),
-            "fingerprint": current,
-            "fingerprint_sha256": current_sha,
-        })
-    } else if let Some(given) = &request.baseline {
-        // Incomplete or HOLD evidence never replaces the caller's baseline (SPEC Part 3 rule 2).
-        json!({
-            "reusable": true,
-            "methodology_version": machine.methodology_version,
-            "provenance": "direct_service",
-            "observed_at": given.get("observed_at"),
-            "resource_url": given.get("resource_url"),
-            "method": given.get("method"),
-            "body_sha256": given.get("body_sha256"),
-            "fingerprint": given.get("fingerprint"),
-            "fingerprint_sha256": given.get("fingerprint_sha256"),
-        })
-    } else {
-        json!({
-            "reusable": false,
-            "methodology_version": machine.methodology_version,
-            "provenance": "direct_service",
-            "observed_at": checked_at,
-            "resource_url": probe.target.url.as_str(),
-            "method": probe.target.method,
-            "body_sha256": probe.target.body_sha256(),
-            "fingerprint": null,
-            "fingerprint_sha256": null,
-        })
-    };
+    let baseline = baseline_block(machine, probe, current.as_ref(), &verdict, checked_at);
     let mut limitations = vec![
         "The payment contract was observed through one unpaid probe; the target was not paid."
             .to_string(),
     ];
     limitations.extend(probe.limitation());
-    if current.is_none() && request.baseline.is_some() {
+    if !verdict.returns_current && request.baseline.is_some() {
         limitations.push(
-            "Your baseline is returned unchanged; this observation does not replace it.".into(),
+            "No reusable baseline is returned; keep your own, this observation does not replace it."
+                .into(),
         );
     }
     let compared_amount = prior.is_some() && current.is_some();
@@ -372,6 +517,7 @@ pub fn response(machine: &Machine, request: &Request, probe: &Probe, checked_at:
         "decision": verdict.decision,
         "observation_kind": if prior.is_some() { "repeat" } else { "first" },
         "material_change_classes": verdict.classes,
+        "changed_requirements": verdict.changed.iter().map(RequirementChange::to_json).collect::<Vec<_>>(),
         "checked_at": checked_at,
         "requested_resource": probe.target.url.as_str(),
         "probe": probe.target.to_json(),
@@ -432,39 +578,73 @@ fn discovery_comparison(listing: &Value, probe: &Probe) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{amount_class, changes};
-    use serde_json::json;
+    use super::{amount_class, changes, requirement_changes};
+    use serde_json::{Value, json};
+
+    fn requirement() -> Value {
+        json!({"scheme": "exact", "network": "eip155:8453", "asset": "0xaa",
+            "amount": "100", "pay_to": "0xBB", "max_timeout_seconds": 60,
+            "extra": {"name": "USD Coin"}, "resource_url": "https://a.example.com/x"})
+    }
 
     #[test]
-    fn change_classes_cover_requirements_and_methods() {
-        let prior = json!({"scheme": "exact", "network": "eip155:8453", "asset": "0xaa",
-            "amount": "100", "pay_to": "0xBB", "max_timeout_seconds": 60,
-            "extra": {"name": "USD Coin"}, "resource_url": "https://a.example.com/x",
-            "requirement_count": 1});
-        let same_case = json!({"asset": "0xAA", "pay_to": "0xbb"});
+    fn change_classes_cover_each_contract_field() {
+        let prior = requirement();
         let mut current = prior.clone();
-        current["asset"] = same_case["asset"].clone();
-        current["pay_to"] = same_case["pay_to"].clone();
+        current["asset"] = json!("0xAA");
+        current["pay_to"] = json!("0xbb");
         assert!(changes(&prior, &current, (500, 2000)).is_empty());
-        current["requirement_count"] = json!(2);
         current["extra"]["assetTransferMethod"] = json!("permit2");
         current["amount"] = json!("90");
+        current["network"] = json!("base");
         assert_eq!(
             changes(&prior, &current, (500, 2000)),
             vec![
+                "NETWORK_CHANGED",
                 "AMOUNT_DECREASE",
                 "TRANSFER_METHOD_CHANGED",
-                "EXTRA_CHANGED",
-                "REQUIREMENT_ADDED"
+                "EXTRA_CHANGED"
             ]
         );
-        let mut fewer = prior.clone();
-        fewer["requirement_count"] = json!(0);
-        fewer["network"] = json!("base");
-        assert_eq!(
-            changes(&prior, &fewer, (500, 2000)),
-            vec!["NETWORK_CHANGED", "REQUIREMENT_REMOVED"]
-        );
+    }
+
+    #[test]
+    fn every_requirement_is_compared_whatever_its_position() {
+        let first = requirement();
+        let mut second = requirement();
+        second["network"] = json!("eip155:1");
+        second["amount"] = json!("200");
+        let prior = vec![first.clone(), second.clone()];
+        let policy = (500, 2000);
+        // The same requirements in another order: nothing changed.
+        let reordered = vec![(0, second.clone()), (1, first.clone())];
+        assert!(requirement_changes(&prior, &reordered, policy).is_empty());
+        // Only the second requirement's amount moves: it alone is named.
+        let mut dearer = second.clone();
+        dearer["amount"] = json!("300");
+        let live = vec![(0, first.clone()), (1, dearer)];
+        let changed = requirement_changes(&prior, &live, policy);
+        assert_eq!(changed.len(), 1, "{changed:?}");
+        assert_eq!(changed[0].accepts_index, Some(1));
+        assert_eq!(changed[0].baseline_index, Some(1));
+        assert_eq!(changed[0].classes, vec!["AMOUNT_INCREASE_ABOVE_POLICY"]);
+        // A third requirement appears; then the second disappears.
+        let mut third = requirement();
+        third["scheme"] = json!("upto");
+        third["asset"] = json!("0xcc");
+        third["pay_to"] = json!("0xdd");
+        third["network"] = json!("eip155:10");
+        let grown = vec![(0, first.clone()), (1, second.clone()), (2, third)];
+        let changed = requirement_changes(&prior, &grown, policy);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].accepts_index, Some(2));
+        assert_eq!(changed[0].classes, vec!["REQUIREMENT_ADDED"]);
+        let shrunk = vec![(0, first)];
+        let changed = requirement_changes(&prior, &shrunk, policy);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].accepts_index, None);
+        assert_eq!(changed[0].baseline_index, Some(1));
+        assert_eq!(changed[0].classes, vec!["REQUIREMENT_REMOVED"]);
     }
 
     #[test]

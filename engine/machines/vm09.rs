@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
-use crate::support::timestamp::seconds as timestamp;
+use crate::support::timestamp::millis as timestamp;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// VM09 x402 pre-sign handoff packet.
@@ -67,7 +67,9 @@ impl super::Machine for Vm09 {
     ) -> Result<Value, WorkError> {
         let (probe, selection) =
             probe_reads::probe_and_select(context, machine, &request.probe).await?;
-        let observed_at = Utc::now();
+        // The packet's 60 s run from when the challenge was received, not from when our
+        // reads end.
+        let observed_at = probe.received_at;
         let selected = match &selection {
             Selection::Selected(requirement) => Some(requirement),
             _ => None,
@@ -247,9 +249,9 @@ pub fn response(
         .limit("freshness_ms")
         .and_then(|ms| i64::try_from(ms).ok())
         .ok_or_else(|| WorkError::manifest("VM09", "no limit freshness_ms"))?;
-    // Whole seconds on both ends, so expires_at - observed_at is exactly freshness_ms.
-    let observed_at =
-        DateTime::<Utc>::from_timestamp(observed_at.timestamp(), 0).unwrap_or(observed_at);
+    // Millisecond timestamps on both ends, so expires_at - observed_at is exactly freshness_ms.
+    let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
+        .unwrap_or(observed_at);
     let expires_at = observed_at + chrono::Duration::milliseconds(freshness);
     let selected = match selection {
         Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),

@@ -125,6 +125,8 @@ pub enum ProbeOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Probe {
     pub target: ProbeTarget,
+    /// When the probe's answer (or its failure) came back: the moment the contract was seen.
+    pub received_at: chrono::DateTime<chrono::Utc>,
     pub http_status: Option<u16>,
     pub requests_sent: u32,
     pub outcome: ProbeOutcome,
@@ -287,6 +289,7 @@ pub async fn probe(
             limits,
         })
         .await;
+    let received_at = chrono::Utc::now();
     let requests_sent = outcome.requests_sent;
     let (http_status, probe_outcome) = match outcome.result {
         Err(refusal) => (
@@ -312,6 +315,7 @@ pub async fn probe(
     };
     Ok(Probe {
         target,
+        received_at,
         http_status,
         requests_sent,
         outcome: probe_outcome,

@@ -38,6 +38,11 @@ impl TestServer {
                 "FACTOMAT_DATABASE_URL".into(),
                 format!("sqlite:{}", temp_path("ledger.db").display()),
             ),
+            // No captured sample unless a test stores one: never one from the working directory.
+            (
+                "FACTOMAT_SAMPLE_PATH".into(),
+                temp_path("sample.json").display().to_string(),
+            ),
         ];
         env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let config = Config::from_env(env).expect("test configuration is valid");

@@ -164,15 +164,18 @@ pub fn well_known(manifest: &Manifest) -> Value {
     })
 }
 
-/// The free captured sample of the VM04 output, marked as not a current observation.
+/// The free VM04 sample when nothing was captured: the manifest's output example, labelled an
+/// illustrative example (its values were never observed). A capture replaces it at start-up
+/// (catalog::sample).
 pub fn sample(manifest: &Manifest) -> Result<Value, String> {
     let machine = manifest
         .machine(SAMPLE_MACHINE)
         .ok_or_else(|| format!("{SAMPLE_MACHINE} missing for the sample"))?;
     Ok(json!({
         "sample": true,
+        "kind": "illustrative",
         "not_a_current_observation": true,
-        "notice": "Captured sample of a VM04 response from the manifest's output example. It is not a current paid observation; call the paid resource for current data.",
+        "notice": "Illustrative example of the shape of a VM04 response (the manifest's output example): it was not captured and its block number, rates and times were never observed. Call the paid resource for current data.",
         "machine": machine.machine,
         "resource": url(&machine.path),
         "methodology_version": machine.methodology_version,

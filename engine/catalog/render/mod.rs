@@ -62,7 +62,7 @@ pub fn machine_doc_path(machine: &Machine) -> String {
     format!("docs/machines/{}.md", machine.machine)
 }
 
-/// The machine whose output example is served as the free captured sample.
+/// The machine of the free sample (its output example, or a stored capture of it).
 pub const SAMPLE_MACHINE: &str = "VM04";
 
 /// One rendered document and the repository path its committed copy lives at.

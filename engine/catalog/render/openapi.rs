@@ -304,7 +304,7 @@ pub fn openapi(manifest: &Manifest) -> Value {
         (
             SAMPLE_PATH,
             "getProductiveVenueSnapshotSample",
-            "Captured VM04 sample; not a current observation",
+            "VM04 sample: a stored capture, or an illustrative example; never a current observation",
             "application/json",
             object,
         ),

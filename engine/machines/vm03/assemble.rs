@@ -314,6 +314,18 @@ fn source(
     })
 }
 
+/// Why the native source's pagination_complete is not an observation of pagination.
+const NATIVE_NOT_PAGINATED: &str = "A single eth_getBalance read is not paginated: pagination_complete here only states whether that read completed.";
+
+/// The factual flag of a concentration that could not be assessed (nothing priced): the
+/// schema forces `concentrated` to a bool, so its false is not an observation then.
+const CONCENTRATION_NOT_ASSESSABLE: &str = "CONCENTRATION_NOT_ASSESSABLE";
+
+/// Whether any holding was priced at a nonzero total, so concentration could be assessed.
+fn concentration_assessable(concentration: &Value) -> bool {
+    !concentration["largest_priced_share"].is_null()
+}
+
 fn sources_and_evidence(
     outcome: &ChainOutcome,
     settings: &Settings,
@@ -339,7 +351,10 @@ fn sources_and_evidence(
         "eth_blockNumber, then eth_getBalance at {at_block}"
     ));
     native["provider_response_complete"] = json!(native_ok(outcome));
-    native["limitations"] = json!(match (&outcome.block, &outcome.native) {
+    // One eth_getBalance has no pages: the flag only states whether that read completed,
+    // and the source says so rather than passing a default off as an observation.
+    native["pagination_complete"] = json!(native_ok(outcome));
+    let mut native_limitations = match (&outcome.block, &outcome.native) {
         (Err(why), _) => vec![format!("The RPC endpoint could not be read ({why}).")],
         (
             _,
@@ -348,7 +363,9 @@ fn sources_and_evidence(
             }),
         ) => vec![format!("eth_getBalance failed ({why}).")],
         _ => Vec::new(),
-    });
+    };
+    native_limitations.push(NATIVE_NOT_PAGINATED.to_string());
+    native["limitations"] = json!(native_limitations);
     let summary = match (&outcome.native, block) {
         (
             Some(Timed {
@@ -672,6 +689,12 @@ pub fn respond(
         .zip(Decimal::from_units(U256::from(returned), 0))
         .and_then(|(p, r)| p.ratio(r, 4))
         .map_or("0.0000".to_string(), |s| s.to_fixed(4));
+    let mut flags = factual_flags(outcomes, &described);
+    let mut limitations = overall_limitations(outcomes, request, settings, overflow);
+    if !concentration_assessable(&concentration) {
+        flags.push(CONCENTRATION_NOT_ASSESSABLE);
+        limitations.push("No holding was priced, so concentration could not be assessed: concentrated false and concentration_flag false are not observations (factual flag CONCENTRATION_NOT_ASSESSABLE).".into());
+    }
     let mut sources = Vec::new();
     let mut evidence = Vec::new();
     for outcome in outcomes {
@@ -700,7 +723,7 @@ pub fn respond(
         "overflow_count_complete": all_complete,
         "sources": sources,
         "evidence": evidence,
-        "limitations": overall_limitations(outcomes, request, settings, overflow),
+        "limitations": limitations,
         "confidence": confidence,
         "readiness": {
             "purpose": "PRE_ACTION_EVIDENCE_READINESS",
@@ -713,7 +736,7 @@ pub fn respond(
                 "priced_share_of_returned_holdings": share,
             },
             "concentration_flag": concentration["concentrated"],
-            "factual_flags": factual_flags(outcomes, &described),
+            "factual_flags": flags,
             "evidence_gaps": gaps,
         },
     })

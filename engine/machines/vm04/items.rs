@@ -11,7 +11,6 @@ use crate::net::upstream::UpstreamError;
 use crate::providers::aave::{AaveError, ReserveObservation};
 use crate::providers::lido::SmaObservation;
 use crate::support::decimal::Decimal;
-use crate::support::timestamp;
 
 // ---------------------------------------------------------------- venue items
 
@@ -58,7 +57,10 @@ pub(super) fn venue_base(spec: &VenueSpec, frozen: &Frozen, chain: Chain) -> Val
         "secondary_rates": [],
         "source": "",
         "block_number": null,
-        "observed_at": timestamp::now_millis(),
+        // Set only from a read that succeeded; a failed read says when it was attempted.
+        "observed_at": null,
+        "attempted_at": null,
+        "read_failed": true,
         "evidence_ids": [],
     })
 }
@@ -115,6 +117,7 @@ pub(super) fn aave_venue(
     item["contracts"]["a_token"] = json!(observation.a_token.to_checksum(None));
     item["block_number"] = json!(observation.block_number.to_string());
     item["observed_at"] = json!(observation.retrieved_at);
+    item["read_failed"] = json!(false);
     item["evidence_ids"] = json!([aave_evidence_id(chain, &spec.reserve)]);
     let borrow = plausible(ray(observation.variable_borrow_rate_ray), ceiling).ok();
     item["secondary_rates"] = json!([{
@@ -175,6 +178,7 @@ pub(super) fn lido_venue(
     let observation = &served.value;
     let item = &mut result.item;
     item["observed_at"] = json!(observation.retrieved_at);
+    item["read_failed"] = json!(false);
     item["evidence_ids"] = json!([LIDO_EVIDENCE_ID]);
     let latest = observation
         .latest_apr_percent

@@ -120,6 +120,8 @@ pub(super) async fn read_lido(
 
 /// The reads the candidates need, run concurrently; a protocol with no candidate is not read.
 pub(super) struct Reads {
+    /// When the reads were started: the time an attempted read that failed carries.
+    pub(super) attempted_at: String,
     /// The Aave reserve read (symbol), when an Aave venue is a candidate.
     pub(super) aave_reserve: Option<String>,
     pub(super) aave: Option<Result<Served<ReserveObservation>, AaveError>>,
@@ -138,6 +140,7 @@ pub(super) async fn read(
         .find(|v| v.protocol == "aave_v3")
         .map(|v| v.reserve.clone());
     let wants_lido = candidates.iter().any(|v| v.protocol == "lido");
+    let attempted_at = crate::support::timestamp::now_millis();
     let aave = async {
         match &aave_reserve {
             Some(reserve) => Some(read_aave(context, machine, frozen, chain, reserve).await),
@@ -152,6 +155,7 @@ pub(super) async fn read(
     };
     let (aave, lido) = tokio::join!(aave, lido);
     Reads {
+        attempted_at,
         aave_reserve,
         aave,
         lido,

@@ -10,7 +10,6 @@ use super::venues::Frozen;
 use super::{Query, Request};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
-use crate::support::timestamp;
 
 pub(super) struct Decision {
     pub(super) status: &'static str,
@@ -77,6 +76,10 @@ pub(super) fn limitations(
     let mut out = vec![
         "primary_apr is an APR as a decimal fraction (0.0412 = 4.12%); it is never converted to APY.".to_string(),
     ];
+    let read_something = matches!(reads.aave, Some(Ok(_))) || matches!(reads.lido, Some(Ok(_)));
+    if !read_something {
+        out.push("Nothing was read from any source, so retrieved_at is null: there is no observation to date.".into());
+    }
     if reads.aave.is_some() {
         out.push("Aave v3 APR values are observed at one block; they change with utilization and are not a forecast.".into());
         if query.resolved.kind == "native" {
@@ -137,7 +140,8 @@ pub(super) fn respond(
         "result_count": outcome.venues.len(),
         "truncated": outcome.truncated,
         "omissions": outcome.omissions,
-        "retrieved_at": earliest.unwrap_or_else(timestamp::now_millis),
+        // Null when nothing was read: there is no observation to date.
+        "retrieved_at": earliest,
         "block_number": block,
         "cached": cached,
         "observation_age_ms": age,
