@@ -2,4 +2,5 @@
 
 pub mod body;
 pub mod error;
+pub mod request_id;
 pub mod server;

@@ -12,6 +12,7 @@ use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+use tracing::Instrument;
 use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
@@ -21,6 +22,7 @@ use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::error::ApiError;
+use crate::http::request_id;
 use crate::machines::{self, Check, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::facilitator::FacilitatorClient;
@@ -28,8 +30,8 @@ use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
 
 const JSON: &str = "application/json";
-const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
-const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE";
+const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
+const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
 /// A free document served from bytes prepared at start-up.
 struct FreeDoc {
@@ -47,6 +49,9 @@ struct PaidRoute {
     challenge: Option<Challenge>,
     /// The PaymentRequirements a payment's `accepted` must equal.
     requirement: Option<Value>,
+    /// Whether this deployment configures what the machine needs: a configuration fact, so
+    /// it is settled at start-up and a machine that cannot serve never asks for a payment.
+    readiness: Result<(), ApiError>,
 }
 
 /// Shared, immutable state of a running server.
@@ -142,7 +147,7 @@ impl AppState {
         let free = free_documents(manifest, &base_url, &config)?;
         let mut paid = HashMap::new();
         for machine in &manifest.machines {
-            let route = PaidRoute::prepare(manifest, machine, &base_url, config.pay_to.as_deref())?;
+            let route = PaidRoute::prepare(manifest, machine, &base_url, &config)?;
             paid.insert(machine.path.clone(), route);
         }
         let work = WorkContext {
@@ -174,6 +179,7 @@ impl AppState {
                         amount_atomic = %row.amount_atomic, created_at = %row.created_at,
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
+                        request_id = row.request_id.as_deref().unwrap_or("unknown"),
                         "ledger row left reserved by an earlier run: settlement outcome unknown; authorizationState(payer, nonce) on the asset tells"
                     );
                 }
@@ -232,8 +238,9 @@ impl PaidRoute {
         manifest: &'static Manifest,
         machine: &'static Machine,
         base_url: &str,
-        pay_to: Option<&str>,
+        config: &Config,
     ) -> Result<PaidRoute, StartError> {
+        let pay_to = config.pay_to.as_deref();
         let validator = RequestValidator::new(machine).map_err(StartError::Prepare)?;
         let check = machines::check_for(&machine.machine)
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
@@ -256,6 +263,7 @@ impl PaidRoute {
             max_body,
             challenge,
             requirement,
+            readiness: machines::readiness(machine, config),
         })
     }
 }
@@ -308,6 +316,7 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
         "api_version": manifest.service.api_version,
         "version": env!("CARGO_PKG_VERSION"),
         "machines": manifest.machines.len(),
+        "machine_readiness": machine_readiness(manifest, config),
         "payment": {
             "network": manifest.payment.network,
             "scheme": manifest.payment.scheme,
@@ -318,6 +327,27 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
         },
     });
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// Each machine's readiness from configuration: whether this deployment sells it, and if
+/// not, the 503 its requests answer (never a secret: messages name what is missing).
+fn machine_readiness(manifest: &Manifest, config: &Config) -> Vec<Value> {
+    manifest
+        .machines
+        .iter()
+        .map(|machine| {
+            let mut entry = json!({"machine": machine.machine, "path": machine.path});
+            match machines::readiness(machine, config) {
+                Ok(()) => entry["ready"] = json!(true),
+                Err(error) => {
+                    entry["ready"] = json!(false);
+                    entry["code"] = json!(error.code);
+                    entry["message"] = json!(error.message);
+                }
+            }
+            entry
+        })
+        .collect()
 }
 
 fn routes(
@@ -338,12 +368,30 @@ fn routes(
              body| {
                 // Boxed: the handler's state machine (the whole paid path) is large, and an
                 // unboxed future would be stored in every connection task, idle ones too.
-                Box::pin(async move {
-                    let started = Instant::now();
-                    let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
-                    log_request(&method, path.as_str(), &response, started);
-                    response
-                })
+                let request_id = request_id::for_request(&headers);
+                let span = tracing::info_span!(
+                    "request",
+                    request_id = request_id.to_str().unwrap_or_default()
+                );
+                Box::pin(
+                    async move {
+                        let started = Instant::now();
+                        let id = request_id.to_str().unwrap_or_default();
+                        let request = Incoming {
+                            method: &method,
+                            path: path.as_str(),
+                            headers: &headers,
+                            request_id: id,
+                        };
+                        let mut response = dispatch(&state, &request, body).await;
+                        log_request(&method, path.as_str(), &response, started);
+                        response
+                            .headers_mut()
+                            .insert(HeaderName::from_static(request_id::HEADER), request_id);
+                        response
+                    }
+                    .instrument(span),
+                )
             },
         )
 }
@@ -358,20 +406,23 @@ fn log_request(method: &Method, path: &str, response: &Response<Bytes>, started:
     }
 }
 
-async fn dispatch<S, B>(
-    state: &Arc<AppState>,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    body: S,
-) -> Response<Bytes>
+/// The parts of a request the handlers read.
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    request_id: &'a str,
+}
+
+async fn dispatch<S, B>(state: &Arc<AppState>, request: &Incoming<'_>, body: S) -> Response<Bytes>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
+    let (method, path) = (request.method, request.path);
     if let Some(route) = state.paid.get(path) {
         return match *method {
-            Method::POST => paid(state, route, headers, body).await,
+            Method::POST => paid(state, route, request, body).await,
             Method::OPTIONS => preflight("POST, OPTIONS"),
             _ => method_not_allowed("POST, OPTIONS"),
         };
@@ -394,13 +445,14 @@ where
 async fn paid<S, B>(
     state: &Arc<AppState>,
     route: &PaidRoute,
-    headers: &HeaderMap,
+    incoming: &Incoming<'_>,
     body: S,
 ) -> Response<Bytes>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
+    let headers = incoming.headers;
     let request = match validate_paid_request(route, headers, body).await {
         Ok(request) => request,
         Err(error) => return error_response(&error),
@@ -415,6 +467,9 @@ where
             "payments are not configured on this deployment (no pay_to); no payment is requested",
         ));
     };
+    if let Err(error) = &route.readiness {
+        return error_response(error);
+    }
     let Some(signature) = headers.get(challenge::PAYMENT_SIGNATURE) else {
         return payment_required(challenge);
     };
@@ -423,9 +478,6 @@ where
             "service_disabled",
             "no payment facilitator is configured on this deployment; nothing was charged",
         ));
-    }
-    if let Err(error) = machines::readiness(route.machine, &state.config) {
-        return error_response(&error);
     }
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
@@ -437,8 +489,9 @@ where
         pay_to: pay_to.to_string(),
         request,
         signature: signature.as_bytes().to_vec(),
+        request_id: incoming.request_id.to_string(),
     };
-    match tokio::spawn(call.run()).await {
+    match tokio::spawn(call.run().instrument(tracing::Span::current())).await {
         Ok(outcome) => paid_response(state, route, pay_to, outcome),
         Err(error) => {
             tracing::error!(%error, machine = %route.machine.machine, "paid call task failed");
@@ -459,6 +512,7 @@ struct PaidCall {
     pay_to: String,
     request: Value,
     signature: Vec<u8>,
+    request_id: String,
 }
 
 impl PaidCall {
@@ -478,6 +532,7 @@ impl PaidCall {
             &self.state.work,
             &self.request,
             &self.signature,
+            &self.request_id,
         )
         .await
     }

@@ -129,6 +129,7 @@ pub async fn run(
     work: &WorkContext,
     request: &Value,
     header: &[u8],
+    request_id: &str,
 ) -> PaidOutcome {
     let presented = match decode(header, requirement) {
         Ok(presented) => presented,
@@ -166,6 +167,7 @@ pub async fn run(
         nonce: presented.nonce.clone(),
         valid_before: presented.valid_before.clone(),
         request_sha256: canonical_sha256(request),
+        request_id: request_id.to_string(),
     };
     let id = match rail.ledger.reserve(&attempt) {
         Ok(id) => id,
