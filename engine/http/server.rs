@@ -25,7 +25,7 @@ use crate::http::error::ApiError;
 use crate::http::request_id;
 use crate::machines::{self, Check, WorkContext};
 use crate::net::gateway::Gateway;
-use crate::pay::facilitator::FacilitatorClient;
+use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
 
@@ -215,15 +215,19 @@ impl AppState {
 }
 
 fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail>, StartError> {
+    // Checked even without a facilitator URL: a bad key is a configuration error either way.
+    let auth = Authorizer::from_config(&config.facilitator_auth)
+        .map_err(|e| StartError::Prepare(format!("facilitator_api_key_secret: {e}")))?;
     let Some(url) = &config.facilitator_url else {
         return Ok(None);
     };
     let ledger = ledger::open(&config.database_url)
         .map_err(|e| StartError::Prepare(format!("ledger {}: {e}", config.database_url)))?;
+    tracing::info!(facilitator_auth = auth.mode(), "facilitator authentication");
     let facilitator = FacilitatorClient::new(
         gateway.clone(),
         url.clone(),
-        config.facilitator_authorization.clone(),
+        auth,
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );

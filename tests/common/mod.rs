@@ -1,6 +1,7 @@
 //! Shared harness of the black-box tests: the real server on loopback, a real HTTP client.
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod devstack;
 pub mod https;
 pub mod logs;
