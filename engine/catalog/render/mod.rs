@@ -17,7 +17,7 @@ mod templates;
 
 pub use documents::{catalog, orientation, sample, well_known};
 pub use openapi::{openapi, to_openapi30};
-pub use payment::{bazaar_extension, requirement};
+pub use payment::{bazaar_extension, bazaar_header_extension, requirement};
 use templates::{generated_readme, llms_txt, machine_doc};
 
 use serde_json::{Value, json};
