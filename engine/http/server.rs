@@ -22,12 +22,13 @@ use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::error::ApiError;
-use crate::http::request_id;
+use crate::http::{admin, request_id};
 use crate::machines::{self, Entry, NotReady, Work, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
+use crate::support::metrics::metrics;
 
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
@@ -59,7 +60,7 @@ pub struct AppState {
     pub config: Config,
     pub base_url: String,
     pub gateway: Gateway,
-    rail: Option<PaymentRail>,
+    pub(crate) rail: Option<PaymentRail>,
     work: WorkContext,
     free: HashMap<String, FreeDoc>,
     paid: HashMap<String, PaidRoute>,
@@ -79,6 +80,8 @@ pub enum StartError {
 /// A server running in the background, for the binary and for tests.
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// The admin listener's address when `admin_listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub state: Arc<AppState>,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -125,14 +128,26 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     state.report_unfinished_attempts();
     state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
+    let (admin_tx, admin_rx) = oneshot::channel::<()>();
+    let admin_addr = match state.config.admin_listen {
+        Some(admin) => Some(admin::start(admin, state.clone(), admin_rx).await.map_err(
+            |source| StartError::Bind {
+                addr: admin,
+                source,
+            },
+        )?),
+        None => None,
+    };
     let routes = routes(state.clone());
     let server = warp::serve(routes).incoming(listener).graceful(async move {
         let _ = rx.await;
+        let _ = admin_tx.send(());
     });
     let task = tokio::spawn(server.run());
     tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
     Ok(RunningServer {
         addr,
+        admin_addr,
         state,
         shutdown: Some(tx),
         task,
@@ -140,6 +155,15 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
 }
 
 impl AppState {
+    /// The `machine` label of a path: its machine id, `free` or `none`.
+    fn metrics_label(&self, path: &str) -> &'static str {
+        match self.paid.get(path) {
+            Some(route) => route.machine.machine.as_str(),
+            None if self.free.contains_key(path) => "free",
+            None => "none",
+        }
+    }
+
     fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
         let manifest: &'static Manifest = &MANIFEST;
         let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
@@ -396,6 +420,10 @@ fn routes(
                             request_id: id,
                         };
                         let mut response = dispatch(&state, &request, body).await;
+                        metrics().request(
+                            state.metrics_label(request.path),
+                            response.status().as_u16(),
+                        );
                         log_request(&method, path.as_str(), &response, started);
                         response
                             .headers_mut()
@@ -483,6 +511,7 @@ where
         return error_response(&not_ready.clone().into());
     }
     let Some(signature) = headers.get(challenge::PAYMENT_SIGNATURE) else {
+        metrics().payment("challenged", "");
         return payment_required(challenge);
     };
     if state.rail.is_none() {
@@ -532,6 +561,7 @@ struct PaidCall {
 
 impl PaidCall {
     async fn run(self) -> Result<PaidOutcome, ApiError> {
+        let _in_flight = metrics().paid_call_in_flight();
         let Some(rail) = &self.state.rail else {
             return Err(ApiError::unavailable(
                 "service_disabled",

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::config::{FacilitatorAuth, Secret};
 use crate::net::gateway::Gateway;
 use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
+use crate::support::metrics::{CallResult, metrics};
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 
@@ -133,6 +134,23 @@ impl FacilitatorClient {
     }
 
     async fn call(
+        &self,
+        method: reqwest::Method,
+        name: &'static str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(u16, Value), FacilitatorError> {
+        let started = std::time::Instant::now();
+        let answer = self.call_uncounted(method, name, body, timeout).await;
+        let result = match answer {
+            Ok(_) => CallResult::Ok,
+            Err(_) => CallResult::Error,
+        };
+        metrics().call("facilitator", name, result, started.elapsed());
+        answer
+    }
+
+    async fn call_uncounted(
         &self,
         method: reqwest::Method,
         name: &str,

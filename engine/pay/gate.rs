@@ -16,6 +16,7 @@ use crate::catalog::manifest::{Machine, Manifest};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
+use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
@@ -103,6 +104,7 @@ struct Presented {
 }
 
 fn reject(reason: &str) -> PaidOutcome {
+    metrics().payment("rejected", reason);
     PaidOutcome::Rejected {
         reason: reason.to_string(),
     }
@@ -186,7 +188,7 @@ pub async fn run<E: std::fmt::Display>(
         .verify(&presented.payload, requirement)
         .await
     {
-        Ok(verdict) if verdict.is_valid => {}
+        Ok(verdict) if verdict.is_valid => metrics().payment("verified", ""),
         Ok(verdict) => {
             let reason = verdict
                 .invalid_reason
@@ -233,6 +235,7 @@ fn work_failed(
     error: &dyn std::fmt::Display,
 ) -> PaidOutcome {
     tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
+    metrics().payment("work_failed", "");
     let reason = error.to_string();
     if let Err(e) = rail.ledger.finish(id, &Outcome::WorkFailed { reason }) {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
@@ -254,6 +257,7 @@ fn finish_settlement(
         Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
             let transaction = outcome.transaction.clone().unwrap_or_default();
             tracing::info!(machine = %machine.machine, %transaction, "payment settled");
+            metrics().payment("settled", "");
             if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }) {
                 // Settled on chain: deliver, and leave the row reserved for start-up reporting.
                 tracing::error!(%error, attempt = id, "settled but not recorded");
@@ -303,6 +307,7 @@ fn finish_settlement(
 }
 
 fn record_settle_failure(ledger: &dyn Ledger, id: i64, reason: String) {
+    metrics().payment("settle_failed", "");
     if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }) {
         tracing::error!(%error, attempt = id, "could not record settle_failed");
     }

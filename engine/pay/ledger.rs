@@ -89,6 +89,21 @@ pub trait Ledger: Send + Sync {
     fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError>;
     /// Every attempt, oldest first.
     fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError>;
+    /// How many rows are in each state (for metrics). Backends should count in the store.
+    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        let mut counts: Vec<(String, i64)> = Vec::new();
+        for row in self.rows()? {
+            match counts.iter_mut().find(|(state, _)| *state == row.state) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((row.state, 1)),
+            }
+        }
+        Ok(counts)
+    }
+    /// Proves the store takes a write now (for readiness) without changing it.
+    fn check_writable(&self) -> Result<(), LedgerError> {
+        self.reserved().map(|_| ())
+    }
 }
 
 /// The SQLite ledger. Its statements are short (one indexed row), so the payment gate runs
@@ -266,6 +281,20 @@ impl Ledger for SqliteLedger {
 
     fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError> {
         self.select("")
+    }
+
+    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached("SELECT state, COUNT(*) FROM payment_attempts GROUP BY state")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+    }
+
+    /// Takes the write lock and releases it: a read-only file, a full disk's locked journal
+    /// or another writer holding the lock past the busy timeout fails here.
+    fn check_writable(&self) -> Result<(), LedgerError> {
+        self.with(|c| c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;"))
     }
 }
 

@@ -4,4 +4,5 @@
 pub mod canonical;
 pub mod decimal;
 pub mod evm;
+pub mod metrics;
 pub mod ttl_cache;
