@@ -288,9 +288,9 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
             json!({"provider": "facilitator", "endpoint": endpoint, "result": result}),
         )
     };
-    // verify: the paid call and the corrupt one; settle: the paid call; the stranded verify
-    // failed; supported: start-up check + 3 readiness checks, one of them failed.
-    assert_eq!(calls("verify", "ok"), 2.0, "{text}");
+    // verify: the paid call (the corrupt signature is refused locally before /verify);
+    // settle: the paid call; the stranded verify failed; supported: one readiness check failed.
+    assert_eq!(calls("verify", "ok"), 1.0, "{text}");
     assert_eq!(calls("verify", "error"), 1.0);
     assert_eq!(calls("settle", "ok"), 1.0);
     assert_eq!(calls("supported", "error"), 1.0);

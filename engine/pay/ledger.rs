@@ -142,9 +142,7 @@ CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
 /// Columns added after the first release; a ledger file created before them gains them.
 const ADDED_COLUMNS: [&str; 3] = ["nonce", "valid_before", "request_id"];
 
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+use crate::support::timestamp::now_millis as now;
 
 fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
     let present: Vec<String> = connection

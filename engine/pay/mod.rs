@@ -4,4 +4,5 @@ pub mod cdp_auth;
 pub mod facilitator;
 pub mod gate;
 pub mod ledger;
+pub mod local_check;
 pub mod report;
