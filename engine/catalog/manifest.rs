@@ -264,6 +264,20 @@ impl Manifest {
         let mut push = |field: &str, message: String| {
             errors.push(ManifestError::at(id, field, message));
         };
+        let baseline_version = machine
+            .input_schema
+            .pointer("/properties/baseline/properties/methodology_version");
+        if let Some(field) = baseline_version
+            && field.get("const").and_then(Value::as_str) != Some(&machine.methodology_version)
+        {
+            push(
+                "input_schema.baseline.methodology_version",
+                format!(
+                    "must be const {:?}: a baseline is accepted only from this methodology",
+                    machine.methodology_version
+                ),
+            );
+        }
         if machine.method != "POST" {
             push(
                 "method",

@@ -714,8 +714,11 @@ where
             )
         })??;
     let request = body::parse_json(&bytes)?;
-    route.validator.validate(&request)?;
+    let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
+    if let Some(error) = combined_rule {
+        return Err(error);
+    }
     Ok((request, work))
 }
 
