@@ -275,10 +275,10 @@ function printInstructions(s) {
     `  export FACTOMAT_PAY_TO=${s.pay_to}`,
     `  export FACTOMAT_RPC_URL_EIP155_8453=${s.rpc_url}`,
     ...(s.rpc_url_eip155_1 ? [`  export FACTOMAT_RPC_URL_EIP155_1=${s.rpc_url_eip155_1}`] : []),
-    '  export FACTOMAT_BASE_URL=http://127.0.0.1:8080    # wherever factomat listens (its public base URL)',
+    '  export FACTOMAT_BASE_URL=http://127.0.0.1:8402    # the default listen address (FACTOMAT_LISTEN)',
     '',
     'Make one paid call with the official x402 client (prints one JSON line):',
-    `  node ${pay}${stateArg} --url http://127.0.0.1:8080/<operation> --body '{"...":"..."}'`,
+    `  node ${pay}${stateArg} --url http://127.0.0.1:8402/v1/allowance-exposure --body '{"owner":"${s.buyer_address}","token":"${USDC_ADDRESS}","spender":"${s.pay_to}"}'`,
     `Check balances:  node ${rel(path.join(DEVSTACK_DIR, 'chain.mjs'))}${stateArg} balance usdc ${s.pay_to}`,
     s.mode === 'foreground'
       ? `Stop:            Ctrl-C / SIGTERM to pid ${process.pid} (or node ${stop}${stateArg})`

@@ -28,6 +28,12 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "Socket address to listen on.",
     ),
     (
+        "admin_listen",
+        "FACTOMAT_ADMIN_LISTEN",
+        false,
+        "Socket address of the admin listener (/metrics, /livez, /readyz), e.g. 127.0.0.1:9402; unset = off.",
+    ),
+    (
         "base_url",
         "FACTOMAT_BASE_URL",
         false,
@@ -53,10 +59,34 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "x402 facilitator base URL (/verify, /settle, /supported).",
     ),
     (
+        "facilitator_auth",
+        "FACTOMAT_FACILITATOR_AUTH",
+        false,
+        "none, static (facilitator_authorization) or cdp (a fresh JWT per call from an API key); default none, or static when facilitator_authorization is set.",
+    ),
+    (
         "facilitator_authorization",
         "FACTOMAT_FACILITATOR_AUTHORIZATION",
         true,
-        "Optional static Authorization header value for the facilitator.",
+        "Static Authorization header value for the facilitator (facilitator_auth = static).",
+    ),
+    (
+        "facilitator_api_key_id",
+        "FACTOMAT_FACILITATOR_API_KEY_ID",
+        false,
+        "CDP API key id (facilitator_auth = cdp), e.g. organizations/<uuid>/apiKeys/<uuid>.",
+    ),
+    (
+        "facilitator_api_key_secret",
+        "FACTOMAT_FACILITATOR_API_KEY_SECRET",
+        true,
+        "CDP API key secret: PEM EC P-256 key (ES256) or base64 64-byte Ed25519 key (EdDSA).",
+    ),
+    (
+        "facilitator_api_key_secret_file",
+        "FACTOMAT_FACILITATOR_API_KEY_SECRET_FILE",
+        false,
+        "File holding the CDP API key secret (instead of facilitator_api_key_secret).",
     ),
     (
         "facilitator_verify_timeout_ms",
@@ -190,6 +220,17 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// How requests to the facilitator are authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FacilitatorAuth {
+    /// No Authorization header (a self-hosted facilitator).
+    None,
+    /// The same Authorization header value on every request.
+    Static(Secret),
+    /// A fresh CDP JWT per request, minted from this API key.
+    Cdp { key_id: String, key_secret: Secret },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     Text,
@@ -200,6 +241,8 @@ pub enum LogFormat {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// The admin listener (metrics and probes), off when None. Never the public port.
+    pub admin_listen: Option<SocketAddr>,
     /// No trailing slash; paths are appended to it. None = `http://<bound address>`.
     pub base_url: Option<String>,
     /// Checksummed (EIP-55) payee, or None when payments are disabled.
@@ -207,7 +250,7 @@ pub struct Config {
     pub log_format: LogFormat,
     pub log_level: String,
     pub facilitator_url: Option<url::Url>,
-    pub facilitator_authorization: Option<Secret>,
+    pub facilitator_auth: FacilitatorAuth,
     pub facilitator_verify_timeout_ms: u64,
     pub facilitator_settle_timeout_ms: u64,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
@@ -509,6 +552,82 @@ impl RawLayer {
         }))
     }
 
+    /// The facilitator authentication mode and the values it needs. Secret values are never
+    /// quoted in an error.
+    fn facilitator_auth(&self) -> Result<FacilitatorAuth, ConfigError> {
+        let authorization = self.get("facilitator_authorization");
+        let mode = self
+            .get("facilitator_auth")
+            .map(|(v, _)| v.to_ascii_lowercase());
+        let mode = mode.as_deref().unwrap_or(if authorization.is_some() {
+            "static"
+        } else {
+            "none"
+        });
+        match mode {
+            "none" if authorization.is_some() => Err(self.error(
+                "facilitator_auth",
+                "is none, but facilitator_authorization is set; choose static or unset it",
+            )),
+            "none" => Ok(FacilitatorAuth::None),
+            "static" => authorization
+                .map(|(value, _)| FacilitatorAuth::Static(Secret(value.to_string())))
+                .ok_or_else(|| {
+                    self.error(
+                        "facilitator_authorization",
+                        "is required when facilitator_auth is static",
+                    )
+                }),
+            "cdp" => self.cdp_key(),
+            other => Err(self.error(
+                "facilitator_auth",
+                format!("{other:?} is not none, static or cdp"),
+            )),
+        }
+    }
+
+    fn cdp_key(&self) -> Result<FacilitatorAuth, ConfigError> {
+        let key_id = self
+            .get("facilitator_api_key_id")
+            .map(|(v, _)| v.to_string())
+            .ok_or_else(|| {
+                self.error(
+                    "facilitator_api_key_id",
+                    "is required when facilitator_auth is cdp",
+                )
+            })?;
+        let inline = self.get("facilitator_api_key_secret");
+        let file = self.get("facilitator_api_key_secret_file");
+        let key_secret = match (inline, file) {
+            (Some(_), Some(_)) => {
+                return Err(self.error(
+                    "facilitator_api_key_secret_file",
+                    "set either facilitator_api_key_secret or its _file, not both",
+                ));
+            }
+            (Some((value, _)), None) => value.to_string(),
+            (None, Some((path, _))) => std::fs::read_to_string(path)
+                .map_err(|e| {
+                    self.error(
+                        "facilitator_api_key_secret_file",
+                        format!("{path}: {}", e.kind()),
+                    )
+                })?
+                .trim()
+                .to_string(),
+            (None, None) => {
+                return Err(self.error(
+                    "facilitator_api_key_secret",
+                    "(or facilitator_api_key_secret_file) is required when facilitator_auth is cdp",
+                ));
+            }
+        };
+        Ok(FacilitatorAuth::Cdp {
+            key_id,
+            key_secret: Secret(key_secret),
+        })
+    }
+
     fn check(self) -> Result<Config, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -517,6 +636,24 @@ impl RawLayer {
                 format!("{listen_text:?} is not a socket address such as 127.0.0.1:8402"),
             )
         })?;
+        let admin_listen = match self.get("admin_listen") {
+            None => None,
+            Some((value, _)) => {
+                let admin: SocketAddr = value.parse().map_err(|_| {
+                    self.error(
+                        "admin_listen",
+                        format!("{value:?} is not a socket address such as 127.0.0.1:9402"),
+                    )
+                })?;
+                if admin == listen && admin.port() != 0 {
+                    return Err(self.error(
+                        "admin_listen",
+                        "must differ from listen: the admin endpoints are never public",
+                    ));
+                }
+                Some(admin)
+            }
+        };
         let base_url = match self.get("base_url") {
             Some((value, _)) => Some(check_base_url(value).map_err(|m| self.error("base_url", m))?),
             None => None,
@@ -575,12 +712,13 @@ impl RawLayer {
         };
         Ok(Config {
             listen,
+            admin_listen,
             base_url,
             pay_to,
             log_format,
             log_level,
             facilitator_url,
-            facilitator_authorization: secret("facilitator_authorization")?,
+            facilitator_auth: self.facilitator_auth()?,
             facilitator_verify_timeout_ms,
             facilitator_settle_timeout_ms,
             connections: self.connection_limits()?,
@@ -738,6 +876,8 @@ mod tests {
             "unsafe_test_ca" => ca_path.as_str(),
             "unsafe_test_dns" => "rebind.example.com=127.0.0.1",
             "listen" => "127.0.0.1:9001",
+            "admin_listen" => "127.0.0.1:9002",
+            "facilitator_auth" => "static",
             "base_url" => "https://api.example.com",
             "pay_to" => "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
             "log_format" => "json",
@@ -764,6 +904,7 @@ mod tests {
             Config::from_env(env(&env_pairs)).expect("every key is accepted from the environment");
         for config in [from_file, from_env] {
             assert_eq!(config.listen.port(), 9001);
+            assert_eq!(config.admin_listen.map(|a| a.port()), Some(9002));
             assert_eq!(config.facilitator_verify_timeout_ms, 1234);
             assert_eq!(config.facilitator_settle_timeout_ms, 1234);
             let limits = config.connections;
@@ -778,7 +919,8 @@ mod tests {
                 (1234, 1234, 1234, 1234, 77)
             );
             assert!(
-                config.facilitator_authorization.is_some() && config.rpc_url_eip155_1.is_some()
+                matches!(config.facilitator_auth, FacilitatorAuth::Static(_))
+                    && config.rpc_url_eip155_1.is_some()
             );
             assert_eq!(config.log_level, "debug");
             assert_eq!(config.unsafe_test_connect_to.len(), 1);

@@ -295,6 +295,10 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let first = rig.send_paid(&body, &header).await;
     assert_eq!(first.status().as_u16(), 200);
     assert!(first.headers().contains_key("payment-response"));
+    let first_id = first.headers()["x-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_string();
     let replay = rig.send_paid(&body, &header).await;
     assert_eq!(replay.status().as_u16(), 402);
     assert_eq!(reason_of(&replay), "payment_nonce_already_presented");
@@ -324,6 +328,19 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let rows = rig.ledger_rows();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.state == "settled"));
+    assert_eq!(
+        rows[0].request_id.as_deref(),
+        Some(first_id.as_str()),
+        "the ledger row keeps the paid call's request id"
+    );
+    let settled_line = logs()
+        .lines()
+        .find(|line| line.contains(&first_id) && line.contains("payment settled"))
+        .map(str::to_string);
+    assert!(
+        settled_line.is_some(),
+        "the paid call's log lines carry its request id"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -901,6 +918,7 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
             nonce: format!("0x{}", "ef".repeat(32)),
             valid_before: "1795000000".into(),
             request_sha256: "cd".repeat(32),
+            request_id: "crashed-request-1".into(),
         })
         .expect("reserve");
     drop(ledger);

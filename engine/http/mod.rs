@@ -1,7 +1,9 @@
 //! The HTTP edge: the connection loop, the warp routes, request bodies, and the mapping of errors to responses.
 
+pub mod admin;
 pub mod body;
 pub mod connections;
 pub mod error;
 pub mod free_docs;
+pub mod request_id;
 pub mod server;

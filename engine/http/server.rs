@@ -12,6 +12,7 @@ use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
 use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
@@ -24,16 +25,18 @@ use crate::http::body::{self, RequestValidator};
 use crate::http::connections::{self, ConnectionCounters};
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
-use crate::machines::{self, Entry, Work, WorkContext};
+use crate::http::{admin, request_id};
+use crate::machines::{self, Entry, NotReady, Work, WorkContext};
 use crate::net::gateway::Gateway;
-use crate::pay::facilitator::FacilitatorClient;
+use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
 use crate::pay::local_check;
+use crate::support::metrics::metrics;
 
 const JSON: &str = "application/json";
-const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
-const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE";
+const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
+const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
 /// Everything a paid path needs, prepared at start-up.
 struct PaidRoute {
@@ -45,6 +48,9 @@ struct PaidRoute {
     challenge: Option<Challenge>,
     /// The PaymentRequirements a payment's `accepted` must equal.
     requirement: Option<Value>,
+    /// Whether this deployment configures what the machine needs: a configuration fact, so
+    /// it is settled at start-up and a machine that cannot serve never asks for a payment.
+    readiness: Result<(), NotReady>,
 }
 
 /// Shared, immutable state of a running server.
@@ -54,7 +60,7 @@ pub struct AppState {
     pub gateway: Gateway,
     /// Connection events (cap, deadlines, hang-ups), counted.
     pub connections: Arc<ConnectionCounters>,
-    rail: Option<PaymentRail>,
+    pub(crate) rail: Option<PaymentRail>,
     work: WorkContext,
     free: HashMap<String, FreeDoc>,
     paid: HashMap<String, PaidRoute>,
@@ -74,6 +80,8 @@ pub enum StartError {
 /// A server running in the background, for the binary and for tests.
 pub struct RunningServer {
     pub addr: SocketAddr,
+    /// The admin listener's address when `admin_listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub state: Arc<AppState>,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
@@ -120,11 +128,22 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     state.report_unfinished_attempts();
     state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
+    let (admin_tx, admin_rx) = oneshot::channel::<()>();
+    let admin_addr = match state.config.admin_listen {
+        Some(admin) => Some(admin::start(admin, state.clone(), admin_rx).await.map_err(
+            |source| StartError::Bind {
+                addr: admin,
+                source,
+            },
+        )?),
+        None => None,
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         // A dropped sender stops the server too, as warp's graceful signal did.
         let _ = rx.await;
         let _ = stop_tx.send(true);
+        let _ = admin_tx.send(());
     });
     let service = warp::service(routes(state.clone()));
     let task = tokio::spawn(connections::serve(
@@ -137,6 +156,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
     Ok(RunningServer {
         addr,
+        admin_addr,
         state,
         shutdown: Some(tx),
         task,
@@ -144,6 +164,15 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
 }
 
 impl AppState {
+    /// The `machine` label of a path: its machine id, `free` or `none`.
+    fn metrics_label(&self, path: &str) -> &'static str {
+        match self.paid.get(path) {
+            Some(route) => route.machine.machine.as_str(),
+            None if self.free.contains_key(path) => "free",
+            None => "none",
+        }
+    }
+
     fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
         let manifest: &'static Manifest = &MANIFEST;
         let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
@@ -151,7 +180,7 @@ impl AppState {
         let free = free_documents(manifest, &base_url, &config)?;
         let mut paid = HashMap::new();
         for machine in &manifest.machines {
-            let route = PaidRoute::prepare(manifest, machine, &base_url, config.pay_to.as_deref())?;
+            let route = PaidRoute::prepare(manifest, machine, &base_url, &config)?;
             paid.insert(machine.path.clone(), route);
         }
         let work = WorkContext {
@@ -192,6 +221,7 @@ impl AppState {
                         amount_atomic = %row.amount_atomic, created_at = %row.created_at,
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
+                        request_id = row.request_id.as_deref().unwrap_or("unknown"),
                         "ledger row left reserved by an earlier run: settlement outcome unknown; authorizationState(payer, nonce) on the asset tells"
                     );
                 }
@@ -227,15 +257,19 @@ impl AppState {
 }
 
 fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail>, StartError> {
+    // Checked even without a facilitator URL: a bad key is a configuration error either way.
+    let auth = Authorizer::from_config(&config.facilitator_auth)
+        .map_err(|e| StartError::Prepare(format!("facilitator_api_key_secret: {e}")))?;
     let Some(url) = &config.facilitator_url else {
         return Ok(None);
     };
     let ledger = ledger::open(&config.database_url)
         .map_err(|e| StartError::Prepare(format!("ledger {}: {e}", config.database_url)))?;
+    tracing::info!(facilitator_auth = auth.mode(), "facilitator authentication");
     let facilitator = FacilitatorClient::new(
         gateway.clone(),
         url.clone(),
-        config.facilitator_authorization.clone(),
+        auth,
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
@@ -255,8 +289,9 @@ impl PaidRoute {
         manifest: &'static Manifest,
         machine: &'static Machine,
         base_url: &str,
-        pay_to: Option<&str>,
+        config: &Config,
     ) -> Result<PaidRoute, StartError> {
+        let pay_to = config.pay_to.as_deref();
         let validator =
             RequestValidator::new(machine).map_err(|e| StartError::Prepare(e.to_string()))?;
         let entry = machines::find(&machine.machine)
@@ -286,6 +321,7 @@ impl PaidRoute {
             max_body,
             challenge,
             requirement,
+            readiness: entry.readiness(machine, config),
         })
     }
 }
@@ -366,6 +402,7 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
         "api_version": manifest.service.api_version,
         "version": env!("CARGO_PKG_VERSION"),
         "machines": manifest.machines.len(),
+        "machine_readiness": machine_readiness(manifest, config),
         "payment": {
             "network": manifest.payment.network,
             "scheme": manifest.payment.scheme,
@@ -376,6 +413,29 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
         },
     });
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// Each machine's readiness from configuration: whether this deployment sells it, and if
+/// not, the 503 its requests answer (never a secret: messages name what is missing).
+fn machine_readiness(manifest: &Manifest, config: &Config) -> Vec<Value> {
+    manifest
+        .machines
+        .iter()
+        .map(|machine| {
+            let mut entry = json!({"machine": machine.machine, "path": machine.path});
+            let readiness = machines::find(&machine.machine)
+                .map(|registered| registered.readiness(machine, config));
+            match readiness.unwrap_or(Ok(())) {
+                Ok(()) => entry["ready"] = json!(true),
+                Err(error) => {
+                    entry["ready"] = json!(false);
+                    entry["code"] = json!(error.code);
+                    entry["message"] = json!(error.message);
+                }
+            }
+            entry
+        })
+        .collect()
 }
 
 fn routes(
@@ -396,12 +456,34 @@ fn routes(
              body| {
                 // Boxed: the handler's state machine (the whole paid path) is large, and an
                 // unboxed future would be stored in every connection task, idle ones too.
-                Box::pin(async move {
-                    let started = Instant::now();
-                    let response = dispatch(&state, &method, path.as_str(), &headers, body).await;
-                    log_request(&method, path.as_str(), &response, started);
-                    response
-                })
+                let request_id = request_id::for_request(&headers);
+                let span = tracing::info_span!(
+                    "request",
+                    request_id = request_id.to_str().unwrap_or_default()
+                );
+                Box::pin(
+                    async move {
+                        let started = Instant::now();
+                        let id = request_id.to_str().unwrap_or_default();
+                        let request = Incoming {
+                            method: &method,
+                            path: path.as_str(),
+                            headers: &headers,
+                            request_id: id,
+                        };
+                        let mut response = dispatch(&state, &request, body).await;
+                        metrics().request(
+                            state.metrics_label(request.path),
+                            response.status().as_u16(),
+                        );
+                        log_request(&method, path.as_str(), &response, started);
+                        response
+                            .headers_mut()
+                            .insert(HeaderName::from_static(request_id::HEADER), request_id);
+                        response
+                    }
+                    .instrument(span),
+                )
             },
         )
 }
@@ -416,28 +498,31 @@ fn log_request(method: &Method, path: &str, response: &Response<Bytes>, started:
     }
 }
 
-async fn dispatch<S, B>(
-    state: &Arc<AppState>,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    body: S,
-) -> Response<Bytes>
+/// The parts of a request the handlers read.
+struct Incoming<'a> {
+    method: &'a Method,
+    path: &'a str,
+    headers: &'a HeaderMap,
+    request_id: &'a str,
+}
+
+async fn dispatch<S, B>(state: &Arc<AppState>, request: &Incoming<'_>, body: S) -> Response<Bytes>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
+    let (method, path) = (request.method, request.path);
     if let Some(route) = state.paid.get(path) {
         return match *method {
-            Method::POST => paid(state, route, headers, body).await,
+            Method::POST => paid(state, route, request, body).await,
             Method::OPTIONS => preflight("POST, OPTIONS"),
             _ => method_not_allowed("POST, OPTIONS"),
         };
     }
     if let Some(doc) = state.free.get(path) {
         return match *method {
-            Method::GET => document(doc, false, headers),
-            Method::HEAD => document(doc, true, headers),
+            Method::GET => document(doc, false, request.headers),
+            Method::HEAD => document(doc, true, request.headers),
             Method::OPTIONS => preflight("GET, HEAD, OPTIONS"),
             _ => method_not_allowed("GET, HEAD, OPTIONS"),
         };
@@ -452,13 +537,14 @@ where
 async fn paid<S, B>(
     state: &Arc<AppState>,
     route: &PaidRoute,
-    headers: &HeaderMap,
+    incoming: &Incoming<'_>,
     body: S,
 ) -> Response<Bytes>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
+    let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
     let (request, work) = match validate_paid_request(route, headers, body, body_deadline).await {
         Ok(accepted) => accepted,
@@ -484,7 +570,11 @@ where
             "payments are not configured on this deployment (no pay_to); no payment is requested",
         ));
     };
+    if let Err(not_ready) = &route.readiness {
+        return error_response(&not_ready.clone().into());
+    }
     let Some(signature) = headers.get(challenge::PAYMENT_SIGNATURE) else {
+        metrics().payment("challenged", "");
         return payment_required(challenge);
     };
     if state.rail.is_none() {
@@ -492,9 +582,6 @@ where
             "service_disabled",
             "no payment facilitator is configured on this deployment; nothing was charged",
         ));
-    }
-    if let Err(not_ready) = route.entry.readiness(route.machine, &state.config) {
-        return error_response(&not_ready.into());
     }
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
@@ -507,8 +594,9 @@ where
         request,
         work,
         signature: signature.as_bytes().to_vec(),
+        request_id: incoming.request_id.to_string(),
     };
-    match tokio::spawn(call.run()).await {
+    match tokio::spawn(call.run().instrument(tracing::Span::current())).await {
         Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
         Ok(Err(error)) => error_response(&error),
         Err(error) => {
@@ -531,10 +619,12 @@ struct PaidCall {
     request: Value,
     work: Work,
     signature: Vec<u8>,
+    request_id: String,
 }
 
 impl PaidCall {
     async fn run(self) -> Result<PaidOutcome, ApiError> {
+        let _in_flight = metrics().paid_call_in_flight();
         let Some(rail) = &self.state.rail else {
             return Err(ApiError::unavailable(
                 "service_disabled",
@@ -547,6 +637,7 @@ impl PaidCall {
             pay_to: &self.pay_to,
             request: &self.request,
             header: &self.signature,
+            request_id: &self.request_id,
         };
         let work = self.work.observe(&self.state.work);
         Ok(gate::run(rail, &MANIFEST, call, work).await)

@@ -9,8 +9,10 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::config::Secret;
+use crate::config::{FacilitatorAuth, Secret};
 use crate::net::gateway::Gateway;
+use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
+use crate::support::metrics::{CallResult, metrics};
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 
@@ -18,7 +20,7 @@ const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 pub struct FacilitatorClient {
     gateway: Gateway,
     base: reqwest::Url,
-    authorization: Option<Secret>,
+    auth: Authorizer,
     verify_timeout: Duration,
     settle_timeout: Duration,
 }
@@ -44,10 +46,65 @@ pub struct SettleOutcome {
     pub response: Value,
 }
 
+/// What each facilitator request carries to authenticate.
+#[derive(Debug, Clone)]
+pub enum Authorizer {
+    None,
+    Static(Secret),
+    /// A fresh JWT per request, bound to its method, host and path.
+    Cdp(CdpSigner),
+}
+
+impl Authorizer {
+    /// The configured mode; a CDP key that cannot sign is refused here, at start-up.
+    pub fn from_config(auth: &FacilitatorAuth) -> Result<Authorizer, CdpKeyError> {
+        Ok(match auth {
+            FacilitatorAuth::None => Authorizer::None,
+            FacilitatorAuth::Static(value) => Authorizer::Static(value.clone()),
+            FacilitatorAuth::Cdp { key_id, key_secret } => {
+                Authorizer::Cdp(CdpSigner::new(key_id, key_secret.expose())?)
+            }
+        })
+    }
+
+    /// The mode's name, for the start-up log line.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Authorizer::None => "none",
+            Authorizer::Static(_) => "static",
+            Authorizer::Cdp(signer) => signer.algorithm(),
+        }
+    }
+
+    /// The Authorization value of one request. The CDP uri is the host as the facilitator
+    /// URL writes it (with its port when it has one) and the path, without scheme or query.
+    fn value(&self, method: &reqwest::Method, url: &reqwest::Url) -> Option<String> {
+        match self {
+            Authorizer::None => None,
+            Authorizer::Static(value) => Some(value.expose().to_string()),
+            Authorizer::Cdp(signer) => {
+                let host = url.host_str().unwrap_or_default();
+                let host = match url.port() {
+                    Some(port) => format!("{host}:{port}"),
+                    None => host.to_string(),
+                };
+                // A key that signed at start-up keeps signing; were it to fail, the request
+                // goes without a token and the facilitator's 401 is reported as such.
+                signer
+                    .token(method.as_str(), &host, url.path())
+                    .ok()
+                    .map(|token| format!("Bearer {token}"))
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FacilitatorError {
     #[error("facilitator unreachable or timed out: {0}")]
     Unavailable(String),
+    #[error("facilitator refused our credentials ({status}); check facilitator_auth and its key")]
+    Unauthorized { status: u16 },
     #[error("facilitator answered {status} without a usable verdict")]
     BadAnswer { status: u16 },
 }
@@ -56,14 +113,14 @@ impl FacilitatorClient {
     pub fn new(
         gateway: Gateway,
         base: reqwest::Url,
-        authorization: Option<Secret>,
+        auth: Authorizer,
         verify_timeout: Duration,
         settle_timeout: Duration,
     ) -> Self {
         FacilitatorClient {
             gateway,
             base,
-            authorization,
+            auth,
             verify_timeout,
             settle_timeout,
         }
@@ -79,17 +136,36 @@ impl FacilitatorClient {
     async fn call(
         &self,
         method: reqwest::Method,
+        name: &'static str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<(u16, Value), FacilitatorError> {
+        let started = std::time::Instant::now();
+        let answer = self.call_uncounted(method, name, body, timeout).await;
+        let result = match answer {
+            Ok(_) => CallResult::Ok,
+            Err(_) => CallResult::Error,
+        };
+        metrics().call("facilitator", name, result, started.elapsed());
+        answer
+    }
+
+    async fn call_uncounted(
+        &self,
+        method: reqwest::Method,
         name: &str,
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<(u16, Value), FacilitatorError> {
+        let url = self.endpoint(name);
+        let authorization = self.auth.value(&method, &url);
         let mut builder = self
             .gateway
-            .request(method, self.endpoint(name))
+            .request(method, url)
             .timeout(timeout)
             .header("accept", "application/json");
-        if let Some(auth) = &self.authorization {
-            builder = builder.header("authorization", auth.expose());
+        if let Some(value) = authorization {
+            builder = builder.header("authorization", value);
         }
         if let Some(body) = body {
             builder = builder.json(body);
@@ -103,6 +179,9 @@ impl FacilitatorClient {
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();
+        if matches!(status, 401 | 403) {
+            return Err(FacilitatorError::Unauthorized { status });
+        }
         let mut bytes = Vec::new();
         while let Some(chunk) = response
             .chunk()

@@ -22,6 +22,7 @@ use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
+use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
@@ -52,6 +53,8 @@ pub struct PaidCall<'a> {
     pub request: &'a Value,
     /// The `PAYMENT-SIGNATURE` header.
     pub header: &'a [u8],
+    /// The request's `x-request-id`, kept in the ledger row.
+    pub request_id: &'a str,
 }
 
 /// A refusal of ours on the paid path: nothing was charged.
@@ -117,6 +120,7 @@ struct Presented {
 }
 
 fn reject(reason: &str) -> PaidOutcome {
+    metrics().payment("rejected", reason);
     PaidOutcome::Rejected {
         reason: reason.to_string(),
     }
@@ -222,6 +226,7 @@ pub async fn run<E: std::fmt::Display>(
         pay_to,
         request,
         header,
+        request_id,
     } = call;
     let presented = match decode(header, requirement) {
         Ok(presented) => presented,
@@ -240,7 +245,7 @@ pub async fn run<E: std::fmt::Display>(
         .verify(&presented.payload, requirement)
         .await
     {
-        Ok(verdict) if verdict.is_valid => {}
+        Ok(verdict) if verdict.is_valid => metrics().payment("verified", ""),
         Ok(verdict) => {
             let reason = verdict
                 .invalid_reason
@@ -262,6 +267,7 @@ pub async fn run<E: std::fmt::Display>(
         nonce: presented.nonce.clone(),
         valid_before: presented.valid_before.clone(),
         request_sha256: canonical_sha256(request),
+        request_id: request_id.to_string(),
     };
     let id = match rail.ledger.reserve(&attempt) {
         Ok(id) => id,
@@ -286,6 +292,7 @@ fn work_failed(
     error: &dyn std::fmt::Display,
 ) -> PaidOutcome {
     tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
+    metrics().payment("work_failed", "");
     let reason = error.to_string();
     if let Err(e) = rail.ledger.finish(id, &Outcome::WorkFailed { reason }) {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
@@ -307,6 +314,7 @@ fn finish_settlement(
         Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
             let transaction = outcome.transaction.clone().unwrap_or_default();
             tracing::info!(machine = %machine.machine, %transaction, "payment settled");
+            metrics().payment("settled", "");
             if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }) {
                 // Settled on chain: deliver, and leave the row reserved for start-up reporting.
                 tracing::error!(%error, attempt = id, "settled but not recorded");
@@ -356,6 +364,7 @@ fn finish_settlement(
 }
 
 fn record_settle_failure(ledger: &dyn Ledger, id: i64, reason: String) {
+    metrics().payment("settle_failed", "");
     if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }) {
         tracing::error!(%error, attempt = id, "could not record settle_failed");
     }

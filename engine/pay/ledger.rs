@@ -28,6 +28,9 @@ pub struct NewAttempt {
     /// The authorization's `validBefore` (unix seconds, decimal).
     pub valid_before: String,
     pub request_sha256: String,
+    /// The request's `x-request-id`: support goes from a buyer's complaint to the row and
+    /// the request's log lines.
+    pub request_id: String,
 }
 
 /// How an attempt ended.
@@ -52,6 +55,8 @@ pub struct AttemptRow {
     /// asset reconciles. None on rows written before they were kept.
     pub nonce: Option<String>,
     pub valid_before: Option<String>,
+    /// The request's `x-request-id`; None on rows written before it was kept.
+    pub request_id: Option<String>,
     pub created_at: String,
 }
 
@@ -84,6 +89,21 @@ pub trait Ledger: Send + Sync {
     fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError>;
     /// Every attempt, oldest first.
     fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError>;
+    /// How many rows are in each state (for metrics). Backends should count in the store.
+    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        let mut counts: Vec<(String, i64)> = Vec::new();
+        for row in self.rows()? {
+            match counts.iter_mut().find(|(state, _)| *state == row.state) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((row.state, 1)),
+            }
+        }
+        Ok(counts)
+    }
+    /// Proves the store takes a write now (for readiness) without changing it.
+    fn check_writable(&self) -> Result<(), LedgerError> {
+        self.reserved().map(|_| ())
+    }
 }
 
 /// The SQLite ledger. Its statements are short (one indexed row), so the payment gate runs
@@ -108,6 +128,7 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     nonce            TEXT,
     valid_before     TEXT,
     request_sha256   TEXT NOT NULL,
+    request_id       TEXT,
     state            TEXT NOT NULL
                      CHECK (state IN ('reserved', 'settled', 'settle_failed', 'work_failed')),
     transaction_hash TEXT,
@@ -119,7 +140,7 @@ CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
 ";
 
 /// Columns added after the first release; a ledger file created before them gains them.
-const ADDED_COLUMNS: [&str; 2] = ["nonce", "valid_before"];
+const ADDED_COLUMNS: [&str; 3] = ["nonce", "valid_before", "request_id"];
 
 use crate::support::timestamp::now_millis as now;
 
@@ -175,7 +196,7 @@ impl SqliteLedger {
     fn select(&self, filter: &str) -> Result<Vec<AttemptRow>, LedgerError> {
         let sql = format!(
             "SELECT id, machine, family, payer, amount_atomic, state, transaction_hash, nonce,
-                    valid_before, created_at
+                    valid_before, created_at, request_id
              FROM payment_attempts {filter} ORDER BY id"
         );
         self.with(|c| {
@@ -192,6 +213,7 @@ impl SqliteLedger {
                     nonce: r.get(7)?,
                     valid_before: r.get(8)?,
                     created_at: r.get(9)?,
+                    request_id: r.get(10)?,
                 })
             })?;
             rows.collect()
@@ -207,13 +229,13 @@ impl Ledger for SqliteLedger {
         self.with(|c| {
             c.prepare_cached(
                 "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset, network,
-                     pay_to, nonce_sha256, nonce, valid_before, request_sha256, state, created_at,
-                     updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'reserved', ?12, ?12)",
+                     pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id, state,
+                     created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'reserved', ?13, ?13)",
             )?
             .execute(params![
                 a.machine, a.family, a.payer, a.amount_atomic, a.asset, a.network, a.pay_to,
-                a.nonce_sha256, a.nonce, a.valid_before, a.request_sha256, at
+                a.nonce_sha256, a.nonce, a.valid_before, a.request_sha256, a.request_id, at
             ])?;
             Ok(c.last_insert_rowid())
         })
@@ -258,6 +280,20 @@ impl Ledger for SqliteLedger {
     fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError> {
         self.select("")
     }
+
+    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached("SELECT state, COUNT(*) FROM payment_attempts GROUP BY state")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+    }
+
+    /// Takes the write lock and releases it: a read-only file, a full disk's locked journal
+    /// or another writer holding the lock past the busy timeout fails here.
+    fn check_writable(&self) -> Result<(), LedgerError> {
+        self.with(|c| c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;"))
+    }
 }
 
 /// Opens the configured ledger.
@@ -294,6 +330,7 @@ mod tests {
             nonce: format!("0x{n:064x}"),
             valid_before: "99".into(),
             request_sha256: "dd".repeat(32),
+            request_id: format!("req-{n}"),
         }
     }
 
@@ -349,6 +386,7 @@ mod tests {
             nonce: "0x01".into(),
             valid_before: "99".into(),
             request_sha256: "dd".into(),
+            request_id: "req-migrated".into(),
         };
         ledger
             .reserve(&attempt)
@@ -356,6 +394,8 @@ mod tests {
         let rows = ledger.rows().expect("rows");
         assert_eq!(rows[1].nonce.as_deref(), Some("0x01"));
         assert_eq!(rows[1].valid_before.as_deref(), Some("99"));
+        assert_eq!(rows[0].request_id, None);
+        assert_eq!(rows[1].request_id.as_deref(), Some("req-migrated"));
         drop(ledger);
         SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("reopening is a no-op");
         let _ = std::fs::remove_dir_all(&dir);

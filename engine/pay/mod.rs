@@ -1,5 +1,6 @@
 //! The x402 payment gate: verify, run the work once, settle, and record every attempt.
 
+pub mod cdp_auth;
 pub mod facilitator;
 pub mod gate;
 pub mod ledger;

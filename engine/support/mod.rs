@@ -4,6 +4,7 @@
 pub mod canonical;
 pub mod decimal;
 pub mod evm;
+pub mod metrics;
 pub mod timestamp;
 pub mod ttl_cache;
 pub mod units;

@@ -1,6 +1,7 @@
 //! Shared harness of the black-box tests: the real server on loopback, a real HTTP client.
 #![allow(dead_code)]
 
+pub mod cdp;
 pub mod devstack;
 pub mod https;
 pub mod logs;
@@ -19,6 +20,27 @@ pub const PAY_TO: &str = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC";
 /// The base URL the test servers publish, deliberately not their listen address.
 pub const BASE_URL: &str = "https://factomat.test.example";
 
+/// Every provider key, each on the closed loopback port 9: every machine is ready for sale,
+/// and a test that reaches one by mistake gets a refused connection, never the internet.
+pub const ALL_PROVIDERS: &[(&str, &str)] = &[
+    (
+        "FACTOMAT_RPC_URL_EIP155_8453",
+        "http://127.0.0.1:9/rpc-8453",
+    ),
+    ("FACTOMAT_RPC_URL_EIP155_1", "http://127.0.0.1:9/rpc-1"),
+    (
+        "FACTOMAT_INVENTORY_URL_EIP155_1",
+        "http://127.0.0.1:9/inventory-1",
+    ),
+    (
+        "FACTOMAT_INVENTORY_URL_EIP155_8453",
+        "http://127.0.0.1:9/inventory-8453",
+    ),
+    ("FACTOMAT_DEXSCREENER_URL", "http://127.0.0.1:9/dexscreener"),
+    ("FACTOMAT_LIDO_API_URL", "http://127.0.0.1:9/lido"),
+    ("FACTOMAT_DISCOVERY_URL", "http://127.0.0.1:9/discovery"),
+];
+
 pub struct TestServer {
     pub server: RunningServer,
     pub url: String,
@@ -26,9 +48,12 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts a server with a payee configured.
+    /// Starts a server with a payee and every machine's providers configured (on a closed
+    /// loopback port: an unpaid request never reaches them).
     pub async fn start() -> TestServer {
-        TestServer::with_env(&[("FACTOMAT_PAY_TO", PAY_TO), ("FACTOMAT_BASE_URL", BASE_URL)]).await
+        let mut env = vec![("FACTOMAT_PAY_TO", PAY_TO), ("FACTOMAT_BASE_URL", BASE_URL)];
+        env.extend_from_slice(ALL_PROVIDERS);
+        TestServer::with_env(&env).await
     }
 
     pub async fn with_env(pairs: &[(&str, &str)]) -> TestServer {

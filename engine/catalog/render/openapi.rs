@@ -136,6 +136,21 @@ fn health_schema() -> Value {
             "catalog_version": {"type": "string"},
             "api_version": {"type": "string"},
             "machines": {"type": "integer"},
+            "machine_readiness": {
+                "type": "array",
+                "description": "Whether this deployment sells each machine, from its configuration alone (no provider is contacted). A machine that is not ready answers its valid requests with this 503 code before any payment is asked.",
+                "items": {
+                    "type": "object",
+                    "required": ["machine", "path", "ready"],
+                    "properties": {
+                        "machine": {"type": "string"},
+                        "path": {"type": "string"},
+                        "ready": {"type": "boolean"},
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                },
+            },
             "payment": {
                 "type": "object",
                 "properties": {

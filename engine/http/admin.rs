@@ -1,0 +1,133 @@
+//! The admin listener, off by default and on its own socket so nothing on it is sold or
+//! exposed by accident: `GET /metrics` (Prometheus text), `GET /livez` (the process answers)
+//! and `GET /readyz` (the facilitator's `/supported` answered and the ledger takes a write,
+//! checked at most once per [`READY_CACHE`] however many probes arrive).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, oneshot};
+use warp::Filter;
+
+use crate::catalog::embedded::MANIFEST;
+use crate::http::server::AppState;
+use crate::support::metrics::metrics;
+
+/// How long a readiness verdict is reused.
+pub const READY_CACHE: Duration = Duration::from_secs(2);
+/// The facilitator check's own deadline: a probe must answer quickly.
+const FACILITATOR_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+const PROMETHEUS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The last readiness verdict and when it was reached.
+#[derive(Default)]
+pub struct ReadyCache {
+    last: Mutex<Option<(Instant, bool, Value)>>,
+}
+
+/// Binds the admin address and serves until `shutdown` fires.
+pub async fn start(
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    shutdown: oneshot::Receiver<()>,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let cache = Arc::new(ReadyCache::default());
+    let routes = warp::get()
+        .and(warp::path::full())
+        .then(move |path: warp::path::FullPath| {
+            let (state, cache) = (state.clone(), cache.clone());
+            async move { answer(&state, &cache, path.as_str()).await }
+        });
+    let server = warp::serve(routes).incoming(listener).graceful(async move {
+        let _ = shutdown.await;
+    });
+    tokio::spawn(server.run());
+    tracing::info!(addr = %bound, "admin listener (metrics, livez, readyz)");
+    Ok(bound)
+}
+
+async fn answer(state: &AppState, cache: &ReadyCache, path: &str) -> Response<Bytes> {
+    match path {
+        "/metrics" => {
+            let rows = state
+                .rail
+                .as_ref()
+                .and_then(|rail| rail.ledger.counts_by_state().ok())
+                .unwrap_or_default();
+            respond(StatusCode::OK, PROMETHEUS_TEXT, metrics().encode(&rows))
+        }
+        "/livez" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" => {
+            let (ready, body) = readiness(state, cache).await;
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            respond(status, "application/json", body.to_string())
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// The cached verdict, or a fresh one. The lock is held during the check, so a probe storm
+/// waits for one check instead of starting many.
+async fn readiness(state: &AppState, cache: &ReadyCache) -> (bool, Value) {
+    let mut last = cache.last.lock().await;
+    if let Some((at, ready, body)) = last.as_ref()
+        && at.elapsed() < READY_CACHE
+    {
+        return (*ready, body.clone());
+    }
+    let (ready, body) = check(state).await;
+    *last = Some((Instant::now(), ready, body.clone()));
+    (ready, body)
+}
+
+async fn check(state: &AppState) -> (bool, Value) {
+    let Some(rail) = &state.rail else {
+        return (
+            false,
+            json!({"ready": false, "facilitator": "not_configured", "ledger": "not_configured"}),
+        );
+    };
+    let payment = &MANIFEST.payment;
+    let supported = tokio::time::timeout(
+        FACILITATOR_CHECK_TIMEOUT,
+        rail.facilitator.supports(&payment.scheme, &payment.network),
+    )
+    .await;
+    let facilitator = match supported {
+        Ok(Ok(true)) => "ok",
+        Ok(Ok(false)) => "payment_kind_not_supported",
+        Ok(Err(_)) | Err(_) => "unreachable",
+    };
+    let ledger = match rail.ledger.check_writable() {
+        Ok(()) => "ok",
+        Err(error) => {
+            tracing::warn!(%error, "readiness: the ledger does not take a write");
+            "not_writable"
+        }
+    };
+    let ready = facilitator == "ok" && ledger == "ok";
+    (
+        ready,
+        json!({"ready": ready, "facilitator": facilitator, "ledger": ledger}),
+    )
+}

@@ -1,0 +1,192 @@
+//! The process's Prometheus metrics (the `prometheus-client` crate's registry and text
+//! encoder), served only on the admin listener. Labels are low-cardinality by construction:
+//! machine ids, HTTP status codes, payment outcomes and reasons, facilitator endpoints —
+//! never a URL, a key, a payer or a request id.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    machine: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PaymentLabels {
+    outcome: &'static str,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    provider: &'static str,
+    endpoint: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    provider: &'static str,
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    requests: Family<RequestLabels, Counter>,
+    payments: Family<PaymentLabels, Counter>,
+    calls: Family<CallLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram>,
+    in_flight: Gauge,
+    build: Family<BuildLabels, Gauge>,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ])
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let metrics = Metrics {
+        requests: Family::default(),
+        payments: Family::default(),
+        calls: Family::default(),
+        latency: Family::new_with_constructor(latency_histogram),
+        in_flight: Gauge::default(),
+        build: Family::default(),
+    };
+    metrics
+        .build
+        .get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+    metrics
+});
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+/// The result label of an outbound call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallResult {
+    Ok,
+    Error,
+}
+
+impl Metrics {
+    /// One answered HTTP request; `machine` is a machine id, `free` or `none`.
+    pub fn request(&self, machine: &'static str, status: u16) {
+        self.requests
+            .get_or_create(&RequestLabels { machine, status })
+            .inc();
+    }
+
+    /// One payment event: `challenged`, `verified`, `rejected` (with its reason),
+    /// `settled`, `settle_failed` or `work_failed`.
+    pub fn payment(&self, outcome: &'static str, reason: &str) {
+        // A facilitator's reason is a short code; anything longer is not a code.
+        let reason = if reason.len() <= 80 { reason } else { "other" };
+        self.payments
+            .get_or_create(&PaymentLabels {
+                outcome,
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// One outbound call to a provider (`facilitator`, …) endpoint and how long it took.
+    pub fn call(
+        &self,
+        provider: &'static str,
+        endpoint: &'static str,
+        result: CallResult,
+        took: Duration,
+    ) {
+        let result = match result {
+            CallResult::Ok => "ok",
+            CallResult::Error => "error",
+        };
+        self.calls
+            .get_or_create(&CallLabels {
+                provider,
+                endpoint,
+                result,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&LatencyLabels { provider, endpoint })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one paid call in flight until the guard is dropped.
+    pub fn paid_call_in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight
+    }
+
+    /// The text exposition, with `extra` gauges (such as ledger rows by state) read at scrape.
+    pub fn encode(&self, ledger_rows: &[(String, i64)]) -> String {
+        let mut registry = Registry::with_prefix("factomat");
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by machine (or free/none) and status",
+            self.requests.clone(),
+        );
+        registry.register(
+            "payments",
+            "Payment events: challenged, verified, rejected (by reason), settled, settle_failed, work_failed",
+            self.payments.clone(),
+        );
+        registry.register(
+            "provider_calls",
+            "Outbound calls by provider, endpoint and result",
+            self.calls.clone(),
+        );
+        registry.register(
+            "provider_call_duration_seconds",
+            "Outbound call latency by provider and endpoint",
+            self.latency.clone(),
+        );
+        registry.register(
+            "paid_calls_in_flight",
+            "Paid calls between payment verification and their ledger record",
+            self.in_flight.clone(),
+        );
+        registry.register("build_info", "Build information", self.build.clone());
+        let rows: Family<Vec<(String, String)>, Gauge> = Family::default();
+        for (state, count) in ledger_rows {
+            rows.get_or_create(&vec![("state".to_string(), state.clone())])
+                .set(*count);
+        }
+        registry.register("ledger_rows", "Ledger rows by state", rows);
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text
+    }
+}
+
+/// Decrements the in-flight gauge when dropped.
+pub struct InFlight;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        METRICS.in_flight.dec();
+    }
+}
