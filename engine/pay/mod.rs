@@ -3,4 +3,5 @@
 pub mod facilitator;
 pub mod gate;
 pub mod ledger;
+pub mod reconcile;
 pub mod report;

@@ -2,9 +2,12 @@
 #![allow(dead_code)]
 
 pub mod devstack;
+pub mod facilitator_proxy;
 pub mod https;
 pub mod logs;
 pub mod onchain;
+pub mod postgres;
+pub mod replica;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
