@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::devstack::DevStack;

@@ -46,7 +46,7 @@ fn env_for<'a>(
     ]
 }
 
-fn pairs(env: &[(&'static str, String)]) -> Vec<(&'static str, &str)> {
+fn pairs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
@@ -409,8 +409,9 @@ async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
         migrations.iter().all(Result::is_ok),
         "concurrent migrations: {migrations:?}"
     );
+    let contested = attempt("e1");
     let reserves =
-        futures_util::future::join_all(ledgers.iter().map(|l| l.reserve(&attempt("e1")))).await;
+        futures_util::future::join_all(ledgers.iter().map(|l| l.reserve(&contested))).await;
     assert_eq!(
         reserves.iter().filter(|r| r.is_ok()).count(),
         1,
@@ -462,4 +463,53 @@ async fn an_unreachable_database_is_unavailable_within_the_connect_timeout() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(!error.to_string().contains("hunter2"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
+    let stack = DevStack::start();
+    let slow = proxied_facilitator(
+        stack.field("facilitator_url"),
+        Settle::After(Duration::from_secs(4)),
+    )
+    .await;
+    let database = postgres::fresh_database();
+    let mut env = env_for(
+        &stack,
+        &format!("http://{slow}"),
+        &stack.field("rpc_url"),
+        &database,
+    );
+    env.push(("FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS", "500".into()));
+    env.push(("FACTOMAT_LOG_FORMAT", "json".into()));
+    let mut replica = Replica::spawn(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&replica.url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    let url = replica.url.clone();
+    let call = tokio::spawn(async move {
+        client()
+            .post(format!("{url}{VM02}"))
+            .header("PAYMENT-SIGNATURE", header)
+            .json(&body)
+            .send()
+            .await
+            .is_err()
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    replica.signal("TERM");
+    let status = replica.exit_status(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(1), "the drain timed out: {status:?}");
+    assert!(call.await.expect("call"), "the open call was cut");
+    let log = replica.log();
+    assert!(
+        log.contains("drain timeout") && log.contains("\"open_paid_calls\":1"),
+        "{log}"
+    );
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "reserved", "left for reconcile");
 }

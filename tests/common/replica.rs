@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 pub struct Replica {
     pub child: Child,
     pub url: String,
+    log: std::path::PathBuf,
 }
 
 fn free_port() -> u16 {
@@ -35,6 +36,7 @@ impl Replica {
         let replica = Replica {
             child,
             url: format!("http://127.0.0.1:{port}"),
+            log: log.clone(),
         };
         let client = reqwest::Client::builder()
             .no_proxy()
@@ -56,6 +58,11 @@ impl Replica {
             "the replica did not answer /health: {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
+    }
+
+    /// What the process logged (stderr) so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Sends a signal (by the child's own pid) to this process.
