@@ -7,8 +7,8 @@
 #[allow(dead_code)] // the library uses the rest
 #[path = "engine/catalog/manifest.rs"]
 mod manifest;
-#[allow(dead_code)]
-#[path = "engine/catalog/render.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "engine/catalog/render/mod.rs"]
 mod render;
 
 use std::fmt::Write as _;
@@ -20,7 +20,7 @@ fn main() {
         "machines.yaml",
         "templates",
         "engine/catalog/manifest.rs",
-        "engine/catalog/render.rs",
+        "engine/catalog/render",
     ] {
         println!("cargo::rerun-if-changed={watched}");
     }

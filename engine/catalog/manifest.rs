@@ -36,6 +36,18 @@ pub struct Service {
     pub family_wallet_note: String,
     pub rediscovery_note: String,
     pub default_max_request_bytes: u64,
+    /// Who answers for the service (OpenAPI `info.contact`).
+    pub contact: Contact,
+    /// One paragraph for agents (OpenAPI `info.x-guidance`); llms.txt has the long form.
+    pub guidance: String,
+}
+
+/// The operator's contact, as OpenAPI's Contact object.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contact {
+    pub name: String,
+    pub email: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

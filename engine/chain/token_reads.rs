@@ -10,7 +10,8 @@ use alloy::sol;
 
 use crate::catalog::manifest::Machine;
 use crate::chain::rpc::{CountedRpc, describe_error};
-use crate::machines::{WorkContext, WorkError};
+use crate::config::Secret;
+use crate::net::gateway::Gateway;
 
 /// The only chain the x402 machines read.
 pub const CHAIN: &str = "eip155:8453";
@@ -32,28 +33,33 @@ pub struct TokenReads {
     pub limitations: Vec<String>,
 }
 
+/// A failure of ours before any read: configuration or manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenReadError {
+    /// No eip155:8453 RPC endpoint is configured.
+    #[error("no eip155:8453 RPC endpoint")]
+    NoEndpoint,
+    /// The machine's manifest entry lacks the RPC timeout.
+    #[error("{0} has no rpc_response_timeout_ms")]
+    NoTimeout(String),
+}
+
 /// Reads `balanceOf(owner)` and, when a spender is given, `allowance(owner, spender)` of
 /// `token` at one block.
 pub async fn read(
-    context: &WorkContext,
+    gateway: &Gateway,
+    rpc_url: Option<&Secret>,
     machine: &Machine,
     token: Address,
     owner: Address,
     spender: Option<Address>,
-) -> Result<TokenReads, WorkError> {
-    let url = context
-        .rpc_url(CHAIN)
-        .ok_or_else(|| WorkError::Internal("no eip155:8453 RPC endpoint".into()))?;
+) -> Result<TokenReads, TokenReadError> {
+    let url = rpc_url.ok_or(TokenReadError::NoEndpoint)?;
     let timeout = machine
         .limit("rpc_response_timeout_ms")
         .map(Duration::from_millis)
-        .ok_or_else(|| {
-            WorkError::Internal(format!(
-                "{} has no rpc_response_timeout_ms",
-                machine.machine
-            ))
-        })?;
-    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
+        .ok_or_else(|| TokenReadError::NoTimeout(machine.machine.clone()))?;
+    let provider = CountedRpc::new(gateway.clone(), url, timeout).provider();
     let mut reads = TokenReads::default();
     let block = match provider.get_block_number().await {
         Ok(block) => block,

@@ -4,6 +4,9 @@
 use http::StatusCode;
 use serde::Serialize;
 
+use crate::machines::{CheckFailure, NotReady};
+use crate::pay::gate::Refusal;
+
 /// A request rejection or service refusal with a stable machine-readable code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
@@ -70,5 +73,37 @@ impl ApiError {
         };
         serde_json::to_vec(&body)
             .unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+    }
+}
+
+impl From<CheckFailure> for ApiError {
+    /// A machine's pre-payment refusal: 400, naming the field when there is one.
+    fn from(failure: CheckFailure) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: failure.code,
+            message: failure.message,
+            field: failure.field,
+        }
+    }
+}
+
+impl From<NotReady> for ApiError {
+    /// A machine this deployment cannot run: 503 before any payment is verified.
+    fn from(not_ready: NotReady) -> Self {
+        ApiError::unavailable(not_ready.code, not_ready.message)
+    }
+}
+
+impl From<&Refusal> for ApiError {
+    /// A refusal of ours on the paid path: 500 when the work failed, else 503.
+    fn from(refusal: &Refusal) -> Self {
+        let status = match refusal {
+            Refusal::WorkFailed => StatusCode::INTERNAL_SERVER_ERROR,
+            Refusal::LedgerUnavailable | Refusal::FacilitatorUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        ApiError::new(status, refusal.code(), refusal.to_string())
     }
 }

@@ -22,7 +22,7 @@ use crate::chain::authorization::AuthorizationReader;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::error::ApiError;
-use crate::machines::{self, Check, WorkContext};
+use crate::machines::{self, Entry, Work, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::facilitator::FacilitatorClient;
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
@@ -44,7 +44,7 @@ struct FreeDoc {
 struct PaidRoute {
     machine: &'static Machine,
     validator: RequestValidator,
-    check: Check,
+    entry: &'static dyn Entry,
     max_body: usize,
     /// None when no pay_to is configured: valid requests answer 503 service_disabled.
     challenge: Option<Challenge>,
@@ -276,24 +276,30 @@ impl PaidRoute {
         pay_to: Option<&str>,
     ) -> Result<PaidRoute, StartError> {
         let validator = RequestValidator::new(machine).map_err(StartError::Prepare)?;
-        let check = machines::check_for(&machine.machine)
+        let entry = machines::find(&machine.machine)
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
         let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
         let challenge = pay_to
-            .map(|pay_to| {
-                let required =
-                    challenge::payment_required(manifest, machine, base_url, pay_to, None);
-                Challenge::new(&required)
-            })
+            .map(|pay_to| Challenge::for_machine(manifest, machine, base_url, pay_to, None))
             .transpose()
             .map_err(|e| {
                 StartError::Prepare(format!("{}: challenge header: {e}", machine.machine))
             })?;
+        if let Some(challenge) = &challenge
+            && challenge.header.len() > challenge::HEADER_BUDGET
+        {
+            tracing::warn!(
+                machine = %machine.machine,
+                header_bytes = challenge.header.len(),
+                budget = challenge::HEADER_BUDGET,
+                "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
+            );
+        }
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
         Ok(PaidRoute {
             machine,
             validator,
-            check,
+            entry,
             max_body,
             challenge,
             requirement,
@@ -442,8 +448,8 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
-    let request = match validate_paid_request(route, headers, body).await {
-        Ok(request) => request,
+    let (request, work) = match validate_paid_request(route, headers, body).await {
+        Ok(accepted) => accepted,
         Err(error) => return error_response(&error),
     };
     let (Some(challenge), Some(requirement), Some(pay_to)) = (
@@ -465,8 +471,8 @@ where
             "no payment facilitator is configured on this deployment; nothing was charged",
         ));
     }
-    if let Err(error) = machines::readiness(route.machine, &state.config) {
-        return error_response(&error);
+    if let Err(not_ready) = route.entry.readiness(route.machine, &state.config) {
+        return error_response(&not_ready.into());
     }
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
@@ -477,10 +483,12 @@ where
         requirement: requirement.clone(),
         pay_to: pay_to.to_string(),
         request,
+        work,
         signature: signature.as_bytes().to_vec(),
     };
     match tokio::spawn(call.run()).await {
-        Ok(outcome) => paid_response(state, route, pay_to, outcome),
+        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
+        Ok(Err(error)) => error_response(&error),
         Err(error) => {
             tracing::error!(%error, machine = %route.machine.machine, "paid call task failed");
             error_response(&ApiError::new(
@@ -499,29 +507,28 @@ struct PaidCall {
     requirement: Value,
     pay_to: String,
     request: Value,
+    work: Work,
     signature: Vec<u8>,
 }
 
 impl PaidCall {
-    async fn run(self) -> PaidOutcome {
+    async fn run(self) -> Result<PaidOutcome, ApiError> {
         let _open = self.state.in_flight.enter();
         let Some(rail) = &self.state.rail else {
-            return PaidOutcome::Failed(ApiError::unavailable(
+            return Err(ApiError::unavailable(
                 "service_disabled",
                 "no payment facilitator is configured on this deployment; nothing was charged",
             ));
         };
-        gate::run(
-            rail,
-            &MANIFEST,
-            self.machine,
-            &self.requirement,
-            &self.pay_to,
-            &self.state.work,
-            &self.request,
-            &self.signature,
-        )
-        .await
+        let call = gate::PaidCall {
+            machine: self.machine,
+            requirement: &self.requirement,
+            pay_to: &self.pay_to,
+            request: &self.request,
+            header: &self.signature,
+        };
+        let work = self.work.observe(&self.state.work);
+        Ok(gate::run(rail, &MANIFEST, call, work).await)
     }
 }
 
@@ -558,20 +565,20 @@ fn paid_response(
             );
             response
         }
-        PaidOutcome::Failed(error) => error_response(&error),
+        PaidOutcome::Failed(refusal) => error_response(&ApiError::from(&refusal)),
     }
 }
 
 /// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
 fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) -> Response<Bytes> {
-    let required = challenge::payment_required(
+    let challenge = Challenge::for_machine(
         &MANIFEST,
         route.machine,
         &state.base_url,
         pay_to,
         Some(reason),
     );
-    match Challenge::new(&required) {
+    match challenge {
         Ok(challenge) => payment_required(&challenge),
         Err(_) => error_response(&ApiError::new(
             StatusCode::PAYMENT_REQUIRED,
@@ -589,12 +596,14 @@ fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str
     }
 }
 
-/// Size limit → JSON → schema → semantic checks. Pure: no I/O beyond reading the body.
+/// Size limit → JSON → schema → typed request → semantic checks. Pure: no I/O beyond
+/// reading the body. Returns the request as received (for the ledger's hash) and the
+/// machine's paid work on its typed request, not yet started.
 async fn validate_paid_request<S, B>(
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
-) -> Result<Value, ApiError>
+) -> Result<(Value, Work), ApiError>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
@@ -603,8 +612,8 @@ where
     let bytes = read_limited(headers, body, route.max_body).await?;
     let request = body::parse_json(&bytes)?;
     route.validator.validate(&request)?;
-    (route.check)(route.machine, &request)?;
-    Ok(request)
+    let work = route.entry.accept(route.machine, &request)?;
+    Ok((request, work))
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {

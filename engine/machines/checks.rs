@@ -1,10 +1,10 @@
 //! Structural semantic checks shared by the machines' pre-payment validation. None of them
-//! does I/O: no DNS, no RPC, no fetch. Each returns a 400 naming the field.
+//! does I/O: no DNS, no RPC, no fetch. Each refusal names the field.
 
 use alloy_primitives::{Address, U256};
 use serde_json::Value;
 
-use crate::http::error::ApiError;
+use super::CheckFailure;
 use crate::net::url_policy;
 use crate::support::canonical;
 use crate::support::evm;
@@ -35,36 +35,28 @@ fn array_index(segment: &str) -> Option<usize> {
     canonical.then(|| segment.parse().ok()).flatten()
 }
 
-/// The string at a JSON pointer, if present.
-pub fn text<'a>(request: &'a Value, pointer: &str) -> Option<&'a str> {
-    at(request, pointer).and_then(Value::as_str)
-}
-
 /// A URL input that must pass the public-HTTPS policy.
-pub fn public_url(request: &Value, pointer: &str) -> Result<Option<url::Url>, ApiError> {
-    match text(request, pointer) {
-        None => Ok(None),
-        Some(raw) => url_policy::check_public_https_url(raw)
-            .map(Some)
-            .map_err(|e| ApiError::invalid_field(e.code(), pointer, e.to_string())),
-    }
+pub fn public_url(raw: &str, pointer: &str) -> Result<url::Url, CheckFailure> {
+    url_policy::check_public_https_url(raw)
+        .map_err(|e| CheckFailure::field(e.code(), pointer, e.to_string()))
 }
 
 /// An EVM address input (format and, for mixed case, EIP-55 checksum).
-pub fn address(request: &Value, pointer: &str) -> Result<Option<Address>, ApiError> {
-    match text(request, pointer) {
-        None => Ok(None),
-        Some(raw) => evm::parse_address(raw)
-            .map(Some)
-            .map_err(|e| ApiError::invalid_field(e.code(), pointer, format!("{pointer}: {e}"))),
-    }
+pub fn address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
+    evm::parse_address(raw)
+        .map_err(|e| CheckFailure::field(e.code(), pointer, format!("{pointer}: {e}")))
+}
+
+/// An optional EVM address input.
+pub fn optional_address(raw: Option<&str>, pointer: &str) -> Result<Option<Address>, CheckFailure> {
+    raw.map(|raw| address(raw, pointer)).transpose()
 }
 
 /// A token contract address: a valid address that is not the zero address.
-pub fn token_address(request: &Value, pointer: &str) -> Result<Option<Address>, ApiError> {
-    let token = address(request, pointer)?;
-    if token.is_some_and(|a| a.is_zero()) {
-        return Err(ApiError::invalid_field(
+pub fn token_address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
+    let token = address(raw, pointer)?;
+    if token.is_zero() {
+        return Err(CheckFailure::field(
             "zero_token_address",
             pointer,
             "the zero address is not a token contract",
@@ -74,31 +66,24 @@ pub fn token_address(request: &Value, pointer: &str) -> Result<Option<Address>, 
 }
 
 /// A uint256 decimal string.
-pub fn uint256(request: &Value, pointer: &str) -> Result<Option<U256>, ApiError> {
-    match text(request, pointer) {
-        None => Ok(None),
-        Some(raw) => evm::parse_uint256(raw)
-            .map(Some)
-            .map_err(|e| ApiError::invalid_field(e.code(), pointer, format!("{pointer}: {e}"))),
-    }
+pub fn uint256(raw: &str, pointer: &str) -> Result<U256, CheckFailure> {
+    evm::parse_uint256(raw)
+        .map_err(|e| CheckFailure::field(e.code(), pointer, format!("{pointer}: {e}")))
 }
 
 /// Every address in an array field.
-pub fn address_list(request: &Value, pointer: &str) -> Result<Vec<Address>, ApiError> {
-    let items = at(request, pointer).and_then(Value::as_array);
-    let mut out = Vec::new();
-    for i in 0..items.map_or(0, Vec::len) {
-        if let Some(a) = address(request, &format!("{pointer}/{i}"))? {
-            out.push(a);
-        }
-    }
-    Ok(out)
+pub fn address_list(items: &[String], pointer: &str) -> Result<Vec<Address>, CheckFailure> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| address(raw, &format!("{pointer}/{i}")))
+        .collect()
 }
 
 /// The probe method rule of VM08–VM10: a GET probe never carries a body.
-pub fn no_body_for_get(request: &Value) -> Result<(), ApiError> {
-    if text(request, "/method") == Some("GET") && request.get("body").is_some() {
-        return Err(ApiError::invalid_field(
+pub fn no_body_for_get(method: &str, body: Option<&Value>) -> Result<(), CheckFailure> {
+    if method == "GET" && body.is_some() {
+        return Err(CheckFailure::field(
             "body_not_allowed_for_get",
             "/body",
             "a GET probe has no body; omit body or use method POST",
@@ -114,14 +99,13 @@ pub fn normalize_query(query: &str) -> String {
 
 /// Normalizes the `queries` array: whitespace collapsed, each 2..=400 characters after
 /// normalization, ordered lexicographically, duplicates rejected.
-pub fn normalized_queries(request: &Value) -> Result<Vec<String>, ApiError> {
-    let raw = request.get("queries").and_then(Value::as_array);
+pub fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFailure> {
     let mut queries = Vec::new();
-    for (i, item) in raw.into_iter().flatten().enumerate() {
-        let normalized = normalize_query(item.as_str().unwrap_or_default());
+    for (i, item) in raw.iter().enumerate() {
+        let normalized = normalize_query(item);
         let chars = normalized.chars().count();
         if !(2..=400).contains(&chars) {
-            return Err(ApiError::invalid_field(
+            return Err(CheckFailure::field(
                 "invalid_query",
                 format!("/queries/{i}"),
                 format!(
@@ -133,7 +117,7 @@ pub fn normalized_queries(request: &Value) -> Result<Vec<String>, ApiError> {
     }
     queries.sort();
     if let Some(pair) = queries.windows(2).find(|w| w[0] == w[1]) {
-        return Err(ApiError::invalid_field(
+        return Err(CheckFailure::field(
             "duplicate_query",
             "/queries",
             format!("queries repeat after normalization: {:?}", pair[0]),
@@ -143,9 +127,9 @@ pub fn normalized_queries(request: &Value) -> Result<Vec<String>, ApiError> {
 }
 
 /// A caller-held baseline must come from this machine's methodology.
-pub fn baseline_methodology(request: &Value, expected: &str) -> Result<(), ApiError> {
-    match text(request, "/baseline/methodology_version") {
-        Some(found) if found != expected => Err(ApiError::invalid_field(
+pub fn baseline_methodology(found: Option<&str>, expected: &str) -> Result<(), CheckFailure> {
+    match found {
+        Some(found) if found != expected => Err(CheckFailure::field(
             "baseline_methodology_mismatch",
             "/baseline/methodology_version",
             format!("baseline is from methodology {found:?}; this machine runs {expected:?}"),
@@ -154,11 +138,15 @@ pub fn baseline_methodology(request: &Value, expected: &str) -> Result<(), ApiEr
     }
 }
 
-/// A sealed value whose `hash_field` must equal the canonical sha256 of `sealed`.
-pub fn seal_matches(request: &Value, hash_pointer: &str, sealed: &Value) -> Result<(), ApiError> {
-    let claimed = text(request, hash_pointer).unwrap_or_default();
-    if claimed != canonical::canonical_sha256(sealed) {
-        return Err(ApiError::invalid_field(
+/// A sealed value whose claimed hash (at `hash_pointer`) must equal the canonical sha256 of
+/// `sealed`.
+pub fn seal_matches(
+    claimed: Option<&str>,
+    hash_pointer: &str,
+    sealed: &Value,
+) -> Result<(), CheckFailure> {
+    if claimed.unwrap_or_default() != canonical::canonical_sha256(sealed) {
+        return Err(CheckFailure::field(
             "baseline_tampered",
             hash_pointer,
             "the baseline does not match its own hash; send back the baseline exactly as returned",
@@ -167,15 +155,20 @@ pub fn seal_matches(request: &Value, hash_pointer: &str, sealed: &Value) -> Resu
     Ok(())
 }
 
-/// The object at `pointer` without the keys listed, for hashing what a seal covers.
-pub fn without_keys(request: &Value, pointer: &str, keys: &[&str]) -> Value {
-    let mut value = at(request, pointer).cloned().unwrap_or(Value::Null);
+/// An object without the keys listed, for hashing what a seal covers.
+pub fn without_keys(value: &Value, keys: &[&str]) -> Value {
+    let mut value = value.clone();
     if let Value::Object(map) = &mut value {
         for key in keys {
             map.shift_remove(*key);
         }
     }
     value
+}
+
+/// The string of a JSON value at a pointer, if present.
+pub fn text_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+    at(value, pointer).and_then(Value::as_str)
 }
 
 #[cfg(test)]

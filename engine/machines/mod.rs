@@ -1,15 +1,27 @@
-//! One module per machine. Each has `check` (semantic, structural, pre-payment; no I/O) and,
-//! once implemented, one `observe` entry that does the paid work.
+//! The machines: one [`Machine`] implementation per observation, and the static
+//! [`REGISTRY`] the HTTP edge looks them up in. Each machine declares its typed request
+//! (deserialized once, after schema validation), its pre-payment checks on that request (no
+//! I/O), its readiness on this deployment, and its paid `observe`.
+//!
+//! Nothing here knows HTTP: a refused request is a [`CheckFailure`], a machine that cannot run
+//! here is [`NotReady`], and a failure of ours while working is a [`WorkError`]; the edge maps
+//! them to status codes and error bodies.
 
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use serde::Deserialize as _;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::catalog::manifest::Machine;
+use crate::catalog::manifest::Machine as Spec;
 use crate::config::{Config, Secret};
-use crate::http::error::ApiError;
 use crate::net::gateway::Gateway;
 use crate::support::ttl_cache::TtlCache;
 
 pub mod checks;
+pub mod listing;
 pub mod probe_reads;
 pub mod vm01;
 pub mod vm02;
@@ -23,32 +35,179 @@ pub mod vm09;
 pub mod vm10;
 pub mod vm11;
 
-/// A machine's pre-payment semantic check.
-pub type Check = fn(&Machine, &Value) -> Result<(), ApiError>;
+/// One machine of the catalog.
+pub trait Machine: Send + Sync + 'static {
+    /// The manifest id, e.g. `VM01`.
+    const ID: &'static str;
+    /// The request body, deserialized once after the manifest's input schema accepted it.
+    type Request: DeserializeOwned + Send + Sync + 'static;
 
-/// The semantic check of a machine id; None for an id that is not a machine.
-pub fn check_for(id: &str) -> Option<Check> {
-    let check: Check = match id {
-        "VM01" => vm01::check,
-        "VM02" => vm02::check,
-        "VM03" => vm03::check,
-        "VM04" => vm04::check,
-        "VM05" => vm05::check,
-        "VM06" => vm06::check,
-        "VM07" => vm07::check,
-        "VM08" => vm08::check,
-        "VM09" => vm09::check,
-        "VM10" => vm10::check,
-        "VM11" => vm11::check,
-        _ => return None,
-    };
-    Some(check)
+    /// Pre-payment semantic checks on the typed request; no I/O.
+    fn check(spec: &Spec, request: &Self::Request) -> Result<(), CheckFailure>;
+
+    /// Whether this deployment can take paid calls for the machine (providers configured).
+    fn readiness(spec: &Spec, config: &Config) -> Result<(), NotReady>;
+
+    /// The paid work. Upstream failures are truthful HOLD/PARTIAL results, not errors.
+    fn observe(
+        context: &WorkContext,
+        spec: &'static Spec,
+        request: &Self::Request,
+    ) -> impl Future<Output = Result<Value, WorkError>> + Send;
+}
+
+/// A machine as the registry holds it: the typed request erased behind [`Work`].
+pub trait Entry: Sync {
+    /// The manifest id.
+    fn id(&self) -> &'static str;
+    /// See [`Machine::readiness`].
+    fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
+    /// Reads a schema-valid request into the machine's typed request, runs the pre-payment
+    /// checks, and returns the paid work, not yet started.
+    fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure>;
+}
+
+struct Registered<M>(PhantomData<fn() -> M>);
+
+impl<M: Machine> Entry for Registered<M> {
+    fn id(&self) -> &'static str {
+        M::ID
+    }
+
+    fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        M::readiness(spec, config)
+    }
+
+    fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure> {
+        let request = M::Request::deserialize(request).map_err(|e| {
+            CheckFailure::new(
+                "invalid_body",
+                format!("the request could not be read: {e}"),
+            )
+        })?;
+        M::check(spec, &request)?;
+        Ok(Work(Box::new(Accepted::<M> { spec, request })))
+    }
+}
+
+/// Every machine, in catalog order.
+pub static REGISTRY: [&dyn Entry; 11] = [
+    &Registered::<vm01::Vm01>(PhantomData),
+    &Registered::<vm02::Vm02>(PhantomData),
+    &Registered::<vm03::Vm03>(PhantomData),
+    &Registered::<vm04::Vm04>(PhantomData),
+    &Registered::<vm05::Vm05>(PhantomData),
+    &Registered::<vm06::Vm06>(PhantomData),
+    &Registered::<vm07::Vm07>(PhantomData),
+    &Registered::<vm08::Vm08>(PhantomData),
+    &Registered::<vm09::Vm09>(PhantomData),
+    &Registered::<vm10::Vm10>(PhantomData),
+    &Registered::<vm11::Vm11>(PhantomData),
+];
+
+/// The registered machine of a manifest id.
+pub fn find(id: &str) -> Option<&'static dyn Entry> {
+    REGISTRY.iter().copied().find(|entry| entry.id() == id)
+}
+
+/// The future of a machine's paid work.
+pub type Observation<'a> = Pin<Box<dyn Future<Output = Result<Value, WorkError>> + Send + 'a>>;
+
+/// An accepted request's paid work, handed to the payment gate as a value. Nothing runs until
+/// [`Work::observe`]'s future is polled.
+pub struct Work(Box<dyn PaidWork>);
+
+impl Work {
+    /// Starts the work with the server's context.
+    pub fn observe(self, context: &WorkContext) -> Observation<'_> {
+        self.0.observe(context)
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Work")
+    }
+}
+
+trait PaidWork: Send {
+    fn observe<'a>(self: Box<Self>, context: &'a WorkContext) -> Observation<'a>;
+}
+
+struct Accepted<M: Machine> {
+    spec: &'static Spec,
+    request: M::Request,
+}
+
+impl<M: Machine> PaidWork for Accepted<M> {
+    fn observe<'a>(self: Box<Self>, context: &'a WorkContext) -> Observation<'a> {
+        Box::pin(async move { M::observe(context, self.spec, &self.request).await })
+    }
+}
+
+/// A request the schema accepted but a machine's semantic check refuses (HTTP 400 at the
+/// edge), naming the field when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct CheckFailure {
+    /// The stable error code.
+    pub code: String,
+    /// The JSON pointer of the offending field.
+    pub field: Option<String>,
+    /// What is wrong, for the caller.
+    pub message: String,
+}
+
+impl CheckFailure {
+    /// A refusal of the whole request.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        CheckFailure {
+            code: code.into(),
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    /// A refusal naming the offending field (a JSON pointer such as `/asset/symbol`).
+    pub fn field(
+        code: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        CheckFailure {
+            code: code.into(),
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a machine cannot take paid calls on this deployment (HTTP 503 at the edge).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct NotReady {
+    /// The stable error code.
+    pub code: &'static str,
+    /// What is missing, for the caller.
+    pub message: String,
+}
+
+impl NotReady {
+    /// A machine that cannot run, with a stable code.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        NotReady {
+            code,
+            message: message.into(),
+        }
+    }
 }
 
 /// What a machine's paid work may use: the counted gateway and the configured providers.
 #[derive(Clone)]
 pub struct WorkContext {
+    /// The one counted outbound gateway.
     pub gateway: Gateway,
+    /// The deployment's configuration (provider URLs among it).
     pub config: Config,
     /// In-process cache of upstream observations (VM04's optional cache).
     pub cache: TtlCache,
@@ -78,74 +237,31 @@ impl WorkContext {
 /// they are truthful HOLD/PARTIAL results).
 #[derive(Debug, thiserror::Error)]
 pub enum WorkError {
-    #[error("{0} is not implemented yet")]
-    NotImplemented(String),
+    /// A bug or misconfiguration of ours.
     #[error("internal error: {0}")]
     Internal(String),
 }
 
-impl From<crate::providers::discovery::DiscoveryError> for WorkError {
-    fn from(error: crate::providers::discovery::DiscoveryError) -> Self {
-        WorkError::Internal(error.to_string())
-    }
+/// A failure of a lower layer that stops the paid work.
+macro_rules! internal_from {
+    ($($error:ty),*) => {$(
+        impl From<$error> for WorkError {
+            fn from(error: $error) -> Self {
+                WorkError::Internal(error.to_string())
+            }
+        }
+    )*};
 }
 
-/// Whether a machine can take paid calls with this configuration. Checked before any
-/// payment is verified, so nobody is charged for a machine that cannot run.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    match machine.machine.as_str() {
-        "VM01" => vm01::readiness(machine, config),
-        "VM02" => vm02::readiness(machine, config),
-        "VM03" => vm03::readiness(machine, config),
-        "VM04" => vm04::readiness(machine, config),
-        "VM05" => vm05::readiness(machine, config),
-        "VM06" => vm06::readiness(machine, config),
-        "VM07" => vm07::readiness(machine, config),
-        "VM08" => vm08::readiness(machine, config),
-        "VM09" => vm09::readiness(machine, config),
-        "VM10" => vm10::readiness(machine, config),
-        "VM11" => vm11::readiness(machine, config),
-        _ => not_implemented(machine),
-    }
-}
-
-/// Runs a machine's paid work. Upstream failures are truthful HOLD/PARTIAL results, not errors.
-pub async fn observe(
-    id: &str,
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    match id {
-        "VM01" => vm01::observe(context, machine, request).await,
-        "VM02" => vm02::observe(context, machine, request).await,
-        "VM03" => vm03::observe(context, machine, request).await,
-        "VM04" => vm04::observe(context, machine, request).await,
-        "VM05" => vm05::observe(context, machine, request).await,
-        "VM06" => vm06::observe(context, machine, request).await,
-        "VM07" => vm07::observe(context, machine, request).await,
-        "VM08" => vm08::observe(context, machine, request).await,
-        "VM09" => vm09::observe(context, machine, request).await,
-        "VM10" => vm10::observe(context, machine, request).await,
-        "VM11" => vm11::observe(context, machine, request).await,
-        other => Err(WorkError::NotImplemented(other.to_string())),
-    }
-}
-
-/// The readiness answer of a machine whose work has not landed yet.
-pub fn not_implemented(machine: &Machine) -> Result<(), ApiError> {
-    Err(ApiError::unavailable(
-        "machine_not_implemented",
-        format!(
-            "{} is not available yet; no payment was verified and nothing was charged",
-            machine.machine
-        ),
-    ))
-}
+internal_from!(
+    crate::providers::discovery::DiscoveryError,
+    crate::web::x402_probe::ProbeError,
+    crate::chain::token_reads::TokenReadError
+);
 
 /// The readiness answer of a machine whose provider is not configured.
-pub fn provider_missing(machine: &Machine, what: &str) -> Result<(), ApiError> {
-    Err(ApiError::unavailable(
+pub fn provider_missing(machine: &Spec, what: &str) -> Result<(), NotReady> {
+    Err(NotReady::new(
         "provider_not_configured",
         format!(
             "{} is not available on this deployment: {what} is not configured",

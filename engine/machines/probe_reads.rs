@@ -6,31 +6,73 @@
 use alloy::primitives::Address;
 use serde_json::Value;
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::token_reads::{self, TokenReads};
 use crate::config::Config;
-use crate::http::error::ApiError;
+use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::web::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
 
 /// Ready when the probe can run and the eip155:8453 RPC endpoint for the reads is configured.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    x402_probe::ready(machine, config)?;
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+    probe_ready(machine, config)?;
     match config.rpc_url_eip155_8453 {
         Some(_) => Ok(()),
         None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
     }
 }
 
+/// Ready when the probe's limits are in the manifest and a fetcher can be built.
+pub fn probe_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+    x402_probe::ready(machine, config)
+        .map_err(|e| NotReady::new("fetch_setup_failed", e.to_string()))
+}
+
+/// The fields every probing machine's request carries: what to probe and how.
+#[derive(Debug, serde::Deserialize)]
+pub struct ProbeRequest {
+    /// The x402 resource to probe.
+    pub resource_url: String,
+    /// GET or POST.
+    pub method: String,
+    /// The JSON body of a POST probe.
+    pub body: Option<Value>,
+}
+
+impl ProbeRequest {
+    /// The pre-payment checks every probing machine runs: a public HTTPS URL, no body on GET.
+    pub fn check(&self) -> Result<(), CheckFailure> {
+        rc::public_url(&self.resource_url, "/resource_url")?;
+        rc::no_body_for_get(&self.method, self.body.as_ref())
+    }
+
+    /// The probe target of a checked request.
+    pub fn target(&self) -> Result<ProbeTarget, WorkError> {
+        Ok(ProbeTarget::new(
+            &self.resource_url,
+            &self.method,
+            self.body.as_ref(),
+        )?)
+    }
+}
+
+/// Sends the one unpaid probe of `target` with this machine's limits.
+pub async fn probe(
+    context: &WorkContext,
+    machine: &Machine,
+    target: ProbeTarget,
+) -> Result<Probe, WorkError> {
+    Ok(x402_probe::probe(&context.gateway, &context.config, machine, target).await?)
+}
+
 /// Probes the request's resource once and selects a requirement from the answer.
 pub async fn probe_and_select(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    request: &ProbeRequest,
 ) -> Result<(Probe, Selection), WorkError> {
-    let target = ProbeTarget::from_request(request)?;
-    let probe = x402_probe::probe(context, machine, target).await?;
+    let probe = probe(context, machine, request.target()?).await?;
     let selection = x402_probe::select(machine, &probe);
     Ok((probe, selection))
 }
@@ -42,25 +84,26 @@ pub async fn probe_and_select(
 pub async fn read_payer(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    payer_address: &str,
     requirement: Option<&Requirement>,
     spender: impl Fn(&Requirement) -> Option<Address>,
 ) -> Result<Option<TokenReads>, WorkError> {
     let Some(requirement) = requirement else {
         return Ok(None);
     };
-    let payer = payer(request)?;
+    let payer = evm::parse_address(payer_address)
+        .map_err(|e| WorkError::Internal(format!("payer_address: {e}")))?;
     let Some(Ok(asset)) = requirement.asset.as_deref().map(evm::parse_address) else {
         return Ok(None);
     };
-    let reads = token_reads::read(context, machine, asset, payer, spender(requirement)).await?;
+    let reads = token_reads::read(
+        &context.gateway,
+        context.rpc_url(token_reads::CHAIN),
+        machine,
+        asset,
+        payer,
+        spender(requirement),
+    )
+    .await?;
     Ok(Some(reads))
-}
-
-fn payer(request: &Value) -> Result<Address, WorkError> {
-    let text = request
-        .get("payer_address")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    evm::parse_address(text).map_err(|e| WorkError::Internal(format!("payer_address: {e}")))
 }

@@ -1,28 +1,52 @@
 //! VM01 URL context: one bounded fetch of one public HTTPS page, read into structured JSON
 //! (docs/fetch-policy.md, docs/extraction.md).
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::web::fetch::{FetchLimits, Fetcher};
 use crate::web::page::{self, PageReading};
 
-pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/url")?;
-    Ok(())
+/// VM01 URL context.
+pub struct Vm01;
+
+/// A VM01 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The page to read.
+    pub url: String,
 }
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    fetch_ready(machine, config)
+impl super::Machine for Vm01 {
+    const ID: &'static str = "VM01";
+    type Request = Request;
+
+    fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        rc::public_url(&request.url, "/url")?;
+        Ok(())
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        fetch_ready(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let reading = read_requested_page(context, machine, &request.url).await?;
+        Ok(response(machine, &reading, &now()))
+    }
 }
 
 /// Shared by VM01 and VM07: the manifest declares the fetch limits and the TLS setup works.
-pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    let unavailable = |message: String| ApiError::unavailable("fetch_setup_failed", message);
+pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+    let unavailable = |message: String| NotReady::new("fetch_setup_failed", message);
     FetchLimits::from_machine(machine).map_err(unavailable)?;
     text_limit(machine).map_err(|e| unavailable(e.to_string()))?;
     crate::web::fetch::check_setup(config).map_err(|e| unavailable(e.to_string()))
@@ -42,26 +66,15 @@ pub fn text_limit(machine: &Machine) -> Result<usize, WorkError> {
 pub async fn read_requested_page(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    url: &str,
 ) -> Result<PageReading, WorkError> {
-    let url = rc::public_url(request, "/url")
-        .map_err(|e| {
-            WorkError::Internal(format!("request passed checks but its URL did not: {e:?}"))
-        })?
-        .ok_or_else(|| WorkError::Internal("request has no url".into()))?;
+    let url = rc::public_url(url, "/url").map_err(|e| {
+        WorkError::Internal(format!("request passed checks but its URL did not: {e:?}"))
+    })?;
     let limits = FetchLimits::from_machine(machine).map_err(WorkError::Internal)?;
     let fetcher = Fetcher::new(context.gateway.clone(), &context.config)
         .map_err(|e| WorkError::Internal(e.to_string()))?;
     Ok(page::read(&fetcher, url, limits, text_limit(machine)?).await)
-}
-
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let reading = read_requested_page(context, machine, request).await?;
-    Ok(response(machine, &reading, &now()))
 }
 
 /// The current time as the spec's ISO-8601 timestamp (UTC, seconds).

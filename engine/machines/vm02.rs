@@ -15,13 +15,13 @@ use alloy::rpc::types::TransactionRequest;
 use alloy::sol;
 use alloy::sol_types::SolCall;
 use alloy::transports::TransportError;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::pay::report::format_units;
 use crate::support::evm;
@@ -37,18 +37,45 @@ sol! {
     }
 }
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    match config.rpc_url_eip155_8453 {
-        Some(_) => Ok(()),
-        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-    }
+/// VM02 allowance exposure.
+pub struct Vm02;
+
+/// A VM02 request: three EVM addresses as the caller wrote them.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The token owner.
+    pub owner: String,
+    /// The ERC-20 contract.
+    pub token: String,
+    /// The approved spender.
+    pub spender: String,
 }
 
-pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::address(request, "/owner")?;
-    rc::token_address(request, "/token")?;
-    rc::address(request, "/spender")?;
-    Ok(())
+impl super::Machine for Vm02 {
+    const ID: &'static str = "VM02";
+    type Request = Request;
+
+    fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        rc::address(&request.owner, "/owner")?;
+        rc::token_address(&request.token, "/token")?;
+        rc::address(&request.spender, "/spender")?;
+        Ok(())
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        match config.rpc_url_eip155_8453 {
+            Some(_) => Ok(()),
+            None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
+        }
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        observe(context, machine, request).await
+    }
 }
 
 /// An allowance at or above 2^96-1 (the largest balance a uint96 token can hold) cannot be
@@ -67,23 +94,19 @@ struct Reads {
     limitations: Vec<String>,
 }
 
-fn address_field(request: &Value, field: &str) -> Result<Address, WorkError> {
-    let text = request
-        .get(field)
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+fn address_field(text: &str, field: &str) -> Result<Address, WorkError> {
     evm::parse_address(text)
         .map_err(|e| WorkError::Internal(format!("{field} passed validation but {e}")))
 }
 
-pub async fn observe(
+async fn observe(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    request: &Request,
 ) -> Result<Value, WorkError> {
-    let owner = address_field(request, "owner")?;
-    let token = address_field(request, "token")?;
-    let spender = address_field(request, "spender")?;
+    let owner = address_field(&request.owner, "owner")?;
+    let token = address_field(&request.token, "token")?;
+    let spender = address_field(&request.spender, "spender")?;
     let url = context
         .rpc_url(CHAIN)
         .ok_or_else(|| WorkError::Internal("no eip155:8453 RPC endpoint".into()))?;
@@ -235,7 +258,7 @@ fn adjusted(raw: Option<U256>, decimals: Option<u8>) -> Value {
     }
 }
 
-fn respond(machine: &Machine, request: &Value, reads: Reads) -> Value {
+fn respond(machine: &Machine, request: &Request, reads: Reads) -> Value {
     let both = reads.allowance.zip(reads.balance);
     let status = if both.is_some() && reads.code_present == Some(true) {
         "OK"
@@ -251,9 +274,9 @@ fn respond(machine: &Machine, request: &Value, reads: Reads) -> Value {
         "methodology_version": machine.methodology_version,
         "network": CHAIN,
         "block_number": block,
-        "owner": request["owner"],
-        "token": request["token"],
-        "spender": request["spender"],
+        "owner": request.owner,
+        "token": request.token,
+        "spender": request.spender,
         "token_metadata": {"symbol": reads.symbol, "decimals": reads.decimals},
         "allowance_raw": raw(reads.allowance),
         "allowance_adjusted": adjusted(reads.allowance, reads.decimals),

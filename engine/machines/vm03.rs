@@ -17,51 +17,90 @@ use alloy::primitives::{Address, U256};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::net::upstream::Bounds;
 use crate::support::decimal::Decimal;
 use crate::support::evm;
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::address(request, "/address")?;
-    let holdings = request
-        .get("declared_holdings")
-        .and_then(Value::as_array)
-        .map_or(&[][..], Vec::as_slice);
+/// VM03 portfolio preflight.
+pub struct Vm03;
+
+/// A VM03 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The address whose holdings are discovered.
+    pub address: String,
+    /// The chains to read (default both).
+    pub chains: Option<Vec<String>>,
+    /// Caller-declared ERC-20 holdings: hints only.
+    #[serde(default)]
+    pub declared_holdings: Vec<DeclaredHolding>,
+}
+
+/// One caller-declared holding as written.
+#[derive(Debug, Deserialize)]
+pub struct DeclaredHolding {
+    /// Its chain (CAIP-2).
+    pub chain: String,
+    /// The ERC-20 contract.
+    pub token: String,
+    /// The declared raw quantity (uint256 decimal string).
+    pub quantity_raw: String,
+}
+
+impl super::Machine for Vm03 {
+    const ID: &'static str = "VM03";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        check(machine, request)
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let settings = Settings::from(machine)?;
+        let request = parse_request(request)?;
+        let outcomes = collect::run(context, &settings, &request).await?;
+        Ok(assemble::respond(machine, &settings, &request, &outcomes))
+    }
+}
+
+fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+    rc::address(&request.address, "/address")?;
+    let holdings = &request.declared_holdings;
     if let Some(max) = machine.limit("max_declared_holdings")
         && holdings.len() as u64 > max
     {
-        return Err(ApiError::invalid_field(
+        return Err(CheckFailure::field(
             "too_many_declared_holdings",
             "/declared_holdings",
             format!("at most {max} declared holdings"),
         ));
     }
-    let requested: Option<Vec<&str>> = request
-        .get("chains")
-        .and_then(Value::as_array)
-        .map(|chains| chains.iter().filter_map(Value::as_str).collect());
     for (i, holding) in holdings.iter().enumerate() {
         let at = format!("/declared_holdings/{i}");
-        rc::token_address(request, &format!("{at}/token"))?;
-        rc::uint256(request, &format!("{at}/quantity_raw"))?;
-        let chain = holding
-            .get("chain")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if requested
+        rc::token_address(&holding.token, &format!("{at}/token"))?;
+        rc::uint256(&holding.quantity_raw, &format!("{at}/quantity_raw"))?;
+        if request
+            .chains
             .as_ref()
-            .is_some_and(|chains| !chains.contains(&chain))
+            .is_some_and(|chains| !chains.contains(&holding.chain))
         {
-            return Err(ApiError::invalid_field(
+            return Err(CheckFailure::field(
                 "declared_holding_chain_not_requested",
                 format!("{at}/chain"),
-                format!("{chain} is not in the requested chains"),
+                format!("{} is not in the requested chains", holding.chain),
             ));
         }
     }
@@ -70,7 +109,7 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 
 /// Every provider VM03 reads must be configured: both chains' RPC and inventory endpoints
 /// (the inventory URL usually carries the credential) and the pricing API.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     let missing = [
         (
             config.inventory_url_eip155_1.is_none(),
@@ -194,48 +233,30 @@ struct Declared {
     quantity: U256,
 }
 
-struct Request {
+struct Parsed {
     address: Address,
     address_text: String,
     chains: Vec<Chain>,
     declared: Vec<Declared>,
 }
 
-fn parse_request(request: &Value) -> Result<Request, WorkError> {
+fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
     let invalid =
         |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
-    let address_text = rc::text(request, "/address").ok_or_else(|| invalid("address"))?;
-    let address = evm::parse_address(address_text).map_err(|_| invalid("address"))?;
-    let chains = match request.get("chains").and_then(Value::as_array) {
+    let address = evm::parse_address(&request.address).map_err(|_| invalid("address"))?;
+    let chains = match &request.chains {
         Some(list) => list
             .iter()
-            .map(|c| {
-                c.as_str()
-                    .and_then(networks::by_caip2)
-                    .ok_or_else(|| invalid("chains"))
-            })
+            .map(|c| networks::by_caip2(c).ok_or_else(|| invalid("chains")))
             .collect::<Result<Vec<_>, _>>()?,
         None => vec![networks::ETHEREUM, networks::BASE],
     };
     let mut declared: Vec<Declared> = Vec::new();
-    for entry in request
-        .get("declared_holdings")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let chain = entry["chain"]
-            .as_str()
-            .and_then(networks::by_caip2)
-            .ok_or_else(|| invalid("declared chain"))?;
-        let token = entry["token"]
-            .as_str()
-            .and_then(|t| evm::parse_address(t).ok())
-            .ok_or_else(|| invalid("declared token"))?;
-        let quantity = entry["quantity_raw"]
-            .as_str()
-            .and_then(|q| evm::parse_uint256(q).ok())
-            .ok_or_else(|| invalid("quantity_raw"))?;
+    for entry in &request.declared_holdings {
+        let chain = networks::by_caip2(&entry.chain).ok_or_else(|| invalid("declared chain"))?;
+        let token = evm::parse_address(&entry.token).map_err(|_| invalid("declared token"))?;
+        let quantity =
+            evm::parse_uint256(&entry.quantity_raw).map_err(|_| invalid("quantity_raw"))?;
         if !declared
             .iter()
             .any(|d| d.chain == chain && d.token == token)
@@ -247,21 +268,10 @@ fn parse_request(request: &Value) -> Result<Request, WorkError> {
             });
         }
     }
-    Ok(Request {
+    Ok(Parsed {
         address,
-        address_text: address_text.to_string(),
+        address_text: request.address.clone(),
         chains,
         declared,
     })
-}
-
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let settings = Settings::from(machine)?;
-    let request = parse_request(request)?;
-    let outcomes = collect::run(context, &settings, &request).await?;
-    Ok(assemble::respond(machine, &settings, &request, &outcomes))
 }

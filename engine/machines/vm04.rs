@@ -22,12 +22,11 @@ use alloy::primitives::Address;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::CountedRpc;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::net::upstream::{Bounds, UpstreamError};
 use crate::providers::aave::{self, AaveError, ReserveObservation};
@@ -35,14 +34,62 @@ use crate::providers::lido::{self, SmaObservation};
 use crate::support::decimal::Decimal;
 use crate::support::evm;
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    let kind = rc::text(request, "/asset/kind").unwrap_or_default();
-    let has = |name: &str| request.pointer(&format!("/asset/{name}")).is_some();
+/// VM04 productive venue snapshot.
+pub struct Vm04;
+
+/// A VM04 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// EVM chain id (1 or 8453).
+    pub chain_id: u64,
+    /// The asset object, echoed as the caller wrote it; read through [`Request::asset_text`].
+    pub asset: Value,
+    /// Optional venue type filter.
+    pub venue_types: Option<Vec<String>>,
+    /// Optional protocol filter.
+    pub protocols: Option<Vec<String>>,
+    /// The sort order (default `protocol`).
+    pub sort: Option<String>,
+    /// At most this many venues (default from the manifest).
+    pub limit: Option<u64>,
+}
+
+impl Request {
+    /// A string field of the asset object.
+    fn asset_text(&self, name: &str) -> Option<&str> {
+        self.asset.get(name).and_then(Value::as_str)
+    }
+}
+
+impl super::Machine for Vm04 {
+    const ID: &'static str = "VM04";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        check(machine, request)
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        observe(context, machine, request).await
+    }
+}
+
+fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+    let kind = request.asset_text("kind").unwrap_or_default();
+    let has = |name: &str| request.asset.get(name).is_some();
     match kind {
         "native" => {
             for extra in ["address", "symbol"] {
                 if has(extra) {
-                    return Err(ApiError::invalid_field(
+                    return Err(CheckFailure::field(
                         "asset_field_not_allowed",
                         format!("/asset/{extra}"),
                         format!("asset kind native takes no {extra}"),
@@ -52,31 +99,34 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
         }
         "erc20" => {
             if !has("address") {
-                return Err(ApiError::invalid_field(
+                return Err(CheckFailure::field(
                     "missing_field",
                     "/asset/address",
                     "asset kind erc20 requires address",
                 ));
             }
             if has("symbol") {
-                return Err(ApiError::invalid_field(
+                return Err(CheckFailure::field(
                     "asset_field_not_allowed",
                     "/asset/symbol",
                     "asset kind erc20 is identified by address only",
                 ));
             }
-            rc::token_address(request, "/asset/address")?;
+            rc::token_address(
+                request.asset_text("address").unwrap_or_default(),
+                "/asset/address",
+            )?;
         }
         "symbol" => {
-            let Some(symbol) = rc::text(request, "/asset/symbol") else {
-                return Err(ApiError::invalid_field(
+            let Some(symbol) = request.asset_text("symbol") else {
+                return Err(CheckFailure::field(
                     "missing_field",
                     "/asset/symbol",
                     "asset kind symbol requires symbol",
                 ));
             };
             if has("address") {
-                return Err(ApiError::invalid_field(
+                return Err(CheckFailure::field(
                     "asset_field_not_allowed",
                     "/asset/address",
                     "asset kind symbol is identified by symbol only",
@@ -90,11 +140,12 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 }
 
 /// The manifest's per-chain symbol allowlist (`allowlists.symbols.<chain_id>`).
-fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Result<(), ApiError> {
-    let chain_id = request
-        .get("chain_id")
-        .and_then(Value::as_u64)
-        .unwrap_or_default();
+fn check_symbol_on_chain(
+    machine: &Machine,
+    request: &Request,
+    symbol: &str,
+) -> Result<(), CheckFailure> {
+    let chain_id = request.chain_id;
     let allowed: Vec<&str> = machine
         .allowlists
         .get("symbols")
@@ -105,7 +156,7 @@ fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Re
     if allowed.contains(&symbol) {
         Ok(())
     } else {
-        Err(ApiError::invalid_field(
+        Err(CheckFailure::field(
             "unsupported_symbol",
             "/asset/symbol",
             format!(
@@ -118,7 +169,7 @@ fn check_symbol_on_chain(machine: &Machine, request: &Value, symbol: &str) -> Re
 
 /// Both chains' RPC endpoints and the Lido API must be configured: the frozen set spans them,
 /// and a caller must not pay for venues this deployment cannot read.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     if config.rpc_url_eip155_1.is_none() {
         return super::provider_missing(machine, "the eip155:1 RPC endpoint");
     }
@@ -217,31 +268,17 @@ struct Query {
     limit: usize,
 }
 
-fn strings(request: &Value, field: &str) -> Option<Vec<String>> {
-    request.get(field).and_then(Value::as_array).map(|list| {
-        list.iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect()
-    })
-}
-
-fn query(machine: &Machine, frozen: &Frozen, request: &Value) -> Result<Query, WorkError> {
-    let chain = request
-        .get("chain_id")
-        .and_then(Value::as_u64)
-        .and_then(networks::by_id)
+fn query(machine: &Machine, frozen: &Frozen, request: &Request) -> Result<Query, WorkError> {
+    let chain = networks::by_id(request.chain_id)
         .ok_or_else(|| WorkError::Internal("chain_id passed validation but is unknown".into()))?;
-    let resolved = match rc::text(request, "/asset/kind").unwrap_or_default() {
+    let resolved = match request.asset_text("kind").unwrap_or_default() {
         "native" => Resolved {
             symbol: Some("ETH".into()),
             kind: "native",
             address: None,
         },
         "symbol" => {
-            let symbol = rc::text(request, "/asset/symbol")
-                .unwrap_or_default()
-                .to_string();
+            let symbol = request.asset_text("symbol").unwrap_or_default().to_string();
             let address = frozen.asset_address(chain, &symbol);
             Resolved {
                 kind: if address.is_some() { "erc20" } else { "native" },
@@ -250,7 +287,7 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Value) -> Result<Query, W
             }
         }
         _ => {
-            let text = rc::text(request, "/asset/address").unwrap_or_default();
+            let text = request.asset_text("address").unwrap_or_default();
             let address = evm::parse_address(text)
                 .map_err(|_| WorkError::Internal("asset.address passed validation".into()))?;
             match frozen.symbol_of(chain, address) {
@@ -271,13 +308,10 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Value) -> Result<Query, W
     Ok(Query {
         chain,
         resolved,
-        venue_types: strings(request, "venue_types"),
-        protocols: strings(request, "protocols"),
-        sort: rc::text(request, "/sort").unwrap_or("protocol").to_string(),
-        limit: request
-            .get("limit")
-            .and_then(Value::as_u64)
-            .unwrap_or(default_limit) as usize,
+        venue_types: request.venue_types.clone(),
+        protocols: request.protocols.clone(),
+        sort: request.sort.as_deref().unwrap_or("protocol").to_string(),
+        limit: request.limit.unwrap_or(default_limit) as usize,
     })
 }
 
@@ -727,10 +761,10 @@ fn sort_json(order: &str) -> Value {
 
 // ---------------------------------------------------------------- observe
 
-pub async fn observe(
+async fn observe(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    request: &Request,
 ) -> Result<Value, WorkError> {
     let frozen = frozen(machine)?;
     let query = query(machine, &frozen, request)?;
@@ -871,13 +905,13 @@ fn limitations(query: &Query, reads: &Reads, age: u64, cached: bool, ttl: Durati
 fn respond(
     machine: &Machine,
     frozen: &Frozen,
-    request: &Value,
+    request: &Request,
     query: &Query,
     reads: &Reads,
     outcome: Decision,
 ) -> Value {
     let (block, cached, age, earliest) = freshness(reads);
-    let asset_echo = request.get("asset").cloned().unwrap_or(Value::Null);
+    let asset_echo = request.asset.clone();
     json!({
         "status": outcome.status,
         "classification": outcome.classification,

@@ -3,42 +3,68 @@
 //! The resource is an identifier only: it is compared with listed URLs and never fetched.
 //! Rules: docs/vm05-vm11-discovery.md.
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
-use crate::providers::discovery::{self, now_iso};
+use crate::providers::discovery::now_iso;
 
-pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/resource")?;
-    rc::address(request, "/pay_to")?;
-    rc::normalized_queries(request)?;
-    Ok(())
+/// VM05 discovery visibility snapshot.
+pub struct Vm05;
+
+/// A VM05 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The x402 resource URL: an identifier, never fetched.
+    pub resource: String,
+    /// The seller's payTo address.
+    pub pay_to: String,
+    /// The search queries.
+    pub queries: Vec<String>,
 }
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    discovery::readiness(machine, config)
-}
+impl super::Machine for Vm05 {
+    const ID: &'static str = "VM05";
+    type Request = Request;
 
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let (_, observation) = discovery::observe_request(context, machine, request).await?;
-    Ok(json!({
-        "status": observation.status(),
-        "machine": machine.machine,
-        "methodology_version": machine.methodology_version,
-        "checked_at": now_iso(),
-        "resource": request["resource"],
-        "pay_to": request["pay_to"],
-        "merchant": observation.merchant_json(),
-        "searches": observation.searches_json(),
-        "evidence": observation.evidence_json(),
-        "limitations": observation.limitations(),
-    }))
+    fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        rc::public_url(&request.resource, "/resource")?;
+        rc::address(&request.pay_to, "/pay_to")?;
+        rc::normalized_queries(&request.queries)?;
+        Ok(())
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        listing::readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let (_, observation) = listing::observe(
+            context,
+            machine,
+            &request.resource,
+            &request.pay_to,
+            &request.queries,
+        )
+        .await?;
+        Ok(json!({
+            "status": observation.status(),
+            "machine": machine.machine,
+            "methodology_version": machine.methodology_version,
+            "checked_at": now_iso(),
+            "resource": request.resource,
+            "pay_to": request.pay_to,
+            "merchant": observation.merchant_json(),
+            "searches": observation.searches_json(),
+            "evidence": observation.evidence_json(),
+            "limitations": observation.limitations(),
+        }))
+    }
 }

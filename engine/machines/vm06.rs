@@ -20,14 +20,14 @@ use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{FeeHistory, TransactionRequest};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, CallFailure, CountedRpc};
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::pay::report::format_units;
 use crate::support::evm;
@@ -35,16 +35,57 @@ use crate::support::evm;
 /// Revert data quoted in limitations at most (bytes); longer data is cut and says so.
 const MAX_QUOTED_REVERT_BYTES: usize = 256;
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::address(request, "/to")?;
-    rc::address(request, "/from")?;
-    rc::uint256(request, "/value_wei")?;
-    let data = rc::text(request, "/data").unwrap_or("0x");
+/// VM06 transaction gas preflight.
+pub struct Vm06;
+
+/// A VM06 request: one unsigned transaction as the caller wrote it.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The analysis chain (CAIP-2).
+    pub chain: String,
+    /// The destination address.
+    pub to: String,
+    /// The optional sender.
+    pub from: Option<String>,
+    /// Calldata as even-length hex (default `0x`).
+    pub data: Option<String>,
+    /// Value in wei as a decimal string (default 0).
+    pub value_wei: Option<String>,
+}
+
+impl super::Machine for Vm06 {
+    const ID: &'static str = "VM06";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        check(machine, request)
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        observe(context, machine, request).await
+    }
+}
+
+fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+    rc::address(&request.to, "/to")?;
+    rc::optional_address(request.from.as_deref(), "/from")?;
+    if let Some(value) = &request.value_wei {
+        rc::uint256(value, "/value_wei")?;
+    }
+    let data = request.data.as_deref().unwrap_or("0x");
     let calldata_bytes = (data.len().saturating_sub(2) / 2) as u64;
     if let Some(max) = machine.limit("max_calldata_bytes")
         && calldata_bytes > max
     {
-        return Err(ApiError::invalid_field(
+        return Err(CheckFailure::field(
             "calldata_too_large",
             "/data",
             format!("calldata holds {calldata_bytes} bytes; at most {max}"),
@@ -55,7 +96,7 @@ pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
 
 /// Both analysis chains must be readable: the machine offers both, and a caller must not pay
 /// for a chain this deployment cannot read.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
+fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     if config.rpc_url_eip155_1.is_none() {
         return super::provider_missing(machine, "the eip155:1 RPC endpoint");
     }
@@ -74,24 +115,20 @@ struct Intent {
     value: U256,
 }
 
-fn intent(request: &Value) -> Result<Intent, WorkError> {
+fn intent(request: &Request) -> Result<Intent, WorkError> {
     let invalid =
         |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
-    let chain = rc::text(request, "/chain")
-        .and_then(networks::by_caip2)
-        .ok_or_else(|| invalid("chain"))?;
-    let to = rc::text(request, "/to")
-        .and_then(|t| evm::parse_address(t).ok())
-        .ok_or_else(|| invalid("to"))?;
-    let from = match rc::text(request, "/from") {
+    let chain = networks::by_caip2(&request.chain).ok_or_else(|| invalid("chain"))?;
+    let to = evm::parse_address(&request.to).map_err(|_| invalid("to"))?;
+    let from = match &request.from {
         Some(text) => Some(evm::parse_address(text).map_err(|_| invalid("from"))?),
         None => None,
     };
-    let data_text = rc::text(request, "/data").unwrap_or("0x");
+    let data_text = request.data.as_deref().unwrap_or("0x");
     let data = alloy::primitives::hex::decode(data_text)
         .map(Bytes::from)
         .map_err(|_| invalid("data"))?;
-    let value = match rc::text(request, "/value_wei") {
+    let value = match &request.value_wei {
         Some(text) => evm::parse_uint256(text).map_err(|_| invalid("value_wei"))?,
         None => U256::ZERO,
     };
@@ -123,10 +160,10 @@ fn history_query(machine: &Machine) -> HistoryQuery {
     }
 }
 
-pub async fn observe(
+async fn observe(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    request: &Request,
 ) -> Result<Value, WorkError> {
     let intent = intent(request)?;
     let url = context

@@ -2,12 +2,12 @@
 //! (page_sha256 = canonical sha256 of the six component hashes; docs/hashing.md). The page is
 //! read exactly as VM01 reads it; the comparison rules are in docs/vm07-web-change.md.
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{WorkContext, WorkError, vm01};
+use super::{CheckFailure, NotReady, WorkContext, WorkError, vm01};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::web::extract::{Extracted, normalize_whitespace};
@@ -26,31 +26,52 @@ pub const COMPONENTS: [&str; 6] = [
 const COMPARISON_SCOPE: &str = "The comparison covers the bounded normalized representation of this page (final URL, HTTP status and type, metadata, outline, main text up to the character limit, JSON-LD types), not the whole site or every byte of the page.";
 const NOT_A_DIFF: &str = "Fingerprints are not exact historical text diffs.";
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/url")?;
-    if request.get("baseline").is_some() {
-        rc::baseline_methodology(request, &machine.methodology_version)?;
-        let components = request
-            .pointer("/baseline/components")
-            .cloned()
-            .unwrap_or(Value::Null);
-        rc::seal_matches(request, "/baseline/page_sha256", &components)?;
+/// VM07 web change snapshot.
+pub struct Vm07;
+
+/// A VM07 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The page to read.
+    pub url: String,
+    /// The baseline of an earlier response, kept as sent: its seal covers its exact JSON.
+    pub baseline: Option<Value>,
+}
+
+impl super::Machine for Vm07 {
+    const ID: &'static str = "VM07";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        rc::public_url(&request.url, "/url")?;
+        if let Some(baseline) = &request.baseline {
+            rc::baseline_methodology(
+                rc::text_at(baseline, "/methodology_version"),
+                &machine.methodology_version,
+            )?;
+            let components = baseline.get("components").cloned().unwrap_or(Value::Null);
+            rc::seal_matches(
+                rc::text_at(baseline, "/page_sha256"),
+                "/baseline/page_sha256",
+                &components,
+            )?;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    vm01::fetch_ready(machine, config)
-}
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        vm01::fetch_ready(machine, config)
+    }
 
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let reading = vm01::read_requested_page(context, machine, request).await?;
-    let prior = request.get("baseline").map(Baseline::from_request);
-    Ok(response(machine, &reading, prior.as_ref(), &vm01::now()))
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let reading = vm01::read_requested_page(context, machine, &request.url).await?;
+        let prior = request.baseline.as_ref().map(Baseline::from_request);
+        Ok(response(machine, &reading, prior.as_ref(), &vm01::now()))
+    }
 }
 
 /// A baseline: the six component hashes and the completeness flags.

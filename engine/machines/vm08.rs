@@ -4,84 +4,121 @@
 //! price_policy semantics: docs/vm08-x402-change.md.
 
 use alloy::primitives::U256;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError};
+use super::probe_reads::{self, ProbeRequest};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
-use crate::web::x402_probe::{self, Probe, ProbeOutcome, ProbeTarget, Requirement};
+use crate::web::x402_probe::{Probe, ProbeOutcome, Requirement};
 
 /// Defaults when the caller sends no price_policy (or only one of its keys).
 pub const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
 pub const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/resource_url")?;
-    rc::no_body_for_get(request)?;
-    if let Some(policy) = request.get("price_policy") {
-        let modest = policy.get("modest_increase_bps").and_then(Value::as_u64);
-        let max = policy.get("max_increase_bps").and_then(Value::as_u64);
-        if let (Some(modest), Some(max)) = (modest, max)
-            && modest > max
-        {
-            return Err(ApiError::invalid_field(
-                "invalid_price_policy",
-                "/price_policy",
-                "modest_increase_bps must not exceed max_increase_bps",
-            ));
-        }
+/// VM08 x402 service change snapshot.
+pub struct Vm08;
+
+/// A VM08 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// What to probe.
+    #[serde(flatten)]
+    pub probe: ProbeRequest,
+    /// The caller's thresholds for amount increases.
+    pub price_policy: Option<PricePolicy>,
+    /// The baseline of an earlier response, kept as sent: its seal covers its exact JSON.
+    pub baseline: Option<Value>,
+    /// A caller-supplied discovery listing, compared with the live challenge.
+    pub discovery: Option<Value>,
+}
+
+/// The caller's thresholds for amount increases, in basis points.
+#[derive(Debug, Deserialize)]
+pub struct PricePolicy {
+    /// Increases up to this are modest.
+    pub modest_increase_bps: Option<u64>,
+    /// Increases above this are beyond the caller's ceiling.
+    pub max_increase_bps: Option<u64>,
+}
+
+impl super::Machine for Vm08 {
+    const ID: &'static str = "VM08";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        check(machine, request)
     }
-    if request.get("baseline").is_some() {
-        rc::baseline_methodology(request, &machine.methodology_version)?;
-        if request.pointer("/baseline/fingerprint").is_some() {
-            let fingerprint = request
-                .pointer("/baseline/fingerprint")
-                .cloned()
-                .unwrap_or(Value::Null);
-            rc::seal_matches(request, "/baseline/fingerprint_sha256", &fingerprint)?;
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        probe_reads::probe_ready(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let target = request.probe.target()?;
+        let probe = probe_reads::probe(context, machine, target).await?;
+        Ok(response(machine, request, &probe, &super::vm01::now()))
+    }
+}
+
+fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+    request.probe.check()?;
+    if let Some(PricePolicy {
+        modest_increase_bps: Some(modest),
+        max_increase_bps: Some(max),
+    }) = &request.price_policy
+        && modest > max
+    {
+        return Err(CheckFailure::field(
+            "invalid_price_policy",
+            "/price_policy",
+            "modest_increase_bps must not exceed max_increase_bps",
+        ));
+    }
+    if let Some(baseline) = &request.baseline {
+        rc::baseline_methodology(
+            rc::text_at(baseline, "/methodology_version"),
+            &machine.methodology_version,
+        )?;
+        if let Some(fingerprint) = baseline.get("fingerprint") {
+            rc::seal_matches(
+                rc::text_at(baseline, "/fingerprint_sha256"),
+                "/baseline/fingerprint_sha256",
+                fingerprint,
+            )?;
         }
-        baseline_binding(request)?;
+        baseline_binding(request, baseline)?;
     }
     Ok(())
 }
 
 /// A baseline is bound to the method, URL and POST body fingerprint it was made for; a
 /// baseline of another request is rejected before payment.
-fn baseline_binding(request: &Value) -> Result<(), ApiError> {
-    let target = ProbeTarget::from_request(request).map_err(|_| {
-        ApiError::invalid_field("invalid_request", "/resource_url", "unreadable request")
+fn baseline_binding(request: &Request, baseline: &Value) -> Result<(), CheckFailure> {
+    let target = request.probe.target().map_err(|_| {
+        CheckFailure::field("invalid_request", "/resource_url", "unreadable request")
     })?;
     let bound = json!({
-        "method": request.pointer("/baseline/method"),
-        "resource_url": request.pointer("/baseline/resource_url"),
-        "body_sha256": request.pointer("/baseline/body_sha256"),
+        "method": baseline.get("method"),
+        "resource_url": baseline.get("resource_url"),
+        "body_sha256": baseline.get("body_sha256"),
     });
     if bound != target.to_json() {
-        return Err(ApiError::invalid_field(
+        return Err(CheckFailure::field(
             "baseline_request_mismatch",
             "/baseline",
             "the baseline is bound to another method, resource_url or POST body",
         ));
     }
     Ok(())
-}
-
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    x402_probe::ready(machine, config)
-}
-
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let target = ProbeTarget::from_request(request)?;
-    let probe = x402_probe::probe(context, machine, target).await?;
-    Ok(response(machine, request, &probe, &super::vm01::now()))
 }
 
 /// The contract fingerprint of the primary requirement (accepts[0]); None when that
@@ -102,14 +139,13 @@ pub fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
 }
 
 /// The caller's price policy with defaults; modest is capped at max.
-fn price_policy(request: &Value) -> (u64, u64) {
-    let get = |key: &str| {
-        request
-            .pointer(&format!("/price_policy/{key}"))
-            .and_then(Value::as_u64)
-    };
-    let max = get("max_increase_bps").unwrap_or(DEFAULT_MAX_INCREASE_BPS);
-    let modest = get("modest_increase_bps")
+fn price_policy(request: &Request) -> (u64, u64) {
+    let policy = request.price_policy.as_ref();
+    let max = policy
+        .and_then(|p| p.max_increase_bps)
+        .unwrap_or(DEFAULT_MAX_INCREASE_BPS);
+    let modest = policy
+        .and_then(|p| p.modest_increase_bps)
         .unwrap_or(DEFAULT_MODEST_INCREASE_BPS)
         .min(max);
     (modest, max)
@@ -273,9 +309,9 @@ fn verdict(
 }
 
 /// The VM08 response of a probe and the caller's request.
-pub fn response(machine: &Machine, request: &Value, probe: &Probe, checked_at: &str) -> Value {
+pub fn response(machine: &Machine, request: &Request, probe: &Probe, checked_at: &str) -> Value {
     let current = fingerprint(probe.requirements());
-    let prior = request.pointer("/baseline/fingerprint");
+    let prior = request.baseline.as_ref().and_then(|b| b.get("fingerprint"));
     let policy = price_policy(request);
     let verdict = verdict(probe, current.as_ref(), prior, policy);
     let current_sha = current.as_ref().map(canonical_sha256);
@@ -291,7 +327,7 @@ pub fn response(machine: &Machine, request: &Value, probe: &Probe, checked_at: &
             "fingerprint": current,
             "fingerprint_sha256": current_sha,
         })
-    } else if let Some(given) = request.get("baseline") {
+    } else if let Some(given) = &request.baseline {
         // Incomplete or HOLD evidence never replaces the caller's baseline (SPEC Part 3 rule 2).
         json!({
             "reusable": true,
@@ -322,7 +358,7 @@ pub fn response(machine: &Machine, request: &Value, probe: &Probe, checked_at: &
             .to_string(),
     ];
     limitations.extend(probe.limitation());
-    if current.is_none() && request.get("baseline").is_some() {
+    if current.is_none() && request.baseline.is_some() {
         limitations.push(
             "Your baseline is returned unchanged; this observation does not replace it.".into(),
         );
@@ -346,7 +382,7 @@ pub fn response(machine: &Machine, request: &Value, probe: &Probe, checked_at: &
         } else {
             Value::Null
         },
-        "discovery_comparison": request.get("discovery").map(|d| discovery_comparison(d, probe)),
+        "discovery_comparison": request.discovery.as_ref().map(|d| discovery_comparison(d, probe)),
         "fingerprint": current,
         "fingerprint_sha256": current_sha,
         "baseline": baseline,

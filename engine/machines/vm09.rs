@@ -5,82 +5,103 @@
 
 use alloy::primitives::U256;
 use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError, probe_reads};
+use super::probe_reads::{self, ProbeRequest};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::token_reads::TokenReads;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
-pub fn check(_machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/resource_url")?;
-    rc::no_body_for_get(request)?;
-    rc::address(request, "/payer_address")?;
-    rc::uint256(request, "/max_amount_atomic")?;
-    rc::address_list(request, "/allowed_pay_to")?;
-    if request.get("baseline").is_some() {
-        rc::public_url(request, "/baseline/resource_url")?;
-        rc::address(request, "/baseline/pay_to")?;
+/// VM09 x402 pre-sign handoff packet.
+pub struct Vm09;
+
+/// A VM09 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// What to probe.
+    #[serde(flatten)]
+    pub probe: ProbeRequest,
+    /// The payer whose USDC balance is read.
+    pub payer_address: String,
+    /// The caller's ceiling in atomic units (uint256 decimal string).
+    pub max_amount_atomic: String,
+    /// The payTo addresses the caller approves.
+    pub allowed_pay_to: Vec<String>,
+    /// The optional compact baseline, compared field by field.
+    pub baseline: Option<Value>,
+}
+
+impl super::Machine for Vm09 {
+    const ID: &'static str = "VM09";
+    type Request = Request;
+
+    fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        request.probe.check()?;
+        rc::address(&request.payer_address, "/payer_address")?;
+        rc::uint256(&request.max_amount_atomic, "/max_amount_atomic")?;
+        rc::address_list(&request.allowed_pay_to, "/allowed_pay_to")?;
+        if let Some(baseline) = &request.baseline {
+            if let Some(url) = rc::text_at(baseline, "/resource_url") {
+                rc::public_url(url, "/baseline/resource_url")?;
+            }
+            rc::optional_address(rc::text_at(baseline, "/pay_to"), "/baseline/pay_to")?;
+        }
+        Ok(())
     }
-    Ok(())
-}
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    probe_reads::readiness(machine, config)
-}
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        probe_reads::readiness(machine, config)
+    }
 
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let (probe, selection) = probe_reads::probe_and_select(context, machine, request).await?;
-    let observed_at = Utc::now();
-    let selected = match &selection {
-        Selection::Selected(requirement) => Some(requirement),
-        _ => None,
-    };
-    // VM09 reads the balance only: eip3009 names no spender.
-    let reads = probe_reads::read_payer(context, machine, request, selected, |_| None).await?;
-    response(
-        machine,
-        request,
-        &probe,
-        &selection,
-        reads.as_ref(),
-        observed_at,
-    )
-}
-
-fn text<'a>(request: &'a Value, key: &str) -> &'a str {
-    request.get(key).and_then(Value::as_str).unwrap_or_default()
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let (probe, selection) =
+            probe_reads::probe_and_select(context, machine, &request.probe).await?;
+        let observed_at = Utc::now();
+        let selected = match &selection {
+            Selection::Selected(requirement) => Some(requirement),
+            _ => None,
+        };
+        // VM09 reads the balance only: eip3009 names no spender.
+        let reads =
+            probe_reads::read_payer(context, machine, &request.payer_address, selected, |_| None)
+                .await?;
+        response(
+            machine,
+            request,
+            &probe,
+            &selection,
+            reads.as_ref(),
+            observed_at,
+        )
+    }
 }
 
 /// Whether `pay_to` is in the caller's list (addresses compared as addresses).
-fn pay_to_allowed(request: &Value, pay_to: &str) -> bool {
+fn pay_to_allowed(request: &Request, pay_to: &str) -> bool {
     let Ok(pay_to) = evm::parse_address(pay_to) else {
         return false;
     };
     request
-        .get("allowed_pay_to")
-        .and_then(Value::as_array)
-        .is_some_and(|list| {
-            list.iter()
-                .filter_map(Value::as_str)
-                .filter_map(|a| evm::parse_address(a).ok())
-                .any(|a| a == pay_to)
-        })
+        .allowed_pay_to
+        .iter()
+        .filter_map(|a| evm::parse_address(a).ok())
+        .any(|a| a == pay_to)
 }
 
-fn within_ceiling(request: &Value, amount: &str) -> bool {
+fn within_ceiling(request: &Request, amount: &str) -> bool {
     match (
         evm::parse_uint256(amount),
-        evm::parse_uint256(text(request, "max_amount_atomic")),
+        evm::parse_uint256(&request.max_amount_atomic),
     ) {
         (Ok(amount), Ok(max)) => amount <= max,
         _ => false,
@@ -90,11 +111,11 @@ fn within_ceiling(request: &Value, amount: &str) -> bool {
 /// The baseline comparison: each field of the compact baseline against the current
 /// request identity and selected requirement (addresses case-insensitively).
 fn baseline_evidence(
-    request: &Value,
+    request: &Request,
     probe: &Probe,
     selected: Option<&Requirement>,
 ) -> Option<Value> {
-    let baseline = request.get("baseline")?;
+    let baseline = request.baseline.as_ref()?;
     let body_sha = probe.target.body_sha256();
     let current: [(&str, Option<String>, bool); 8] = [
         (
@@ -219,7 +240,7 @@ fn timestamp(at: DateTime<Utc>) -> String {
 /// The VM09 packet.
 pub fn response(
     machine: &Machine,
-    request: &Value,
+    request: &Request,
     probe: &Probe,
     selection: &Selection,
     reads: Option<&TokenReads>,
@@ -239,7 +260,7 @@ pub fn response(
     };
     let usable = matches!(selection, Selection::Selected(_));
     let direct_url = probe.target.url.as_str();
-    let caller_url = text(request, "resource_url");
+    let caller_url = request.probe.resource_url.as_str();
     let identity_match = selected
         .and_then(|r| r.resource_url.as_deref())
         .is_some_and(|u| u == direct_url || u == caller_url);
@@ -305,14 +326,14 @@ pub fn response(
         "direct_resource_url": direct_url,
         "resource_identity_match": identity_match,
         "payer_balance": {
-            "payer_address": text(request, "payer_address"),
+            "payer_address": request.payer_address,
             "asset": selected.and_then(|r| r.asset.clone()).unwrap_or_default(),
             "balance_raw": reads.and_then(|r| r.balance).map(|b| b.to_string()),
             "block_number": reads.and_then(|r| r.block).map(|b| b.to_string()),
         },
         "caller_ceiling": {
-            "max_amount_atomic": text(request, "max_amount_atomic"),
-            "allowed_pay_to": request.get("allowed_pay_to").cloned().unwrap_or_else(|| json!([])),
+            "max_amount_atomic": request.max_amount_atomic,
+            "allowed_pay_to": request.allowed_pay_to,
             "amount_within_ceiling": ceiling.0,
             "pay_to_allowed": ceiling.1,
         },

@@ -4,13 +4,14 @@
 //! canonical Permit2 allowance reads. States and classifications: docs/vm10-payment-authority.md.
 
 use alloy::primitives::{Address, U256, address};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WorkContext, WorkError, probe_reads};
+use super::probe_reads::{self, ProbeRequest};
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::token_reads::TokenReads;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
@@ -21,51 +22,81 @@ pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA
 /// x402ExactPermit2Proxy, the contract the payer's Permit2 signature names as spender.
 pub const X402_PERMIT2_PROXY: Address = address!("0x402085c248EeA27D92E8b30b2C58ed07f9E20001");
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/resource_url")?;
-    rc::no_body_for_get(request)?;
-    rc::address(request, "/payer_address")?;
-    if request.get("baseline").is_some() {
-        rc::baseline_methodology(request, &machine.methodology_version)?;
-        let sealed = rc::without_keys(request, "/baseline", &["baseline_sha256"]);
-        rc::seal_matches(request, "/baseline/baseline_sha256", &sealed)?;
+/// VM10 payment authority snapshot.
+pub struct Vm10;
+
+/// A VM10 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// What to probe.
+    #[serde(flatten)]
+    pub probe: ProbeRequest,
+    /// The payer whose balance and allowance are read.
+    pub payer_address: String,
+    /// The baseline of an earlier response, kept as sent: its seal covers its exact JSON.
+    pub baseline: Option<Value>,
+}
+
+impl super::Machine for Vm10 {
+    const ID: &'static str = "VM10";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        request.probe.check()?;
+        rc::address(&request.payer_address, "/payer_address")?;
+        if let Some(baseline) = &request.baseline {
+            rc::baseline_methodology(
+                rc::text_at(baseline, "/methodology_version"),
+                &machine.methodology_version,
+            )?;
+            let sealed = rc::without_keys(baseline, &["baseline_sha256"]);
+            rc::seal_matches(
+                rc::text_at(baseline, "/baseline_sha256"),
+                "/baseline/baseline_sha256",
+                &sealed,
+            )?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        probe_reads::readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        let (probe, selection) =
+            probe_reads::probe_and_select(context, machine, &request.probe).await?;
+        let requirement = match &selection {
+            Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
+            _ => None,
+        };
+        let permit2_spender =
+            |r: &Requirement| (r.asset_transfer_method() == "permit2").then_some(PERMIT2);
+        let reads = probe_reads::read_payer(
+            context,
+            machine,
+            &request.payer_address,
+            requirement,
+            permit2_spender,
+        )
+        .await?;
+        Ok(response(
+            machine,
+            request,
+            &probe,
+            &selection,
+            reads.as_ref(),
+            &super::vm01::now(),
+        ))
+    }
 }
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    probe_reads::readiness(machine, config)
-}
-
-pub async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<Value, WorkError> {
-    let (probe, selection) = probe_reads::probe_and_select(context, machine, request).await?;
-    let requirement = match &selection {
-        Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
-        _ => None,
-    };
-    let permit2_spender =
-        |r: &Requirement| (r.asset_transfer_method() == "permit2").then_some(PERMIT2);
-    let reads =
-        probe_reads::read_payer(context, machine, request, requirement, permit2_spender).await?;
-    Ok(response(
-        machine,
-        request,
-        &probe,
-        &selection,
-        reads.as_ref(),
-        &super::vm01::now(),
-    ))
-}
-
-fn payer_text(request: &Value) -> &str {
-    request
-        .get("payer_address")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+fn payer_text(request: &Request) -> &str {
+    &request.payer_address
 }
 
 /// State, authority path and recovery path (docs/vm10-payment-authority.md).
@@ -119,7 +150,7 @@ fn block(v: Option<u64>) -> Value {
 /// The VM10 snapshot.
 pub fn response(
     machine: &Machine,
-    request: &Value,
+    request: &Request,
     probe: &Probe,
     selection: &Selection,
     reads: Option<&TokenReads>,
@@ -154,7 +185,7 @@ pub fn response(
         "recovery_path": recovery_path,
         "evidence_block_number": block(evidence_block),
     });
-    let baseline_changes = request.get("baseline").map(|prior| {
+    let baseline_changes = request.baseline.as_ref().map(|prior| {
         let compared = [
             "resource_url",
             "method",
@@ -174,7 +205,7 @@ pub fn response(
     });
     // HOLD evidence never replaces the caller's baseline; without one there is none to give.
     let baseline = if state == "HOLD" {
-        request.get("baseline").cloned().unwrap_or(Value::Null)
+        request.baseline.clone().unwrap_or(Value::Null)
     } else {
         seal(current_baseline)
     };

@@ -7,51 +7,101 @@
 //! BASELINE_CREATED, CONTINUE, CHANGED or HOLD. An incomplete observation is never
 //! reusable, never CONTINUE and never compared. Rules: docs/vm05-vm11-discovery.md.
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{WorkContext, WorkError};
+use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::http::error::ApiError;
 use crate::machines::checks as rc;
 use crate::providers::discovery::{self, Inputs, Observation, Presence, Visibility, now_iso};
 use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
 
-pub fn check(machine: &Machine, request: &Value) -> Result<(), ApiError> {
-    rc::public_url(request, "/resource")?;
-    rc::address(request, "/pay_to")?;
-    let queries = rc::normalized_queries(request)?;
-    if request.get("baseline").is_none() {
-        return Ok(());
-    }
-    rc::baseline_methodology(request, &machine.methodology_version)?;
-    let observation = request
-        .pointer("/baseline/observation")
-        .cloned()
-        .unwrap_or(Value::Null);
-    rc::seal_matches(request, "/baseline/observation_sha256", &observation)?;
-    let sealed = rc::without_keys(request, "/baseline", &["baseline_sha256"]);
-    rc::seal_matches(request, "/baseline/baseline_sha256", &sealed)?;
-    check_binding(request, &queries)?;
-    check_reusable(request)
+/// VM11 discovery visibility change snapshot.
+pub struct Vm11;
+
+/// A VM11 request.
+#[derive(Debug, Deserialize)]
+pub struct Request {
+    /// The x402 resource URL: an identifier, never fetched.
+    pub resource: String,
+    /// The seller's payTo address.
+    pub pay_to: String,
+    /// The search queries.
+    pub queries: Vec<String>,
+    /// The sealed `current_baseline` of an earlier response, kept as sent: its hashes cover
+    /// its exact JSON.
+    pub baseline: Option<Value>,
 }
 
-fn check_binding(request: &Value, queries: &[String]) -> Result<(), ApiError> {
-    if !same_resource(request) {
+impl super::Machine for Vm11 {
+    const ID: &'static str = "VM11";
+    type Request = Request;
+
+    fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+        check(machine, request)
+    }
+
+    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+        listing::readiness(machine, config)
+    }
+
+    async fn observe(
+        context: &WorkContext,
+        machine: &'static Machine,
+        request: &Request,
+    ) -> Result<Value, WorkError> {
+        observe(context, machine, request).await
+    }
+}
+
+fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
+    rc::public_url(&request.resource, "/resource")?;
+    rc::address(&request.pay_to, "/pay_to")?;
+    let queries = rc::normalized_queries(&request.queries)?;
+    let Some(baseline) = &request.baseline else {
+        return Ok(());
+    };
+    rc::baseline_methodology(
+        rc::text_at(baseline, "/methodology_version"),
+        &machine.methodology_version,
+    )?;
+    let observation = baseline.get("observation").cloned().unwrap_or(Value::Null);
+    rc::seal_matches(
+        rc::text_at(baseline, "/observation_sha256"),
+        "/baseline/observation_sha256",
+        &observation,
+    )?;
+    let sealed = rc::without_keys(baseline, &["baseline_sha256"]);
+    rc::seal_matches(
+        rc::text_at(baseline, "/baseline_sha256"),
+        "/baseline/baseline_sha256",
+        &sealed,
+    )?;
+    check_binding(request, baseline, &queries)?;
+    check_reusable(baseline)
+}
+
+fn check_binding(
+    request: &Request,
+    baseline: &Value,
+    queries: &[String],
+) -> Result<(), CheckFailure> {
+    if !same_resource(request, baseline) {
         return Err(foreign("/baseline/resource", "resource"));
     }
     let pay_to_matches = match (
-        rc::address(request, "/baseline/pay_to"),
-        rc::address(request, "/pay_to"),
+        rc::text_at(baseline, "/pay_to").map(|p| rc::address(p, "/baseline/pay_to")),
+        rc::address(&request.pay_to, "/pay_to"),
     ) {
-        (Ok(Some(a)), Ok(Some(b))) => a == b,
+        (Some(Ok(a)), Ok(b)) => a == b,
         _ => false,
     };
     if !pay_to_matches {
         return Err(foreign("/baseline/pay_to", "pay_to"));
     }
-    let sealed_queries: Vec<&str> = request
-        .pointer("/baseline/queries")
+    let sealed_queries: Vec<&str> = baseline
+        .get("queries")
         .and_then(Value::as_array)
         .map(|q| q.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
@@ -65,9 +115,9 @@ fn check_binding(request: &Value, queries: &[String]) -> Result<(), ApiError> {
 /// URL differently between calls (host case, the default port, `/` for an empty path), so
 /// both are compared as parsed URLs under the URL equality rule used for listings, never as
 /// text; each response still quotes the caller's own text.
-fn same_resource(request: &Value) -> bool {
-    let submitted = rc::public_url(request, "/resource").ok().flatten();
-    match (submitted, rc::text(request, "/baseline/resource")) {
+fn same_resource(request: &Request, baseline: &Value) -> bool {
+    let submitted = rc::public_url(&request.resource, "/resource").ok();
+    match (submitted, rc::text_at(baseline, "/resource")) {
         (Some(submitted), Some(sealed)) => discovery::same_resource(&submitted, sealed),
         _ => false,
     }
@@ -76,40 +126,43 @@ fn same_resource(request: &Value) -> bool {
 /// A baseline returned with `reusable: false` (an incomplete or oversized observation) is
 /// intact but must not be compared against: refusing it before payment costs the caller
 /// nothing and tells them to send their last reusable baseline instead.
-fn check_reusable(request: &Value) -> Result<(), ApiError> {
-    let flag = |field: &str| request.pointer(field).and_then(Value::as_bool) == Some(true);
-    if flag("/baseline/reusable") && flag("/baseline/observation_complete") {
+fn check_reusable(baseline: &Value) -> Result<(), CheckFailure> {
+    let flag = |field: &str| baseline.get(field).and_then(Value::as_bool) == Some(true);
+    if flag("reusable") && flag("observation_complete") {
         return Ok(());
     }
-    Err(ApiError::invalid_field(
+    Err(CheckFailure::field(
         "baseline_not_reusable",
         "/baseline/reusable",
         "this baseline was returned as not reusable (incomplete observation); send the last baseline returned with reusable true",
     ))
 }
 
-fn foreign(field: &str, what: &str) -> ApiError {
-    ApiError::invalid_field(
+fn foreign(field: &str, what: &str) -> CheckFailure {
+    CheckFailure::field(
         "baseline_foreign",
         field,
         format!("the baseline is bound to a different {what} than this request"),
     )
 }
 
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    discovery::readiness(machine, config)
-}
-
-pub async fn observe(
+async fn observe(
     context: &WorkContext,
     machine: &Machine,
-    request: &Value,
+    request: &Request,
 ) -> Result<Value, WorkError> {
-    let (inputs, reading) = discovery::observe_request(context, machine, request).await?;
+    let (inputs, reading) = listing::observe(
+        context,
+        machine,
+        &request.resource,
+        &request.pay_to,
+        &request.queries,
+    )
+    .await?;
     let limits = Vm11Limits::from_machine(machine)?;
     let observation = sealed_observation(&reading, &limits);
     let (baseline, oversize) = seal(machine, request, &inputs, observation, &reading, &limits);
-    let outcome = decide(request.get("baseline"), &baseline, &reading, oversize);
+    let outcome = decide(request.baseline.as_ref(), &baseline, &reading, oversize);
     Ok(respond(machine, request, &inputs, baseline, outcome))
 }
 
@@ -260,7 +313,7 @@ struct Oversize {
 /// (exactly what the pre-payment check recomputes).
 fn seal(
     machine: &Machine,
-    request: &Value,
+    request: &Request,
     inputs: &Inputs,
     observation: Value,
     reading: &Observation,
@@ -269,8 +322,8 @@ fn seal(
     let complete = reading.complete();
     let mut baseline = json!({
         "methodology_version": machine.methodology_version,
-        "resource": request["resource"],
-        "pay_to": request["pay_to"],
+        "resource": request.resource,
+        "pay_to": request.pay_to,
         "queries": inputs.queries,
         "search_window": limits.search_window,
         "merchant_page_limit": limits.merchant_page_limit,
@@ -292,13 +345,13 @@ fn seal(
 }
 
 /// A reusable baseline must fit in the follow-up request that sends it back.
-fn oversize(request: &Value, baseline: &Value, limits: &Vm11Limits) -> Option<Oversize> {
+fn oversize(request: &Request, baseline: &Value, limits: &Vm11Limits) -> Option<Oversize> {
     let mut sealed = baseline.clone();
     sealed["baseline_sha256"] = json!("0".repeat(64));
     let follow_up = json!({
-        "resource": request["resource"],
-        "pay_to": request["pay_to"],
-        "queries": request["queries"],
+        "resource": request.resource,
+        "pay_to": request.pay_to,
+        "queries": request.queries,
         "baseline": sealed,
     });
     let baseline_bytes = canonical_json(&sealed).len();
@@ -526,7 +579,7 @@ fn change_classes(deltas: &[Delta]) -> Vec<&'static str> {
 
 fn respond(
     machine: &Machine,
-    request: &Value,
+    request: &Request,
     inputs: &Inputs,
     baseline: Value,
     outcome: Outcome,
@@ -537,8 +590,8 @@ fn respond(
         "machine": machine.machine,
         "methodology_version": machine.methodology_version,
         "checked_at": now_iso(),
-        "resource": request["resource"],
-        "pay_to": request["pay_to"],
+        "resource": request.resource,
+        "pay_to": request.pay_to,
         "queries": inputs.queries,
         "comparison_performed": outcome.comparison_performed,
         "material_change_classes": change_classes(&outcome.deltas),

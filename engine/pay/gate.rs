@@ -10,13 +10,10 @@ use std::sync::Arc;
 use alloy_primitives::B256;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::AuthorizationReader;
-use crate::http::error::ApiError;
-use crate::machines::{self, WorkContext, WorkError};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome, Resolution};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
@@ -26,11 +23,57 @@ const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 
 /// The configured facilitator and ledger.
 pub struct PaymentRail {
+    /// The facilitator client (`/verify`, `/settle`, `/supported`).
     pub facilitator: FacilitatorClient,
+    /// Where every paid attempt is recorded.
     pub ledger: Arc<Ledger>,
     /// Asks the chain whether a settlement the facilitator did not confirm landed anyway;
     /// None without an eip155:8453 RPC endpoint.
     pub chain: Option<AuthorizationReader>,
+}
+
+/// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
+pub struct PaidCall<'a> {
+    /// The manifest entry of the machine sold.
+    pub machine: &'a Machine,
+    /// The PaymentRequirements a payment's `accepted` must equal.
+    pub requirement: &'a Value,
+    /// Our configured payTo address.
+    pub pay_to: &'a str,
+    /// The request as received, for the ledger's request hash.
+    pub request: &'a Value,
+    /// The `PAYMENT-SIGNATURE` header.
+    pub header: &'a [u8],
+}
+
+/// A refusal of ours on the paid path: nothing was charged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The ledger cannot record the attempt.
+    #[error("the settlement ledger is unavailable; nothing was charged")]
+    LedgerUnavailable,
+    /// The facilitator did not answer a step.
+    #[error("the payment facilitator did not answer {step}; no work ran and nothing was charged")]
+    FacilitatorUnavailable {
+        /// `verify` or `settle`.
+        step: &'static str,
+    },
+    /// The work failed; the payment was not settled.
+    #[error(
+        "the observation could not be produced; the payment was not settled and nothing was charged"
+    )]
+    WorkFailed,
+}
+
+impl Refusal {
+    /// The stable error code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::LedgerUnavailable => "ledger_unavailable",
+            Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
+            Refusal::WorkFailed => "work_failed",
+        }
+    }
 }
 
 /// What the gate decided; the server turns it into HTTP.
@@ -48,8 +91,8 @@ pub enum PaidOutcome {
         reason: String,
         payment_response: String,
     },
-    /// 503 or 500: a refusal of ours; nothing was charged.
-    Failed(ApiError),
+    /// A refusal of ours; nothing was charged.
+    Failed(Refusal),
 }
 
 /// The parts of a PaymentPayload the gate relies on.
@@ -110,30 +153,26 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     })
 }
 
-fn unavailable(code: &str, message: impl Into<String>) -> PaidOutcome {
-    PaidOutcome::Failed(ApiError::unavailable(code, message))
-}
-
 fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
-    unavailable(
-        "ledger_unavailable",
-        "the settlement ledger is unavailable; nothing was charged",
-    )
+    PaidOutcome::Failed(Refusal::LedgerUnavailable)
 }
 
-/// Runs the whole paid path for one request.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
+/// Runs the whole paid path for one request. `work` is the machine's paid work, not yet
+/// started: it runs only after `/verify` accepted the payment and the ledger reserved it.
+pub async fn run<E: std::fmt::Display>(
     rail: &PaymentRail,
     manifest: &Manifest,
-    machine: &Machine,
-    requirement: &Value,
-    pay_to: &str,
-    work: &WorkContext,
-    request: &Value,
-    header: &[u8],
+    call: PaidCall<'_>,
+    work: impl Future<Output = Result<Value, E>>,
 ) -> PaidOutcome {
+    let PaidCall {
+        machine,
+        requirement,
+        pay_to,
+        request,
+        header,
+    } = call;
     let presented = match decode(header, requirement) {
         Ok(presented) => presented,
         Err(outcome) => return outcome,
@@ -176,9 +215,9 @@ pub async fn run(
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
-    let body = match machines::observe(&machine.machine, work, machine, request).await {
+    let body = match work.await {
         Ok(body) => body,
-        Err(error) => return work_failed(rail, id, machine, &error).await,
+        Err(error) => return work_failed(rail, id, machine, error.to_string()).await,
     };
     let settled = rail
         .facilitator
@@ -191,10 +230,9 @@ async fn work_failed(
     rail: &PaymentRail,
     id: i64,
     machine: &Machine,
-    error: &WorkError,
+    reason: String,
 ) -> PaidOutcome {
-    tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
-    let reason = error.to_string();
+    tracing::error!(machine = %machine.machine, error = %reason, "paid work failed; not settling");
     if let Err(e) = rail
         .ledger
         .finish(id, &Outcome::WorkFailed { reason })
@@ -202,11 +240,7 @@ async fn work_failed(
     {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
     }
-    PaidOutcome::Failed(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "work_failed",
-        "the observation could not be produced; the payment was not settled and nothing was charged",
-    ))
+    PaidOutcome::Failed(Refusal::WorkFailed)
 }
 
 async fn finish_settlement(
@@ -342,12 +376,7 @@ async fn record_settle_failure(ledger: &Ledger, id: i64, reason: String) {
     }
 }
 
-fn facilitator_down(step: &str, error: &FacilitatorError) -> PaidOutcome {
+fn facilitator_down(step: &'static str, error: &FacilitatorError) -> PaidOutcome {
     tracing::warn!(step, %error, "facilitator unavailable");
-    unavailable(
-        "facilitator_unavailable",
-        format!(
-            "the payment facilitator did not answer {step}; no work ran and nothing was charged"
-        ),
-    )
+    PaidOutcome::Failed(Refusal::FacilitatorUnavailable { step })
 }

@@ -16,10 +16,6 @@ use tokio::time::Instant;
 use url::Url;
 
 use crate::catalog::manifest::Machine;
-use crate::config::Config;
-use crate::http::error::ApiError;
-use crate::machines::checks as rc;
-use crate::machines::{WorkContext, WorkError};
 use crate::net::bounded_json::{self, JsonBounds, JsonRefusal};
 use crate::net::gateway::Gateway;
 use crate::net::upstream::{self, Bounds, GetError, Got};
@@ -40,8 +36,6 @@ pub enum DiscoveryError {
     UnusableProviderUrl,
     #[error("the HTTP client could not be built: {0}")]
     Client(String),
-    #[error("{0} passed the pre-payment checks but cannot be read now")]
-    Input(&'static str),
 }
 
 /// The request's inputs, re-read after the pre-payment checks accepted them.
@@ -54,34 +48,14 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    pub fn from_request(request: &Value) -> Result<Inputs, DiscoveryError> {
-        Ok(Inputs {
-            resource: rc::public_url(request, "/resource")
-                .ok()
-                .flatten()
-                .ok_or(DiscoveryError::Input("resource"))?,
-            pay_to: rc::address(request, "/pay_to")
-                .ok()
-                .flatten()
-                .ok_or(DiscoveryError::Input("pay_to"))?,
-            queries: rc::normalized_queries(request)
-                .map_err(|_| DiscoveryError::Input("queries"))?,
-        })
+    /// The inputs of parsed values.
+    pub fn new(resource: Url, pay_to: Address, queries: Vec<String>) -> Inputs {
+        Inputs {
+            resource,
+            pay_to,
+            queries,
+        }
     }
-}
-
-/// A machine reading the provider can run: the provider is configured and every limit it
-/// runs under is in the manifest.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), ApiError> {
-    if config.discovery_url.is_none() {
-        return crate::machines::provider_missing(
-            machine,
-            "the x402 discovery provider (discovery_url)",
-        );
-    }
-    DiscoveryLimits::from_machine(machine)
-        .map(|_| ())
-        .map_err(|e| ApiError::unavailable("machine_misconfigured", e.to_string()))
 }
 
 /// The manifest limits one observation runs under.
@@ -373,24 +347,6 @@ impl Observation {
             "url_equality": URL_EQUALITY,
         })
     }
-}
-
-/// The paid read VM05 and VM11 share: the request's inputs and one reading of the
-/// configured provider for them.
-pub async fn observe_request(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Value,
-) -> Result<(Inputs, Observation), WorkError> {
-    let inputs = Inputs::from_request(request)?;
-    let observation = observe(
-        &context.gateway,
-        context.config.discovery_url.as_ref(),
-        machine,
-        &inputs,
-    )
-    .await?;
-    Ok((inputs, observation))
 }
 
 /// Reads the provider once for `resource`, `pay_to` and the normalized `queries`.

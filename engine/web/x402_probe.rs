@@ -13,7 +13,7 @@ use url::Url;
 
 use crate::catalog::challenge::PAYMENT_REQUIRED;
 use crate::catalog::manifest::Machine;
-use crate::machines::{WorkContext, WorkError};
+use crate::net::gateway::Gateway;
 use crate::support::canonical::canonical_sha256;
 use crate::web::fetch::{FetchLimits, FetchMethod, FetchRequest, Fetcher, Redirects};
 
@@ -28,25 +28,20 @@ pub struct ProbeTarget {
 }
 
 impl ProbeTarget {
-    /// The target of a request that passed the pre-payment checks (`resource_url`,
-    /// `method`, optional `body`).
-    pub fn from_request(request: &Value) -> Result<ProbeTarget, WorkError> {
-        let raw = request
-            .get("resource_url")
-            .and_then(Value::as_str)
-            .ok_or_else(|| WorkError::Internal("request has no resource_url".into()))?;
-        let url = Url::parse(raw)
-            .map_err(|e| WorkError::Internal(format!("resource_url passed checks but {e}")))?;
-        let (method, body) = match request.get("method").and_then(Value::as_str) {
-            Some("GET") => ("GET", None),
-            Some("POST") => (
-                "POST",
-                Some(request.get("body").cloned().unwrap_or_else(|| json!({}))),
-            ),
-            _ => {
-                return Err(WorkError::Internal(
-                    "request method is not GET or POST".into(),
-                ));
+    /// The target of a request's `resource_url`, `method` and optional `body`.
+    pub fn new(
+        resource_url: &str,
+        method: &str,
+        body: Option<&Value>,
+    ) -> Result<ProbeTarget, ProbeError> {
+        let url = Url::parse(resource_url).map_err(|e| ProbeError::Target(e.to_string()))?;
+        let (method, body) = match method {
+            "GET" => ("GET", None),
+            "POST" => ("POST", Some(body.cloned().unwrap_or_else(|| json!({})))),
+            other => {
+                return Err(ProbeError::Target(format!(
+                    "method {other:?} is not GET or POST"
+                )));
             }
         };
         Ok(ProbeTarget { url, method, body })
@@ -245,30 +240,39 @@ pub fn requirement_json(requirement: &Requirement) -> Value {
     })
 }
 
+/// A failure of ours around a probe (never the probed server's answer, which is reported).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The request's target could not be read although it passed the pre-payment checks.
+    #[error("the probe target passed the checks but is unreadable: {0}")]
+    Target(String),
+    /// The manifest lacks a fetch limit of the machine.
+    #[error("{0}")]
+    Limits(String),
+    /// The fetcher (TLS, gateway) could not be built.
+    #[error("{0}")]
+    Setup(String),
+}
+
 /// Readiness of the probe: the manifest limits and a fetcher can be built.
-pub fn ready(
-    machine: &Machine,
-    config: &crate::config::Config,
-) -> Result<(), crate::http::error::ApiError> {
-    use crate::http::error::ApiError;
-    FetchLimits::from_machine(machine)
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e))?;
-    let gateway = crate::net::gateway::Gateway::new()
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))?;
+pub fn ready(machine: &Machine, config: &crate::config::Config) -> Result<(), ProbeError> {
+    FetchLimits::from_machine(machine).map_err(ProbeError::Limits)?;
+    let gateway = Gateway::new().map_err(|e| ProbeError::Setup(e.to_string()))?;
     Fetcher::new(gateway, config)
         .map(|_| ())
-        .map_err(|e| ApiError::unavailable("fetch_setup_failed", e.to_string()))
+        .map_err(|e| ProbeError::Setup(e.to_string()))
 }
 
 /// Sends the one unpaid probe with this machine's limits.
 pub async fn probe(
-    context: &WorkContext,
+    gateway: &Gateway,
+    config: &crate::config::Config,
     machine: &Machine,
     target: ProbeTarget,
-) -> Result<Probe, WorkError> {
-    let limits = FetchLimits::from_machine(machine).map_err(WorkError::Internal)?;
-    let fetcher = Fetcher::new(context.gateway.clone(), &context.config)
-        .map_err(|e| WorkError::Internal(e.to_string()))?;
+) -> Result<Probe, ProbeError> {
+    let limits = FetchLimits::from_machine(machine).map_err(ProbeError::Limits)?;
+    let fetcher =
+        Fetcher::new(gateway.clone(), config).map_err(|e| ProbeError::Setup(e.to_string()))?;
     let method = match &target.body {
         Some(body) => FetchMethod::PostJson(body.clone()),
         None => FetchMethod::Get,

@@ -6,7 +6,7 @@ use alloy::primitives::U256;
 use serde_json::{Value, json};
 
 use super::collect::{ChainOutcome, Holding, Origin, Timed};
-use super::{Request, Settings};
+use super::{Parsed, Settings};
 use crate::catalog::manifest::Machine;
 use crate::pay::report::format_units;
 use crate::providers::dexscreener::{Pricing, Quote};
@@ -599,7 +599,7 @@ fn factual_flags(
 
 fn overall_limitations(
     outcomes: &[ChainOutcome],
-    request: &Request,
+    request: &Parsed,
     settings: &Settings,
     overflow: usize,
 ) -> Vec<String> {
@@ -633,7 +633,7 @@ fn overall_limitations(
 pub fn respond(
     machine: &Machine,
     settings: &Settings,
-    request: &Request,
+    request: &Parsed,
     outcomes: &[ChainOutcome],
 ) -> Value {
     let described: Vec<(&ChainOutcome, Described)> = outcomes

@@ -8,7 +8,7 @@ use alloy::primitives::{Address, U256};
 use alloy::providers::{Provider, RootProvider};
 use futures_util::future::join_all;
 
-use super::{Declared, Request, Settings};
+use super::{Declared, Parsed, Settings};
 use crate::chain::networks::Chain;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::machines::{WorkContext, WorkError};
@@ -102,7 +102,7 @@ fn rpc(
 async fn discover(
     context: &WorkContext,
     settings: &Settings,
-    request: &Request,
+    request: &Parsed,
     chain: Chain,
 ) -> Result<ChainOutcome, WorkError> {
     let node = rpc(context, settings, chain)?;
@@ -229,7 +229,7 @@ pub fn allocate(needs: &[usize], cap: usize) -> Vec<usize> {
 async fn complete(
     context: &WorkContext,
     settings: &Settings,
-    request: &Request,
+    request: &Parsed,
     outcome: &mut ChainOutcome,
 ) -> Result<(), WorkError> {
     let Ok(block) = outcome.block else {
@@ -334,7 +334,7 @@ fn apply_token_reads(
 pub async fn run(
     context: &WorkContext,
     settings: &Settings,
-    request: &Request,
+    request: &Parsed,
 ) -> Result<Vec<ChainOutcome>, WorkError> {
     let discovered = join_all(
         request

@@ -1,0 +1,53 @@
+//! What VM05 and VM11 share: the typed request fields of a discovery listing check, their
+//! readiness, and one reading of the configured discovery provider for them.
+
+use super::{NotReady, WorkContext, WorkError};
+use crate::catalog::manifest::Machine;
+use crate::config::Config;
+use crate::machines::checks as rc;
+use crate::providers::discovery::{self, DiscoveryLimits, Inputs, Observation};
+
+/// A machine reading the provider can run: the provider is configured and every limit it
+/// runs under is in the manifest.
+pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+    if config.discovery_url.is_none() {
+        return super::provider_missing(machine, "the x402 discovery provider (discovery_url)");
+    }
+    DiscoveryLimits::from_machine(machine)
+        .map(|_| ())
+        .map_err(|e| NotReady::new("machine_misconfigured", e.to_string()))
+}
+
+/// The request's inputs, re-read after the pre-payment checks accepted them.
+pub fn inputs(resource: &str, pay_to: &str, queries: &[String]) -> Result<Inputs, WorkError> {
+    let unreadable = |what: &str| {
+        WorkError::Internal(format!(
+            "{what} passed the pre-payment checks but cannot be read now"
+        ))
+    };
+    Ok(Inputs::new(
+        rc::public_url(resource, "/resource").map_err(|_| unreadable("resource"))?,
+        rc::address(pay_to, "/pay_to").map_err(|_| unreadable("pay_to"))?,
+        rc::normalized_queries(queries).map_err(|_| unreadable("queries"))?,
+    ))
+}
+
+/// The paid read VM05 and VM11 share: the request's inputs and one reading of the
+/// configured provider for them.
+pub async fn observe(
+    context: &WorkContext,
+    machine: &Machine,
+    resource: &str,
+    pay_to: &str,
+    queries: &[String],
+) -> Result<(Inputs, Observation), WorkError> {
+    let inputs = inputs(resource, pay_to, queries)?;
+    let observation = discovery::observe(
+        &context.gateway,
+        context.config.discovery_url.as_ref(),
+        machine,
+        &inputs,
+    )
+    .await?;
+    Ok((inputs, observation))
+}
