@@ -191,8 +191,9 @@ impl AppState {
         })
     }
 
-    /// Rows left `reserved` by an earlier process: paid work whose end is unknown. They are
-    /// reported, never dropped.
+    /// Migrates the ledger (a PostgreSQL that is down now is migrated by the first paid call
+    /// that reaches it), then reports rows left `reserved` by an earlier process: paid work
+    /// whose end is unknown. They are reported, never dropped.
     async fn report_unfinished_attempts(&self) {
         let Some(rail) = &self.rail else { return };
         if let Err(error) = rail.ledger.migrate().await {
@@ -208,7 +209,7 @@ impl AppState {
                         amount_atomic = %row.amount_atomic, created_at = %row.created_at,
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
-                        "ledger row left reserved by an earlier run: settlement outcome unknown; authorizationState(payer, nonce) on the asset tells"
+                        "ledger row left reserved by an earlier run: settlement outcome unknown; `factomat ledger reconcile` asks the chain (authorizationState(payer, nonce) on the asset)"
                     );
                 }
                 tracing::warn!(
