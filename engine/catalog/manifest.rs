@@ -36,10 +36,14 @@ pub struct Service {
     pub family_wallet_note: String,
     pub rediscovery_note: String,
     pub default_max_request_bytes: u64,
+    /// Cache-Control max-age of the free documents (catalog, OpenAPI, llms.txt, storefront).
+    pub free_document_max_age_seconds: u64,
     /// Who answers for the service (OpenAPI `info.contact`).
     pub contact: Contact,
     /// One paragraph for agents (OpenAPI `info.x-guidance`); llms.txt has the long form.
     pub guidance: String,
+    /// What no machine ever does, stated to people on every storefront machine page.
+    pub never: Vec<String>,
 }
 
 /// The operator's contact, as OpenAPI's Contact object.

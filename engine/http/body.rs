@@ -17,6 +17,14 @@ const SHA256_PATTERN: &str = "^[0-9a-f]{64}$";
 const HEX_PATTERN: &str = "^0x(?:[0-9a-fA-F]{2})*$";
 const MAX_MESSAGE_CHARS: usize = 240;
 
+/// A machine's input schema that does not compile: a manifest bug, found at start-up.
+#[derive(Debug, thiserror::Error)]
+#[error("{machine}.input_schema: {message}")]
+pub struct SchemaError {
+    machine: String,
+    message: String,
+}
+
 /// A machine's compiled input validator.
 pub struct RequestValidator {
     validator: jsonschema::Validator,
@@ -24,9 +32,12 @@ pub struct RequestValidator {
 }
 
 impl RequestValidator {
-    pub fn new(machine: &Machine) -> Result<RequestValidator, String> {
-        let validator = compile_schema(&machine.input_schema)
-            .map_err(|e| format!("{}.input_schema: {e}", machine.machine))?;
+    /// Compiles the machine's input schema.
+    pub fn new(machine: &Machine) -> Result<RequestValidator, SchemaError> {
+        let validator = compile_schema(&machine.input_schema).map_err(|message| SchemaError {
+            machine: machine.machine.clone(),
+            message,
+        })?;
         let unsupported = machine
             .unsupported
             .iter()

@@ -234,30 +234,57 @@ impl WorkContext {
 }
 
 /// A failure of our own while producing an observation (upstream failures are not errors:
-/// they are truthful HOLD/PARTIAL results).
+/// they are truthful HOLD/PARTIAL results). Recorded in the ledger; the caller is told only
+/// that the work failed and nothing was charged.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkError {
-    /// A bug or misconfiguration of ours.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// A request field the pre-payment checks accepted cannot be read now: a bug of ours.
+    #[error("{field} passed the pre-payment checks but cannot be read now")]
+    Unreadable {
+        /// The field.
+        field: String,
+    },
+    /// The manifest lacks, or holds an unusable, value the machine runs with.
+    #[error("{machine} manifest: {what}")]
+    Manifest {
+        /// The machine id.
+        machine: String,
+        /// What is missing or unusable.
+        what: String,
+    },
+    /// A provider the machine reads is not configured (readiness should have refused).
+    #[error("no {0} is configured")]
+    NotConfigured(String),
+    /// The discovery provider could not be read as configured.
+    #[error(transparent)]
+    Discovery(#[from] crate::providers::discovery::DiscoveryError),
+    /// The x402 probe could not be set up.
+    #[error(transparent)]
+    Probe(#[from] crate::web::x402_probe::ProbeError),
+    /// The token reads could not be set up.
+    #[error(transparent)]
+    TokenReads(#[from] crate::chain::token_reads::TokenReadError),
+    /// The page fetcher could not be set up.
+    #[error(transparent)]
+    Fetch(#[from] crate::web::fetch::FetchSetupError),
 }
 
-/// A failure of a lower layer that stops the paid work.
-macro_rules! internal_from {
-    ($($error:ty),*) => {$(
-        impl From<$error> for WorkError {
-            fn from(error: $error) -> Self {
-                WorkError::Internal(error.to_string())
-            }
+impl WorkError {
+    /// A request field that cannot be read although it passed the checks.
+    pub fn unreadable(field: impl Into<String>) -> Self {
+        WorkError::Unreadable {
+            field: field.into(),
         }
-    )*};
-}
+    }
 
-internal_from!(
-    crate::providers::discovery::DiscoveryError,
-    crate::web::x402_probe::ProbeError,
-    crate::chain::token_reads::TokenReadError
-);
+    /// A manifest value the machine needs that is missing or unusable.
+    pub fn manifest(machine: &str, what: impl Into<String>) -> Self {
+        WorkError::Manifest {
+            machine: machine.to_string(),
+            what: what.into(),
+        }
+    }
+}
 
 /// The readiness answer of a machine whose provider is not configured.
 pub fn provider_missing(machine: &Spec, what: &str) -> Result<(), NotReady> {

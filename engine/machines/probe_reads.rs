@@ -91,8 +91,8 @@ pub async fn read_payer(
     let Some(requirement) = requirement else {
         return Ok(None);
     };
-    let payer = evm::parse_address(payer_address)
-        .map_err(|e| WorkError::Internal(format!("payer_address: {e}")))?;
+    let payer =
+        evm::parse_address(payer_address).map_err(|_| WorkError::unreadable("payer_address"))?;
     let Some(Ok(asset)) = requirement.asset.as_deref().map(evm::parse_address) else {
         return Ok(None);
     };

@@ -8,7 +8,7 @@ use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::web::fetch::{FetchLimits, Fetcher};
+use crate::web::fetch::{FetchLimits, FetchSetupError, Fetcher};
 use crate::web::page::{self, PageReading};
 
 /// VM01 URL context.
@@ -47,7 +47,7 @@ impl super::Machine for Vm01 {
 /// Shared by VM01 and VM07: the manifest declares the fetch limits and the TLS setup works.
 pub fn fetch_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     let unavailable = |message: String| NotReady::new("fetch_setup_failed", message);
-    FetchLimits::from_machine(machine).map_err(unavailable)?;
+    FetchLimits::from_machine(machine).map_err(|e| unavailable(e.to_string()))?;
     text_limit(machine).map_err(|e| unavailable(e.to_string()))?;
     crate::web::fetch::check_setup(config).map_err(|e| unavailable(e.to_string()))
 }
@@ -57,9 +57,7 @@ pub fn text_limit(machine: &Machine) -> Result<usize, WorkError> {
     machine
         .limit("max_text_chars")
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| {
-            WorkError::Internal(format!("{} has no limit max_text_chars", machine.machine))
-        })
+        .ok_or_else(|| WorkError::manifest(&machine.machine, "no limit max_text_chars"))
 }
 
 /// Fetches and reads the caller's page with this machine's limits.
@@ -68,19 +66,14 @@ pub async fn read_requested_page(
     machine: &Machine,
     url: &str,
 ) -> Result<PageReading, WorkError> {
-    let url = rc::public_url(url, "/url").map_err(|e| {
-        WorkError::Internal(format!("request passed checks but its URL did not: {e:?}"))
-    })?;
-    let limits = FetchLimits::from_machine(machine).map_err(WorkError::Internal)?;
+    let url = rc::public_url(url, "/url").map_err(|_| WorkError::unreadable("url"))?;
+    let limits = FetchLimits::from_machine(machine)?;
     let fetcher = Fetcher::new(context.gateway.clone(), &context.config)
-        .map_err(|e| WorkError::Internal(e.to_string()))?;
+        .map_err(|e| FetchSetupError::Client(e.to_string()))?;
     Ok(page::read(&fetcher, url, limits, text_limit(machine)?).await)
 }
 
-/// The current time as the spec's ISO-8601 timestamp (UTC, seconds).
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
+pub use crate::support::timestamp::now;
 
 /// The VM01 response of a reading.
 pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> Value {

@@ -23,8 +23,8 @@ use crate::catalog::manifest::Machine;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::pay::report::format_units;
 use crate::support::evm;
+use crate::support::units::format_units;
 
 const CHAIN: &str = "eip155:8453";
 
@@ -95,8 +95,7 @@ struct Reads {
 }
 
 fn address_field(text: &str, field: &str) -> Result<Address, WorkError> {
-    evm::parse_address(text)
-        .map_err(|e| WorkError::Internal(format!("{field} passed validation but {e}")))
+    evm::parse_address(text).map_err(|_| WorkError::unreadable(field))
 }
 
 async fn observe(
@@ -109,7 +108,7 @@ async fn observe(
     let spender = address_field(&request.spender, "spender")?;
     let url = context
         .rpc_url(CHAIN)
-        .ok_or_else(|| WorkError::Internal("no eip155:8453 RPC endpoint".into()))?;
+        .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
     let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
     let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let reads = read_at_one_block(&provider, owner, token, spender).await;

@@ -168,7 +168,7 @@ fn allowlist<T: serde::de::DeserializeOwned>(
 ) -> Result<T, WorkError> {
     let value = machine.allowlists.get(name).cloned().unwrap_or(Value::Null);
     serde_json::from_value(value)
-        .map_err(|e| WorkError::Internal(format!("VM03 allowlists.{name} is unreadable: {e}")))
+        .map_err(|e| WorkError::manifest("VM03", format!("allowlists.{name} is unreadable: {e}")))
 }
 
 impl Settings {
@@ -188,9 +188,7 @@ impl Settings {
         let max_bytes = machine
             .limit("max_provider_response_bytes")
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-            .ok_or_else(|| {
-                WorkError::Internal("VM03 has no limit max_provider_response_bytes".into())
-            })?;
+            .ok_or_else(|| WorkError::manifest("VM03", "no limit max_provider_response_bytes"))?;
         let multicall: String = allowlist(machine, "multicall3")?;
         Ok(Settings {
             cap: machine.limit("max_returned_holdings").unwrap_or(40) as usize,
@@ -208,11 +206,11 @@ impl Settings {
             liquidity_floor: Decimal::from_units(U256::from(floor), 0).unwrap_or(Decimal::ZERO),
             floor_text: floor.to_string(),
             threshold: Decimal::parse(&threshold_text).ok_or_else(|| {
-                WorkError::Internal("VM03 concentration_threshold is not a decimal".into())
+                WorkError::manifest("VM03", "concentration_threshold is not a decimal")
             })?,
             threshold_text,
             multicall: evm::parse_address(&multicall)
-                .map_err(|e| WorkError::Internal(format!("VM03 multicall3: {e}")))?,
+                .map_err(|e| WorkError::manifest("VM03", format!("multicall3: {e}")))?,
             dex_chain_ids: allowlist(machine, "dexscreener_chain_ids")?,
             natives: allowlist(machine, "native_assets")?,
         })
@@ -220,7 +218,7 @@ impl Settings {
 
     fn native(&self, chain: Chain) -> Result<&NativeAsset, WorkError> {
         self.natives.get(chain.caip2).ok_or_else(|| {
-            WorkError::Internal(format!("VM03 has no native asset for {}", chain.caip2))
+            WorkError::manifest("VM03", format!("no native asset for {}", chain.caip2))
         })
     }
 }
@@ -241,8 +239,7 @@ struct Parsed {
 }
 
 fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
-    let invalid =
-        |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
+    let invalid = |what: &str| WorkError::unreadable(what);
     let address = evm::parse_address(&request.address).map_err(|_| invalid("address"))?;
     let chains = match &request.chains {
         Some(list) => list

@@ -10,7 +10,7 @@ use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::providers::discovery::now_iso;
+use crate::support::timestamp;
 
 /// VM05 discovery visibility snapshot.
 pub struct Vm05;
@@ -58,7 +58,7 @@ impl super::Machine for Vm05 {
             "status": observation.status(),
             "machine": machine.machine,
             "methodology_version": machine.methodology_version,
-            "checked_at": now_iso(),
+            "checked_at": timestamp::now(),
             "resource": request.resource,
             "pay_to": request.pay_to,
             "merchant": observation.merchant_json(),

@@ -29,8 +29,9 @@ use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, CallFailure, CountedRpc};
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::pay::report::format_units;
 use crate::support::evm;
+use crate::support::timestamp::now;
+use crate::support::units::format_units;
 
 /// Revert data quoted in limitations at most (bytes); longer data is cut and says so.
 const MAX_QUOTED_REVERT_BYTES: usize = 256;
@@ -116,8 +117,7 @@ struct Intent {
 }
 
 fn intent(request: &Request) -> Result<Intent, WorkError> {
-    let invalid =
-        |what: &str| WorkError::Internal(format!("{what} passed validation but is unreadable"));
+    let invalid = |what: &str| WorkError::unreadable(what);
     let chain = networks::by_caip2(&request.chain).ok_or_else(|| invalid("chain"))?;
     let to = evm::parse_address(&request.to).map_err(|_| invalid("to"))?;
     let from = match &request.from {
@@ -168,7 +168,7 @@ async fn observe(
     let intent = intent(request)?;
     let url = context
         .rpc_url(intent.chain.caip2)
-        .ok_or_else(|| WorkError::Internal(format!("no {} RPC endpoint", intent.chain.caip2)))?;
+        .ok_or_else(|| WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2)))?;
     let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
     let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
     let query = history_query(machine);
@@ -270,10 +270,6 @@ fn respond(
         },
         "limitations": limitations,
     })
-}
-
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn estimate_limitation(chain: Chain, failure: &CallFailure) -> String {

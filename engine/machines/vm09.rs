@@ -4,7 +4,7 @@
 //! codes and hashes: docs/vm09-presign-handoff.md.
 
 use alloy::primitives::U256;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
+use crate::support::timestamp::seconds as timestamp;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// VM09 x402 pre-sign handoff packet.
@@ -233,10 +234,6 @@ fn decide(
     }
 }
 
-fn timestamp(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
 /// The VM09 packet.
 pub fn response(
     machine: &Machine,
@@ -249,7 +246,7 @@ pub fn response(
     let freshness = machine
         .limit("freshness_ms")
         .and_then(|ms| i64::try_from(ms).ok())
-        .ok_or_else(|| WorkError::Internal("VM09 has no freshness_ms".into()))?;
+        .ok_or_else(|| WorkError::manifest("VM09", "no limit freshness_ms"))?;
     // Whole seconds on both ends, so expires_at - observed_at is exactly freshness_ms.
     let observed_at =
         DateTime::<Utc>::from_timestamp(observed_at.timestamp(), 0).unwrap_or(observed_at);

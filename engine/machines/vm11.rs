@@ -10,12 +10,13 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::listing::model::{self, Inputs, Observation, Presence, Visibility};
 use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::providers::discovery::{self, Inputs, Observation, Presence, Visibility, now_iso};
 use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
+use crate::support::timestamp::now as now_iso;
 
 /// VM11 discovery visibility change snapshot.
 pub struct Vm11;
@@ -118,7 +119,7 @@ fn check_binding(
 fn same_resource(request: &Request, baseline: &Value) -> bool {
     let submitted = rc::public_url(&request.resource, "/resource").ok();
     match (submitted, rc::text_at(baseline, "/resource")) {
-        (Some(submitted), Some(sealed)) => discovery::same_resource(&submitted, sealed),
+        (Some(submitted), Some(sealed)) => model::same_resource(&submitted, sealed),
         _ => false,
     }
 }
@@ -179,9 +180,9 @@ struct Vm11Limits {
 impl Vm11Limits {
     fn from_machine(machine: &Machine) -> Result<Self, WorkError> {
         let get = |name: &str| {
-            machine.limit(name).ok_or_else(|| {
-                WorkError::Internal(format!("{} has no manifest limit {name}", machine.machine))
-            })
+            machine
+                .limit(name)
+                .ok_or_else(|| WorkError::manifest(&machine.machine, format!("no limit {name}")))
         };
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         Ok(Vm11Limits {

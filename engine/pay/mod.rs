@@ -3,5 +3,6 @@
 pub mod facilitator;
 pub mod gate;
 pub mod ledger;
+pub mod local_check;
 pub mod reconcile;
 pub mod report;

@@ -128,7 +128,7 @@ pub async fn read_reserve(
         liquidity_rate_ray: U256::from(reserve.currentLiquidityRate),
         variable_borrow_rate_ray: U256::from(reserve.currentVariableBorrowRate),
         last_update_timestamp: reserve.lastUpdateTimestamp.to::<u64>(),
-        retrieved_at: crate::providers::now(),
+        retrieved_at: crate::support::timestamp::now_millis(),
     })
 }
 

@@ -62,7 +62,7 @@ fn parse(document: &Value) -> Result<SmaObservation, UpstreamError> {
         sma_apr_percent: sma,
         latest_apr_percent: latest.map(|(_, apr)| apr),
         latest_time_unix: latest.map(|(time, _)| time),
-        retrieved_at: crate::providers::now(),
+        retrieved_at: crate::support::timestamp::now_millis(),
     })
 }
 

@@ -14,8 +14,3 @@ pub mod discovery;
 pub mod erc20;
 pub mod inventory;
 pub mod lido;
-
-/// An observation timestamp: ISO-8601 UTC, millisecond precision.
-pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}

@@ -74,24 +74,46 @@ pub struct FetchLimits {
     pub overall: Duration,
 }
 
+/// Why a fetcher cannot be set up for a machine: a manifest or configuration bug of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FetchSetupError {
+    /// The manifest lacks a fetch limit.
+    #[error("{machine} has no limit {name}")]
+    MissingLimit {
+        /// The machine id.
+        machine: String,
+        /// The limit's name.
+        name: &'static str,
+    },
+    /// A limit does not fit the fetcher's counters.
+    #[error("limit {0} is too large")]
+    TooLarge(&'static str),
+    /// The HTTP client (TLS roots, gateway) could not be built.
+    #[error("{0}")]
+    Client(String),
+}
+
 impl FetchLimits {
     /// The limits a machine declares in machines.yaml (`max_redirects`,
     /// `max_outbound_requests`, `max_response_bytes`, `per_request_timeout_ms`,
     /// `overall_timeout_ms`). A missing limit is a manifest bug, reported as such.
-    pub fn from_machine(machine: &Machine) -> Result<FetchLimits, String> {
-        let get = |name: &str| {
+    pub fn from_machine(machine: &Machine) -> Result<FetchLimits, FetchSetupError> {
+        let get = |name: &'static str| {
             machine
                 .limit(name)
-                .ok_or_else(|| format!("{} has no limit {name}", machine.machine))
+                .ok_or_else(|| FetchSetupError::MissingLimit {
+                    machine: machine.machine.clone(),
+                    name,
+                })
         };
-        let small = |name: &str| -> Result<u32, String> {
-            u32::try_from(get(name)?).map_err(|_| format!("limit {name} is too large"))
+        let small = |name: &'static str| -> Result<u32, FetchSetupError> {
+            u32::try_from(get(name)?).map_err(|_| FetchSetupError::TooLarge(name))
         };
         Ok(FetchLimits {
             max_redirects: small("max_redirects")?,
             max_requests: small("max_outbound_requests")?,
             max_body_bytes: usize::try_from(get("max_response_bytes")?)
-                .map_err(|_| "limit max_response_bytes is too large".to_string())?,
+                .map_err(|_| FetchSetupError::TooLarge("max_response_bytes"))?,
             per_request: Duration::from_millis(get("per_request_timeout_ms")?),
             overall: Duration::from_millis(get("overall_timeout_ms")?),
         })

@@ -15,7 +15,9 @@ use crate::catalog::challenge::PAYMENT_REQUIRED;
 use crate::catalog::manifest::Machine;
 use crate::net::gateway::Gateway;
 use crate::support::canonical::canonical_sha256;
-use crate::web::fetch::{FetchLimits, FetchMethod, FetchRequest, Fetcher, Redirects};
+use crate::web::fetch::{
+    FetchLimits, FetchMethod, FetchRequest, FetchSetupError, Fetcher, Redirects,
+};
 
 /// The request identity of a probe: method, URL and the POST body fingerprint.
 #[derive(Debug, Clone, PartialEq)]
@@ -247,8 +249,8 @@ pub enum ProbeError {
     #[error("the probe target passed the checks but is unreadable: {0}")]
     Target(String),
     /// The manifest lacks a fetch limit of the machine.
-    #[error("{0}")]
-    Limits(String),
+    #[error(transparent)]
+    Limits(#[from] FetchSetupError),
     /// The fetcher (TLS, gateway) could not be built.
     #[error("{0}")]
     Setup(String),
@@ -256,7 +258,7 @@ pub enum ProbeError {
 
 /// Readiness of the probe: the manifest limits and a fetcher can be built.
 pub fn ready(machine: &Machine, config: &crate::config::Config) -> Result<(), ProbeError> {
-    FetchLimits::from_machine(machine).map_err(ProbeError::Limits)?;
+    FetchLimits::from_machine(machine)?;
     let gateway = Gateway::new().map_err(|e| ProbeError::Setup(e.to_string()))?;
     Fetcher::new(gateway, config)
         .map(|_| ())
@@ -270,7 +272,7 @@ pub async fn probe(
     machine: &Machine,
     target: ProbeTarget,
 ) -> Result<Probe, ProbeError> {
-    let limits = FetchLimits::from_machine(machine).map_err(ProbeError::Limits)?;
+    let limits = FetchLimits::from_machine(machine)?;
     let fetcher =
         Fetcher::new(gateway.clone(), config).map_err(|e| ProbeError::Setup(e.to_string()))?;
     let method = match &target.body {

@@ -8,10 +8,11 @@ use serde_json::{Value, json};
 use super::collect::{ChainOutcome, Holding, Origin, Timed};
 use super::{Parsed, Settings};
 use crate::catalog::manifest::Machine;
-use crate::pay::report::format_units;
 use crate::providers::dexscreener::{Pricing, Quote};
-use crate::providers::now;
 use crate::support::decimal::Decimal;
+use crate::support::timestamp;
+use crate::support::timestamp::now_millis as now;
+use crate::support::units::format_units;
 
 /// Every holding observation code, in the order they are listed.
 const OBSERVATIONS: [&str; 13] = [
@@ -47,9 +48,7 @@ fn usd(value: &Option<Decimal>) -> Value {
 
 fn created_at(ms: Option<i64>) -> Value {
     ms.and_then(chrono::DateTime::from_timestamp_millis)
-        .map_or(Value::Null, |t| {
-            json!(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        })
+        .map_or(Value::Null, |t| json!(timestamp::seconds(t)))
 }
 
 fn origin_observations(holding: &Holding, observations: &mut Vec<&'static str>) {
@@ -688,7 +687,7 @@ pub fn respond(
         "status": status,
         "machine": machine.machine,
         "methodology_version": machine.methodology_version,
-        "checked_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "checked_at": timestamp::now(),
         "address": request.address_text,
         "requested_chains": request.chains.iter().map(|c| c.caip2).collect::<Vec<_>>(),
         "chains_run": outcomes.iter().filter(|o| o.readable()).map(|o| o.chain.caip2).collect::<Vec<_>>(),

@@ -15,8 +15,8 @@ use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
 use crate::providers::inventory::{self, Inventory};
-use crate::providers::now;
 use crate::support::evm;
+use crate::support::timestamp::now_millis as now;
 
 /// Why a holding is in the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +81,7 @@ impl ChainOutcome {
 }
 
 fn no_endpoint(chain: Chain) -> WorkError {
-    WorkError::Internal(format!(
-        "no endpoint for {} (readiness passed)",
-        chain.caip2
-    ))
+    WorkError::NotConfigured(format!("endpoint for {} (readiness passed)", chain.caip2))
 }
 
 fn rpc(
@@ -239,7 +236,7 @@ async fn complete(
     let native = settings.native(chain)?;
     let tokens: Vec<Address> = outcome.holdings.iter().filter_map(|h| h.token).collect();
     let reference = evm::parse_address(&native.price_reference)
-        .map_err(|e| WorkError::Internal(format!("VM03 price_reference: {e}")))?;
+        .map_err(|e| WorkError::manifest("VM03", format!("price_reference: {e}")))?;
     let mut to_price = tokens.clone();
     if outcome.holdings.iter().any(|h| h.token.is_none()) && !to_price.contains(&reference) {
         to_price.push(reference);

@@ -117,9 +117,7 @@ pub const STATES: [&str; 5] = [
     "expired",
 ];
 
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+use crate::support::timestamp::now_millis as now;
 
 fn outcome_columns(outcome: &Outcome) -> (&'static str, Option<&str>, Option<&str>) {
     match outcome {

@@ -1,11 +1,14 @@
-//! What VM05 and VM11 share: the typed request fields of a discovery listing check, their
-//! readiness, and one reading of the configured discovery provider for them.
+//! What VM05 and VM11 share: their readiness, the request's inputs, and one interpreted
+//! reading of the configured discovery provider for them.
+
+pub mod model;
 
 use super::{NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
-use crate::providers::discovery::{self, DiscoveryLimits, Inputs, Observation};
+use crate::providers::discovery::{self, DiscoveryLimits};
+use model::{Inputs, Observation};
 
 /// A machine reading the provider can run: the provider is configured and every limit it
 /// runs under is in the manifest.
@@ -20,11 +23,7 @@ pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
 
 /// The request's inputs, re-read after the pre-payment checks accepted them.
 pub fn inputs(resource: &str, pay_to: &str, queries: &[String]) -> Result<Inputs, WorkError> {
-    let unreadable = |what: &str| {
-        WorkError::Internal(format!(
-            "{what} passed the pre-payment checks but cannot be read now"
-        ))
-    };
+    let unreadable = |what: &str| WorkError::unreadable(what);
     Ok(Inputs::new(
         rc::public_url(resource, "/resource").map_err(|_| unreadable("resource"))?,
         rc::address(pay_to, "/pay_to").map_err(|_| unreadable("pay_to"))?,
@@ -42,12 +41,14 @@ pub async fn observe(
     queries: &[String],
 ) -> Result<(Inputs, Observation), WorkError> {
     let inputs = inputs(resource, pay_to, queries)?;
-    let observation = discovery::observe(
+    let reading = discovery::read(
         &context.gateway,
         context.config.discovery_url.as_ref(),
         machine,
-        &inputs,
+        inputs.pay_to,
+        &inputs.queries,
     )
     .await?;
+    let observation = model::interpret(reading, &inputs);
     Ok((inputs, observation))
 }

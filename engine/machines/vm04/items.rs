@@ -1,0 +1,259 @@
+//! One venue item per candidate, its plausibility and outcome; classification and sort.
+
+use std::cmp::Reverse;
+
+use serde_json::{Value, json};
+
+use super::reads::Served;
+use super::venues::{Frozen, VenueSpec};
+use crate::chain::networks::Chain;
+use crate::net::upstream::UpstreamError;
+use crate::providers::aave::{AaveError, ReserveObservation};
+use crate::providers::lido::SmaObservation;
+use crate::support::decimal::Decimal;
+use crate::support::timestamp;
+
+// ---------------------------------------------------------------- venue items
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Observed,
+    Failed,
+    Refused,
+}
+
+pub(super) struct VenueResult {
+    pub(super) venue_id: String,
+    pub(super) protocol: String,
+    pub(super) apr: Option<Decimal>,
+    pub(super) outcome: Outcome,
+    pub(super) item: Value,
+    pub(super) errors: Vec<Value>,
+}
+
+/// An APR we state, or the reason we refuse to: above the manifest's plausibility ceiling.
+pub(super) fn plausible(apr: Decimal, ceiling: Decimal) -> Result<Decimal, String> {
+    if apr > ceiling {
+        Err(format!(
+            "the observed APR {} exceeds the plausibility ceiling {}; it is withheld",
+            apr.to_plain(),
+            ceiling.to_plain()
+        ))
+    } else {
+        Ok(apr)
+    }
+}
+
+pub(super) fn venue_base(spec: &VenueSpec, frozen: &Frozen, chain: Chain) -> Value {
+    json!({
+        "venue_id": spec.venue_id,
+        "protocol": spec.protocol,
+        "venue_type": spec.venue_type,
+        "chain_id": chain.chain_id,
+        "asset": {"symbol": spec.reserve, "address": frozen.asset_address(chain, &spec.reserve)},
+        "contracts": spec.contracts,
+        "primary_apr": null,
+        "primary_rate_basis": "APR",
+        "unit": "decimal_fraction",
+        "secondary_rates": [],
+        "source": "",
+        "block_number": null,
+        "observed_at": timestamp::now_millis(),
+        "evidence_ids": [],
+    })
+}
+
+pub(super) fn error_entry(spec: &VenueSpec, code: &str, message: String) -> Value {
+    json!({"source": spec.venue_id, "code": code, "message": message})
+}
+
+pub(super) fn aave_evidence_id(chain: Chain, reserve: &str) -> String {
+    format!(
+        "ev-aave-{}-{}",
+        chain.chain_id,
+        reserve.to_ascii_lowercase()
+    )
+}
+
+pub(super) const LIDO_EVIDENCE_ID: &str = "ev-lido-sma";
+pub(super) const AAVE_SOURCE: &str = "Pool.getReserveData currentLiquidityRate / 1e27";
+pub(super) const LIDO_SOURCE: &str = "Lido API /v1/protocol/steth/apr/sma smaApr / 100 (7-day simple moving average of the stETH APR, percent)";
+
+pub(super) fn aave_venue(
+    spec: &VenueSpec,
+    frozen: &Frozen,
+    chain: Chain,
+    read: &Result<Served<ReserveObservation>, AaveError>,
+    ceiling: Decimal,
+) -> VenueResult {
+    let mut item = venue_base(spec, frozen, chain);
+    item["source"] = json!(AAVE_SOURCE);
+    if let Some(provider) = frozen.aave_providers.get(&chain.chain_id.to_string()) {
+        item["contracts"]["pool_addresses_provider"] = json!(provider);
+    }
+    let mut result = VenueResult {
+        venue_id: spec.venue_id.clone(),
+        protocol: spec.protocol.clone(),
+        apr: None,
+        outcome: Outcome::Failed,
+        item,
+        errors: Vec::new(),
+    };
+    let served = match read {
+        Ok(served) => served,
+        Err(error) => {
+            result
+                .errors
+                .push(error_entry(spec, error.code(), error.to_string()));
+            return result;
+        }
+    };
+    let observation = &served.value;
+    let ray = |v| Decimal::from_units(v, 27).unwrap_or(Decimal::ZERO);
+    let item = &mut result.item;
+    item["contracts"]["pool"] = json!(observation.pool.to_checksum(None));
+    item["contracts"]["a_token"] = json!(observation.a_token.to_checksum(None));
+    item["block_number"] = json!(observation.block_number.to_string());
+    item["observed_at"] = json!(observation.retrieved_at);
+    item["evidence_ids"] = json!([aave_evidence_id(chain, &spec.reserve)]);
+    let borrow = plausible(ray(observation.variable_borrow_rate_ray), ceiling).ok();
+    item["secondary_rates"] = json!([{
+        "name": "variable_borrow_apr",
+        "apr": borrow.map(|b| b.to_plain()),
+        "basis": "APR",
+    }]);
+    match plausible(ray(observation.liquidity_rate_ray), ceiling) {
+        Ok(apr) => {
+            item["primary_apr"] = json!(apr.to_plain());
+            result.apr = Some(apr);
+            result.outcome = Outcome::Observed;
+        }
+        Err(why) => {
+            result.outcome = Outcome::Refused;
+            result.errors.push(error_entry(
+                spec,
+                "rate_refused_implausible",
+                format!("currentLiquidityRate: {why}."),
+            ));
+        }
+    }
+    result
+}
+
+pub(super) fn percent(value: f64) -> Option<Decimal> {
+    Decimal::from_f64(value)?.shift_down(2)
+}
+
+pub(super) fn lido_venue(
+    spec: &VenueSpec,
+    frozen: &Frozen,
+    chain: Chain,
+    read: &Result<Served<SmaObservation>, UpstreamError>,
+    ceiling: Decimal,
+) -> VenueResult {
+    let mut item = venue_base(spec, frozen, chain);
+    item["source"] = json!(LIDO_SOURCE);
+    let mut result = VenueResult {
+        venue_id: spec.venue_id.clone(),
+        protocol: spec.protocol.clone(),
+        apr: None,
+        outcome: Outcome::Failed,
+        item,
+        errors: Vec::new(),
+    };
+    let served = match read {
+        Ok(served) => served,
+        Err(error) => {
+            result.errors.push(error_entry(
+                spec,
+                error.code(),
+                format!("Lido API: {error}"),
+            ));
+            return result;
+        }
+    };
+    let observation = &served.value;
+    let item = &mut result.item;
+    item["observed_at"] = json!(observation.retrieved_at);
+    item["evidence_ids"] = json!([LIDO_EVIDENCE_ID]);
+    let latest = observation
+        .latest_apr_percent
+        .and_then(percent)
+        .and_then(|apr| plausible(apr, ceiling).ok());
+    item["secondary_rates"] = json!([{
+        "name": "latest_daily_apr_in_sma_window",
+        "apr": latest.map(|l| l.to_plain()),
+        "basis": "APR",
+    }]);
+    let primary = percent(observation.sma_apr_percent)
+        .ok_or_else(|| {
+            format!(
+                "the API's smaApr {} is negative",
+                observation.sma_apr_percent
+            )
+        })
+        .and_then(|apr| plausible(apr, ceiling));
+    match primary {
+        Ok(apr) => {
+            item["primary_apr"] = json!(apr.to_plain());
+            result.apr = Some(apr);
+            result.outcome = Outcome::Observed;
+        }
+        Err(why) => {
+            result.outcome = Outcome::Refused;
+            result.errors.push(error_entry(
+                spec,
+                "rate_refused_implausible",
+                format!("smaApr: {why}."),
+            ));
+        }
+    }
+    result
+}
+
+// ---------------------------------------------------------------- classification and sort
+
+pub(super) fn classify(results: &[VenueResult]) -> (&'static str, &'static str) {
+    let observed = results
+        .iter()
+        .filter(|r| r.outcome == Outcome::Observed)
+        .count();
+    let refused = results
+        .iter()
+        .filter(|r| r.outcome == Outcome::Refused)
+        .count();
+    match (results.len(), observed) {
+        (0, _) => ("OK", "OBSERVED_EMPTY_SUPPORTED_SET"),
+        (all, seen) if seen == all => ("OK", "OBSERVED_COMPLETE"),
+        (_, seen) if seen > 0 => ("PARTIAL", "OBSERVED_PARTIAL"),
+        (all, _) if refused == all => ("HOLD", "HOLD_OUTPUT_REFUSED"),
+        _ => ("HOLD", "HOLD_UPSTREAM"),
+    }
+}
+
+/// Objective order, not a recommendation. Rate sorts put null rates last; ties break on
+/// venue_id so the order is total.
+pub(super) fn sort(results: &mut [VenueResult], order: &str) {
+    match order {
+        "rate_desc" => results.sort_by(|a, b| {
+            (a.apr.is_none(), Reverse(a.apr), &a.venue_id).cmp(&(
+                b.apr.is_none(),
+                Reverse(b.apr),
+                &b.venue_id,
+            ))
+        }),
+        "rate_asc" => results.sort_by(|a, b| {
+            (a.apr.is_none(), a.apr, &a.venue_id).cmp(&(b.apr.is_none(), b.apr, &b.venue_id))
+        }),
+        _ => results.sort_by(|a, b| (&a.protocol, &a.venue_id).cmp(&(&b.protocol, &b.venue_id))),
+    }
+}
+
+pub(super) fn sort_json(order: &str) -> Value {
+    let (direction, field) = match order {
+        "rate_desc" => ("desc", "primary_apr"),
+        "rate_asc" => ("asc", "primary_apr"),
+        _ => ("asc", "protocol"),
+    };
+    json!({"order": direction, "field": field, "label": "objective_sort_not_a_recommendation"})
+}

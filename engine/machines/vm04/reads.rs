@@ -1,0 +1,159 @@
+//! The venue reads (Aave v3 on chain, the Lido API), served from the in-process cache when
+//! a fresh observation is there.
+
+use std::time::Duration;
+
+use super::venues::{Frozen, VenueSpec};
+use crate::catalog::manifest::Machine;
+use crate::chain::networks::Chain;
+use crate::chain::rpc::CountedRpc;
+use crate::machines::WorkContext;
+use crate::net::upstream::{Bounds, UpstreamError};
+use crate::providers::aave::{self, AaveError, ReserveObservation};
+use crate::providers::lido::{self, SmaObservation};
+use crate::support::evm;
+
+// ---------------------------------------------------------------- reads (cached)
+
+/// An observation and whether it came from the in-process cache.
+pub(super) struct Served<T> {
+    pub(super) value: T,
+    pub(super) age_ms: u64,
+    pub(super) cached: bool,
+}
+
+pub(super) fn cache_ttl(machine: &Machine) -> Duration {
+    Duration::from_millis(machine.limit("cache_ttl_ms").unwrap_or(60_000))
+}
+
+pub(super) fn bounds(machine: &Machine) -> Bounds {
+    Bounds {
+        timeout: Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000)),
+        max_bytes: machine
+            .limit("max_provider_response_bytes")
+            .unwrap_or(65_536) as usize,
+    }
+}
+
+pub(super) fn from_cache<T: serde::de::DeserializeOwned>(
+    context: &WorkContext,
+    key: &str,
+    ttl: Duration,
+) -> Option<Served<T>> {
+    let hit = context.cache.get(key, ttl)?;
+    let value = serde_json::from_value(hit.value).ok()?;
+    Some(Served {
+        value,
+        age_ms: hit.age.as_millis() as u64,
+        cached: true,
+    })
+}
+
+pub(super) fn store<T: serde::Serialize>(
+    context: &WorkContext,
+    key: &str,
+    value: &T,
+    ttl: Duration,
+) {
+    if let Ok(json) = serde_json::to_value(value) {
+        context.cache.put(key, json, ttl);
+    }
+}
+
+pub(super) async fn read_aave(
+    context: &WorkContext,
+    machine: &Machine,
+    frozen: &Frozen,
+    chain: Chain,
+    reserve: &str,
+) -> Result<Served<ReserveObservation>, AaveError> {
+    let internal = |what: &str| AaveError::Rpc(format!("{what} is not configured correctly"));
+    let provider_address = frozen
+        .aave_providers
+        .get(&chain.chain_id.to_string())
+        .and_then(|a| evm::parse_address(a).ok())
+        .ok_or_else(|| internal("the PoolAddressesProvider"))?;
+    let asset = frozen
+        .asset_address(chain, reserve)
+        .and_then(|a| evm::parse_address(&a).ok())
+        .ok_or_else(|| internal("the reserve asset"))?;
+    let key = format!("vm04:aave_v3:{}:{asset:#x}", chain.chain_id);
+    let ttl = cache_ttl(machine);
+    if let Some(served) = from_cache(context, &key, ttl) {
+        return Ok(served);
+    }
+    let url = context
+        .rpc_url(chain.caip2)
+        .ok_or_else(|| internal("the RPC endpoint"))?;
+    let rpc = CountedRpc::new(context.gateway.clone(), url, bounds(machine).timeout).provider();
+    let observation = aave::read_reserve(&rpc, provider_address, asset).await?;
+    store(context, &key, &observation, ttl);
+    Ok(Served {
+        value: observation,
+        age_ms: 0,
+        cached: false,
+    })
+}
+
+pub(super) async fn read_lido(
+    context: &WorkContext,
+    machine: &Machine,
+) -> Result<Served<SmaObservation>, UpstreamError> {
+    let key = "vm04:lido:steth_apr_sma";
+    let ttl = cache_ttl(machine);
+    if let Some(served) = from_cache(context, key, ttl) {
+        return Ok(served);
+    }
+    let base = context
+        .config
+        .lido_api_url
+        .as_ref()
+        .ok_or_else(|| UpstreamError::Shape("no Lido API URL is configured".into()))?;
+    let observation = lido::read_sma(&context.gateway, base, bounds(machine)).await?;
+    store(context, key, &observation, ttl);
+    Ok(Served {
+        value: observation,
+        age_ms: 0,
+        cached: false,
+    })
+}
+
+/// The reads the candidates need, run concurrently; a protocol with no candidate is not read.
+pub(super) struct Reads {
+    /// The Aave reserve read (symbol), when an Aave venue is a candidate.
+    pub(super) aave_reserve: Option<String>,
+    pub(super) aave: Option<Result<Served<ReserveObservation>, AaveError>>,
+    pub(super) lido: Option<Result<Served<SmaObservation>, UpstreamError>>,
+}
+
+pub(super) async fn read(
+    context: &WorkContext,
+    machine: &Machine,
+    frozen: &Frozen,
+    chain: Chain,
+    candidates: &[&VenueSpec],
+) -> Reads {
+    let aave_reserve = candidates
+        .iter()
+        .find(|v| v.protocol == "aave_v3")
+        .map(|v| v.reserve.clone());
+    let wants_lido = candidates.iter().any(|v| v.protocol == "lido");
+    let aave = async {
+        match &aave_reserve {
+            Some(reserve) => Some(read_aave(context, machine, frozen, chain, reserve).await),
+            None => None,
+        }
+    };
+    let lido = async {
+        match wants_lido {
+            true => Some(read_lido(context, machine).await),
+            false => None,
+        }
+    };
+    let (aave, lido) = tokio::join!(aave, lido);
+    Reads {
+        aave_reserve,
+        aave,
+        lido,
+    }
+}

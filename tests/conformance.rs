@@ -1,0 +1,265 @@
+//! What indexes, agents' tools and operators' proxies see of the service, checked with their
+//! own software on loopback: x402scan's discovery checker (`@agentcash/discovery`), a default
+//! Debian nginx in front of the service with the official x402 client behind it, and
+//! schemathesis against the published OpenAPI document.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::devstack::DevStack;
+use common::{TestServer, manifest, repo_root, temp_path};
+use serde_json::{Value, json};
+
+/// Every machine's id, path and input example, from the manifest.
+fn machines() -> Vec<(String, String, Value)> {
+    manifest()["machines"]
+        .as_array()
+        .expect("machines")
+        .iter()
+        .map(|m| {
+            (
+                m["machine"].as_str().expect("id").to_string(),
+                m["path"].as_str().expect("path").to_string(),
+                m["input_example"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn tool(relative: &str) -> PathBuf {
+    let path = repo_root().join(relative);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/install-test-tools",
+        path.display()
+    );
+    path
+}
+
+// ---------------------------------------------------------------------------------------
+// @agentcash/discovery
+
+fn discovery(args: &[&str]) -> Value {
+    let output = Command::new("node")
+        .arg(tool(
+            "scripts/test-tools/node_modules/@agentcash/discovery/bin/discovery.js",
+        ))
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("node runs the discovery checker");
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "discovery {args:?} printed no JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discovery_checker_finds_every_route_with_no_warning_or_notice() {
+    let server = TestServer::start().await;
+    let found = discovery(&["discover", &server.url]);
+    assert_eq!(found["ok"], true, "{found}");
+    assert_eq!(
+        found["warnings"],
+        json!([]),
+        "discover: {}",
+        found["warnings"]
+    );
+    let resources = found["resources"].as_array().expect("resources");
+    for (id, path, _) in machines() {
+        let resource = resources
+            .iter()
+            .find(|r| r["path"] == path.as_str())
+            .unwrap_or_else(|| panic!("{id} not discovered"));
+        assert_eq!(resource["authHint"], "paid", "{id}");
+        assert_eq!(resource["protocols"], json!(["x402"]), "{id}");
+        let checked = discovery(&["check", &format!("{}{path}", server.url)]);
+        assert_eq!(checked["found"], true, "{id}: {checked}");
+        assert_eq!(
+            checked["warnings"],
+            json!([]),
+            "{id}: {}",
+            checked["warnings"]
+        );
+        let advisory = &checked["advisories"][0];
+        assert_eq!(advisory["authMode"], "paid", "{id}");
+        assert!(advisory["inputSchema"].is_object(), "{id}: input schema");
+    }
+    for free in resources.iter().filter(|r| r["authHint"] != "paid") {
+        assert_eq!(free["authHint"], "unprotected", "{free}");
+    }
+    assert_eq!(server.outbound(), 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// A default Debian nginx in front
+
+/// nginx as Debian ships it, proxying to the service with `proxy_pass` and no buffer tuning,
+/// listening on loopback only; stopped when dropped.
+struct Nginx {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn nginx_binary() -> &'static str {
+    if Path::new("/usr/sbin/nginx").exists() {
+        "/usr/sbin/nginx"
+    } else {
+        "nginx"
+    }
+}
+
+impl Nginx {
+    fn start(upstream: &str) -> Nginx {
+        let dir = temp_path("nginx").with_file_name("nginx");
+        std::fs::create_dir_all(&dir).expect("nginx dir");
+        // Workers drop root to `nobody` and write their temp files here.
+        let _ = Command::new("chmod").arg("0777").arg(&dir).status();
+        let port = free_port();
+        let d = dir.display();
+        let upstream = upstream.trim_start_matches("http://");
+        let config = format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               server {{\n    listen 127.0.0.1:{port};\n    location / {{ proxy_pass http://{upstream}; }}\n  }}\n}}\n"
+        );
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, config).expect("nginx.conf");
+        let child = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&dir)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .arg("-c")
+            .arg(&conf)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nginx starts (run scripts/install-test-tools)");
+        let nginx = Nginx {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not listen: {}",
+                nginx.errors()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nginx
+    }
+
+    fn errors(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The official client's decoding (and offline signing) of each unpaid call's 402.
+fn decode_402s(requests: &Value) -> Vec<Value> {
+    let output = Command::new("node")
+        .arg(repo_root().join("devstack/decode402.mjs"))
+        .arg("--requests")
+        .arg(requests.to_string())
+        .current_dir(repo_root())
+        .output()
+        .expect("node runs decode402.mjs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "decode402.mjs: {e}: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    answer["results"].as_array().expect("results").clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
+    let stack = DevStack::start();
+    let pay_to = stack.field("pay_to");
+    let server = TestServer::with_env(&[
+        ("FACTOMAT_PAY_TO", pay_to.as_str()),
+        (
+            "FACTOMAT_FACILITATOR_URL",
+            stack.field("facilitator_url").as_str(),
+        ),
+        (
+            "FACTOMAT_RPC_URL_EIP155_8453",
+            stack.field("rpc_url").as_str(),
+        ),
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+    ])
+    .await;
+    let nginx = Nginx::start(&server.url);
+
+    let requests: Vec<Value> = machines()
+        .iter()
+        .map(|(_, path, body)| json!({"url": format!("{}{path}", nginx.url), "body": body}))
+        .collect();
+    let results = decode_402s(&Value::Array(requests));
+    let catalog = manifest();
+    for ((id, _, _), result) in machines().iter().zip(&results) {
+        assert_eq!(result["status"], 402, "{id} through nginx: {result}");
+        assert_eq!(result["error"], Value::Null, "{id}: {result}");
+        assert_eq!(result["signed"], true, "{id}: the client signs for it");
+        let accept = &result["decoded"]["accepts"][0];
+        let price = catalog["machines"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["machine"] == id.as_str()))
+            .map(|m| m["price_atomic"].clone())
+            .expect("price");
+        assert_eq!(accept["amount"], price, "{id}");
+        assert_eq!(accept["payTo"], pay_to.as_str(), "{id}");
+        assert!(
+            result["decoded"]["extensions"]["bazaar"]["schema"]["properties"]["input"].is_object(),
+            "{id}: the header keeps an input schema"
+        );
+    }
+    assert!(
+        !nginx.errors().contains("too big header"),
+        "{}",
+        nginx.errors()
+    );
+
+    let before = stack.usdc_balance(&pay_to);
+    let body = json!({
+        "owner": stack.field("buyer_address"),
+        "token": stack.field("usdc"),
+        "spender": pay_to,
+    });
+    let answer = stack.pay(&format!("{}/v1/allowance-exposure", nginx.url), &body);
+    assert_eq!(answer["status"], 200, "{answer}");
+    assert_eq!(answer["payment_response"]["success"], true, "{answer}");
+    let after = stack.usdc_balance(&pay_to);
+    let gained = after.parse::<u128>().expect("balance") - before.parse::<u128>().expect("balance");
+    assert_eq!(gained, 10_000, "the payee received the price once");
+}
