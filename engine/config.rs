@@ -133,8 +133,26 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
     (
         "database_url",
         "FACTOMAT_DATABASE_URL",
+        true,
+        "Settlement ledger: sqlite:PATH (one process) or postgres://USER:PASSWORD@HOST/DB (any number of replicas); may hold a password.",
+    ),
+    (
+        "database_pool_size",
+        "FACTOMAT_DATABASE_POOL_SIZE",
         false,
-        "Settlement ledger; sqlite:PATH.",
+        "PostgreSQL connections per replica at most (default 16).",
+    ),
+    (
+        "database_connect_timeout_ms",
+        "FACTOMAT_DATABASE_CONNECT_TIMEOUT_MS",
+        false,
+        "PostgreSQL connect (and pool wait) timeout in ms (default 5000); a statement gets twice this.",
+    ),
+    (
+        "shutdown_drain_timeout_ms",
+        "FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS",
+        false,
+        "On SIGTERM/SIGINT, how long in-flight paid calls may take to finish in ms (default 30000).",
     ),
     (
         "sample_path",
@@ -255,7 +273,12 @@ pub struct Config {
     pub facilitator_settle_timeout_ms: u64,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
-    pub database_url: String,
+    /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only through
+    /// `pay::ledger::redacted`.
+    pub database_url: Secret,
+    pub database_pool_size: usize,
+    pub database_connect_timeout_ms: u64,
+    pub shutdown_drain_timeout_ms: u64,
     /// Where the captured VM04 sample is stored and read from.
     pub sample_path: PathBuf,
     pub rpc_url_eip155_8453: Option<Secret>,
@@ -321,6 +344,14 @@ pub struct TestCa {
 }
 
 impl Config {
+    /// The ledger's connection pool settings.
+    pub fn ledger_pool(&self) -> crate::pay::ledger::PoolOptions {
+        crate::pay::ledger::PoolOptions {
+            max_size: self.database_pool_size,
+            connect_timeout: std::time::Duration::from_millis(self.database_connect_timeout_ms),
+        }
+    }
+
     /// Whether any test-only network seam is switched on.
     pub fn unsafe_test_seams_active(&self) -> bool {
         !self.unsafe_test_connect_to.is_empty()
@@ -689,9 +720,30 @@ impl RawLayer {
             .map(|(v, _)| v)
             .unwrap_or(DEFAULT_DATABASE_URL)
             .to_string();
-        if !database_url.starts_with("sqlite:") {
-            return Err(self.error("database_url", "only sqlite:PATH is supported"));
+        if !database_url.starts_with("sqlite:")
+            && !database_url.starts_with("postgres://")
+            && !database_url.starts_with("postgresql://")
+        {
+            return Err(self.error(
+                "database_url",
+                "is neither sqlite:PATH nor postgres://… (value withheld: it may hold a password)",
+            ));
         }
+        let database_pool_size = match self.get("database_pool_size") {
+            None => 16,
+            Some((value, _)) => value
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| {
+                    self.error(
+                        "database_pool_size",
+                        format!("{value:?} is not a number from 1 to 1000"),
+                    )
+                })?,
+        };
+        let database_connect_timeout_ms = self.millis("database_connect_timeout_ms", 5_000)?;
+        let shutdown_drain_timeout_ms = self.millis("shutdown_drain_timeout_ms", 30_000)?;
         let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
             match self.get(key) {
                 None => Ok(None),
@@ -722,12 +774,15 @@ impl RawLayer {
             facilitator_verify_timeout_ms,
             facilitator_settle_timeout_ms,
             connections: self.connection_limits()?,
-            database_url,
             sample_path: PathBuf::from(
                 self.get("sample_path")
                     .map(|(v, _)| v)
                     .unwrap_or(DEFAULT_SAMPLE_PATH),
             ),
+            database_url: Secret(database_url),
+            database_pool_size,
+            database_connect_timeout_ms,
+            shutdown_drain_timeout_ms,
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
             inventory_url_eip155_1: secret("inventory_url_eip155_1")?,
@@ -800,7 +855,7 @@ mod tests {
         assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(config.base_url, None);
         assert_eq!(config.pay_to, None);
-        assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+        assert_eq!(config.database_url.expose(), DEFAULT_DATABASE_URL);
     }
 
     #[test]
@@ -882,7 +937,8 @@ mod tests {
             "pay_to" => "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
             "log_format" => "json",
             "log_level" => "debug",
-            "database_url" => "sqlite:/tmp/x.db",
+            "database_url" => "postgres://factomat:pw@127.0.0.1:5432/ledger",
+            "database_pool_size" => "7",
             "max_connections" => "77",
             k if k.ends_with("_ms") => "1234",
             k if k.contains("_url") => "https://x.example/",
@@ -923,6 +979,13 @@ mod tests {
                     && config.rpc_url_eip155_1.is_some()
             );
             assert_eq!(config.log_level, "debug");
+            assert_eq!(config.database_pool_size, 7);
+            assert_eq!(config.database_connect_timeout_ms, 1234);
+            assert_eq!(config.shutdown_drain_timeout_ms, 1234);
+            assert!(
+                !format!("{config:?}").contains(":pw@"),
+                "the database password never shows in Debug"
+            );
             assert_eq!(config.unsafe_test_connect_to.len(), 1);
             assert_eq!(config.unsafe_test_dns.len(), 1);
             assert!(config.unsafe_test_ca.is_some() && config.unsafe_test_seams_active());

@@ -82,6 +82,14 @@ enum LedgerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Matches rows left `reserved` or `settle_failed` against the chain
+    /// (authorizationState on the asset): used → settled, unused past validBefore → expired.
+    /// Read only on chain; safe on any replica at any time, and twice.
+    Reconcile {
+        /// Print one JSON entry per examined row.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -91,7 +99,12 @@ fn main() -> ExitCode {
         Command::Generate { out_dir, check } => generate(&out_dir, check),
         Command::Ledger {
             command: LedgerCommand::Report { json },
-        } => ledger_report(cli.config.as_deref(), json),
+        } => ledger_command(cli.config.as_deref(), |config| ledger_report(config, json)),
+        Command::Ledger {
+            command: LedgerCommand::Reconcile { json },
+        } => ledger_command(cli.config.as_deref(), |config| {
+            ledger_reconcile(config, json)
+        }),
         Command::Sample {
             command: SampleCommand::Capture { request },
         } => sample_capture(cli.config.as_deref(), request.as_deref()),
@@ -133,7 +146,7 @@ fn serve(config_path: Option<&Path>) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let mut running = match server::start(config).await {
+        let running = match server::start(config).await {
             Ok(running) => running,
             Err(error) => {
                 tracing::error!(%error, "start-up failed");
@@ -141,16 +154,18 @@ fn serve(config_path: Option<&Path>) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let shutdown = running.take_shutdown();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("shutting down");
-            if let Some(tx) = shutdown {
-                let _ = tx.send(());
-            }
-        });
-        running.wait().await;
-        ExitCode::SUCCESS
+        let drain =
+            std::time::Duration::from_millis(running.state.config.shutdown_drain_timeout_ms);
+        wait_for_signal().await;
+        tracing::info!(
+            drain_timeout_ms = drain.as_millis() as u64,
+            "shutting down: no new connections; draining paid calls"
+        );
+        if running.drain(drain).await {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
     })
 }
 
@@ -187,7 +202,11 @@ fn init_logging(config: &Config) {
     }
 }
 
-fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
+/// Loads the configuration and runs a ledger command on a runtime of its own.
+fn ledger_command<F>(config_path: Option<&Path>, command: impl FnOnce(Config) -> F) -> ExitCode
+where
+    F: std::future::Future<Output = ExitCode>,
+{
     let config = match Config::load(config_path, std::env::vars()) {
         Ok(config) => config,
         Err(error) => {
@@ -195,10 +214,36 @@ fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rows = match factomat::pay::ledger::open(&config.database_url).and_then(|l| l.rows()) {
+    init_logging(&config);
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(command(config)),
+        Err(error) => {
+            eprintln!("factomat: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn open_ledger(config: &Config) -> Result<factomat::pay::ledger::Ledger, ExitCode> {
+    let url = config.database_url.expose();
+    factomat::pay::ledger::open(url, config.ledger_pool()).map_err(|error| {
+        eprintln!(
+            "factomat: ledger {}: {error}",
+            factomat::pay::ledger::redacted(url)
+        );
+        ExitCode::FAILURE
+    })
+}
+
+async fn ledger_report(config: Config, json: bool) -> ExitCode {
+    let ledger = match open_ledger(&config) {
+        Ok(ledger) => ledger,
+        Err(code) => return code,
+    };
+    let rows = match ledger.rows().await {
         Ok(rows) => rows,
         Err(error) => {
-            eprintln!("factomat: ledger {}: {error}", config.database_url);
+            eprintln!("factomat: ledger: {error}");
             return ExitCode::FAILURE;
         }
     };
@@ -210,6 +255,45 @@ fn ledger_report(config_path: Option<&Path>, json: bool) -> ExitCode {
         );
     } else {
         print!("{}", factomat::pay::report::render_text(&report));
+    }
+    ExitCode::SUCCESS
+}
+
+async fn ledger_reconcile(config: Config, json: bool) -> ExitCode {
+    let Some(rpc_url) = config.rpc_url_eip155_8453.as_ref() else {
+        eprintln!("factomat: ledger reconcile reads the chain: set rpc_url_eip155_8453");
+        return ExitCode::from(2);
+    };
+    let ledger = match open_ledger(&config) {
+        Ok(ledger) => ledger,
+        Err(code) => return code,
+    };
+    let gateway = match factomat::net::gateway::Gateway::new() {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            eprintln!("factomat: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let chain = factomat::chain::authorization::AuthorizationReader::new(
+        gateway,
+        rpc_url,
+        std::time::Duration::from_secs(30),
+    );
+    let examined = match factomat::pay::reconcile::run(&ledger, &chain).await {
+        Ok(examined) => examined,
+        Err(error) => {
+            eprintln!("factomat: ledger: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&examined).unwrap_or_default()
+        );
+    } else {
+        print!("{}", factomat::pay::reconcile::render_text(&examined));
     }
     ExitCode::SUCCESS
 }

@@ -9,7 +9,7 @@ use common::cdp::{self, ApiKey, CdpFacilitator};
 use common::devstack::DevStack;
 use common::logs::{capture, logs};
 use common::{TestServer, temp_path};
-use factomat::pay::ledger::{Ledger, SqliteLedger};
+use factomat::pay::ledger::{Ledger, PoolOptions};
 use serde_json::{Value, json};
 
 const VM02: &str = "/v1/allowance-exposure";
@@ -112,9 +112,10 @@ async fn a_paid_call_settles_through_the_verifier(stack: &DevStack, key: &ApiKey
     assert_eq!(answer["status"], 200, "{answer}");
     assert_eq!(answer["payment_response"]["success"], true, "{answer}");
     assert_eq!(before - usdc(stack, &buyer), 10_000, "charged once");
-    let rows = SqliteLedger::open(&ledger)
+    let rows = Ledger::open(&ledger, PoolOptions::default())
         .expect("ledger")
         .rows()
+        .await
         .expect("rows");
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "settled");
@@ -141,9 +142,10 @@ async fn a_wrong_key_means_503_and_nothing_charged(
     let body: &Value = &answer["body"];
     assert_eq!(body["error"]["code"], "facilitator_unavailable", "{answer}");
     assert_eq!(usdc(stack, &buyer), before, "nothing charged");
-    let rows = SqliteLedger::open(&ledger)
+    let rows = Ledger::open(&ledger, PoolOptions::default())
         .expect("ledger")
         .rows()
+        .await
         .expect("rows");
     assert!(rows.is_empty(), "no row reserved");
     let stats = facilitator.stats().await;

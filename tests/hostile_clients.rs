@@ -13,7 +13,7 @@ use common::devstack::DevStack;
 use common::logs::{capture, logs};
 use common::onchain::serve;
 use common::{TestServer, decode_header, temp_path};
-use factomat::pay::ledger::{Ledger, SqliteLedger};
+use factomat::pay::ledger::{Ledger, PoolOptions};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -258,9 +258,10 @@ async fn a_dripping_paid_body_is_cut_at_its_deadline_and_nothing_is_verified() {
     assert!(text.contains("body_timeout"), "{text}");
     assert!(started.elapsed() >= Duration::from_millis(900));
     assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing was verified");
-    let rows = SqliteLedger::open(&ledger_url)
+    let rows = Ledger::open(&ledger_url, PoolOptions::default())
         .expect("ledger")
         .rows()
+        .await
         .expect("rows");
     assert!(rows.is_empty(), "nothing was reserved or charged");
     assert_eq!(counter(&server.server.state.connections.body_timeouts), 1);

@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use common::devstack::DevStack;
+use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::logs::{capture, logs};
 use common::onchain::serve;
 use common::{TestServer, decode_header, temp_path};
-use factomat::pay::ledger::{Ledger, SqliteLedger};
+use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -20,6 +20,72 @@ const PRICE: u128 = 10_000;
 const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
 const UINT256_MAX: &str =
     "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+
+/// Which ledger backend a test's rig uses (set per test by `on_both_ledgers!`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+tokio::task_local! {
+    static BACKEND: Backend;
+}
+
+fn backend() -> Backend {
+    BACKEND.try_with(|b| *b).unwrap_or(Backend::Sqlite)
+}
+
+/// A fresh ledger of the test's backend.
+fn fresh_ledger_url() -> String {
+    match backend() {
+        Backend::Sqlite => format!("sqlite:{}", temp_path("ledger.db").display()),
+        Backend::Postgres => common::postgres::fresh_database(),
+    }
+}
+
+/// Every row of a ledger, through the engine's own reader.
+async fn rows_of(url: &str) -> Vec<AttemptRow> {
+    Ledger::open(url, PoolOptions::default())
+        .expect("ledger")
+        .rows()
+        .await
+        .expect("rows")
+}
+
+/// Runs each named test body once per ledger backend: `sqlite_ledger::NAME` and
+/// `postgres_ledger::NAME`.
+macro_rules! on_both_ledgers {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_ledger {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::BACKEND.scope(super::Backend::Sqlite, super::$name()).await
+                }
+            )*
+        }
+        mod postgres_ledger {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::BACKEND.scope(super::Backend::Postgres, super::$name()).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_ledgers!(
+    the_official_client_pays_for_vm02_and_the_observation_is_exact,
+    a_signature_runs_the_work_once_even_when_50_copies_race,
+    a_failed_settlement_withholds_the_result_and_is_recorded,
+    a_settlement_the_facilitator_fails_but_that_landed_is_delivered,
+    a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded,
+    each_row_keeps_the_nonce_that_reconciles_it_on_chain,
+    the_ledger_keeps_no_signature_or_response_and_reports_per_family,
+    rows_left_reserved_by_a_crash_are_reported_at_start_up,
+);
 
 struct Rig {
     stack: DevStack,
@@ -35,7 +101,7 @@ async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
 /// verifies on a loaded 2-core machine still answer).
 async fn rig_with_timeout(stack: DevStack, facilitator: &str, rpc: &str, verify_ms: &str) -> Rig {
     capture();
-    let ledger_url = format!("sqlite:{}", temp_path("ledger.db").display());
+    let ledger_url = fresh_ledger_url();
     let pay_to = stack.field("pay_to");
     let server = TestServer::with_env(&[
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
@@ -65,11 +131,8 @@ impl Rig {
         format!("{}{path}", self.server.url)
     }
 
-    fn ledger_rows(&self) -> Vec<factomat::pay::ledger::AttemptRow> {
-        SqliteLedger::open(&self.ledger_url)
-            .expect("ledger")
-            .rows()
-            .expect("rows")
+    async fn ledger_rows(&self) -> Vec<AttemptRow> {
+        rows_of(&self.ledger_url).await
     }
 
     fn buyer(&self) -> String {
@@ -123,7 +186,6 @@ fn reason_of(response: &reqwest::Response) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
     let rig = rig().await;
     let token = rig
@@ -252,7 +314,7 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
         );
         assert_eq!(body["limitations"], json!([]));
     }
-    let rows = rig.ledger_rows();
+    let rows = rig.ledger_rows().await;
     assert_eq!(rows.len(), cases.len());
     for row in &rows {
         assert_eq!(
@@ -279,7 +341,6 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let rig = rig().await;
     let body = vm02_request(
@@ -325,7 +386,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
         2 * PRICE,
         "two signatures, two charges, never more"
     );
-    let rows = rig.ledger_rows();
+    let rows = rig.ledger_rows().await;
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.state == "settled"));
     assert_eq!(
@@ -434,67 +495,11 @@ async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
     }
     assert_eq!(rig.balances(), balances, "no wrong payment moved any money");
     assert!(
-        rig.ledger_rows().is_empty(),
+        rig.ledger_rows().await.is_empty(),
         "no wrong payment reserved a ledger row"
     );
 }
 
-/// What the facilitator proxy does with `/settle`; `/verify` always reaches the real one.
-#[derive(Clone, Copy)]
-enum Settle {
-    /// Answer `success: false` without asking the real facilitator.
-    Fail,
-    /// Forward after this delay.
-    After(std::time::Duration),
-}
-
-/// The real facilitator behind a loopback proxy that answers `/supported` itself and treats
-/// `/settle` as `settle` says.
-async fn proxied_facilitator(real: String, settle: Settle) -> SocketAddr {
-    let client = reqwest::Client::new();
-    let forward = warp::path::param::<String>()
-        .and(warp::post())
-        .and(warp::body::bytes())
-        .then(move |step: String, body: bytes::Bytes| {
-            let (client, real) = (client.clone(), real.clone());
-            async move {
-                let reply = |bytes: bytes::Bytes| {
-                    http::Response::builder()
-                        .header("content-type", "application/json")
-                        .body(bytes)
-                        .expect("response")
-                };
-                match (step.as_str(), settle) {
-                    ("settle", Settle::Fail) => {
-                        return reply(bytes::Bytes::from(
-                            json!({"success": false,
-                                "errorReason": "invalid_exact_evm_transaction_failed",
-                                "transaction": "", "network": "eip155:8453"})
-                            .to_string(),
-                        ));
-                    }
-                    ("settle", Settle::After(delay)) => tokio::time::sleep(delay).await,
-                    _ => {}
-                }
-                let answer = client
-                    .post(format!("{real}/{step}"))
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .expect("real facilitator");
-                reply(answer.bytes().await.expect("body"))
-            }
-        });
-    let supported = warp::path!("supported").map(|| {
-        warp::reply::json(
-            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
-        )
-    });
-    serve(supported.or(forward)).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let stack = DevStack::start();
     let failing = proxied_facilitator(stack.field("facilitator_url"), Settle::Fail).await;
@@ -531,12 +536,11 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
         "the result is withheld: {challenge}"
     );
     assert_eq!(rig.balances(), balances);
-    let rows = rig.ledger_rows();
+    let rows = rig.ledger_rows().await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "settle_failed");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded() {
     let stack = DevStack::start();
     let slow = proxied_facilitator(
@@ -572,11 +576,11 @@ async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded
         .await;
     assert!(gave_up.is_err(), "the buyer was meant to time out first");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut rows = rig.ledger_rows();
+    let mut rows = rig.ledger_rows().await;
     while rows.first().is_none_or(|r| r.state == "reserved") && std::time::Instant::now() < deadline
     {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        rows = rig.ledger_rows();
+        rows = rig.ledger_rows().await;
     }
     assert_eq!(rows.len(), 1);
     assert_eq!(
@@ -657,7 +661,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         "no work ran"
     );
     assert_eq!(down.balances(), balances, "nothing was charged");
-    assert!(down.ledger_rows().is_empty() && hanging.ledger_rows().is_empty());
+    assert!(down.ledger_rows().await.is_empty() && hanging.ledger_rows().await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -701,7 +705,7 @@ async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
     let everything = format!("{answer}\n{}", logs());
     assert!(!everything.contains("SECRETKEY"), "the RPC key leaked");
     assert_eq!(
-        rig.ledger_rows()[0].state,
+        rig.ledger_rows().await[0].state,
         "settled",
         "HOLD is a paid, truthful result"
     );
@@ -793,7 +797,6 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
     let rig = rig().await;
     let body = vm02_request(
@@ -809,7 +812,7 @@ async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
         .expect("nonce")
         .to_lowercase();
     let valid_before = authorization["validBefore"].as_str().expect("validBefore");
-    let rows = rig.ledger_rows();
+    let rows = rig.ledger_rows().await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].nonce.as_deref(), Some(nonce.as_str()));
     assert_eq!(rows[0].valid_before.as_deref(), Some(valid_before));
@@ -821,7 +824,6 @@ async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
     assert_eq!(unused["used"], false, "{unused}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
     let rig = rig().await;
     let body = vm02_request(
@@ -840,12 +842,22 @@ async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
         secrets.push(signature.trim_start_matches("0x").to_string());
         secrets.push(answer["payment_signature"].as_str().expect("header")[..40].to_string());
     }
-    let path = rig.ledger_url.trim_start_matches("sqlite:").to_string();
-    let mut bytes = std::fs::read(&path).expect("ledger file");
-    for suffix in ["-wal", "-shm"] {
-        bytes.extend(std::fs::read(format!("{path}{suffix}")).unwrap_or_default());
-    }
-    let text = String::from_utf8_lossy(&bytes).to_lowercase();
+    let text = match backend() {
+        Backend::Sqlite => {
+            let path = rig.ledger_url.trim_start_matches("sqlite:").to_string();
+            let mut bytes = std::fs::read(&path).expect("ledger file");
+            for suffix in ["-wal", "-shm"] {
+                bytes.extend(std::fs::read(format!("{path}{suffix}")).unwrap_or_default());
+            }
+            String::from_utf8_lossy(&bytes).to_lowercase()
+        }
+        Backend::Postgres => common::postgres::psql(
+            &rig.ledger_url,
+            "SELECT string_agg(t::text, ' ') FROM payment_attempts t",
+        )
+        .to_lowercase(),
+    };
+    assert!(text.contains("vm02"), "the whole ledger was read: {text}");
     for secret in &secrets {
         assert!(
             !text.contains(&secret.to_lowercase()),
@@ -900,11 +912,10 @@ async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
     assert_eq!(vm02["usdc"], "0.02");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
     capture();
-    let ledger_url = format!("sqlite:{}", temp_path("crashed.db").display());
-    let ledger = SqliteLedger::open(&ledger_url).expect("ledger");
+    let ledger_url = fresh_ledger_url();
+    let ledger = Ledger::open(&ledger_url, PoolOptions::default()).expect("ledger");
     ledger
         .reserve(&factomat::pay::ledger::NewAttempt {
             machine: "VM02".into(),
@@ -920,6 +931,7 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
             request_sha256: "cd".repeat(32),
             request_id: "crashed-request-1".into(),
         })
+        .await
         .expect("reserve");
     drop(ledger);
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
@@ -941,9 +953,180 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
             && logs.contains("1795000000"),
         "{logs}"
     );
-    let still = SqliteLedger::open(&ledger_url)
-        .expect("ledger")
-        .reserved()
-        .expect("rows");
+    let still = rows_of(&ledger_url).await;
     assert_eq!(still.len(), 1, "the row is kept, never dropped");
+    assert_eq!(still[0].state, "reserved");
+}
+
+/// Runs SQL on a ledger of either backend (to shape rows as an older build left them).
+fn execute_sql(url: &str, sql: &str) {
+    match url.strip_prefix("sqlite:") {
+        Some(path) => {
+            rusqlite::Connection::open(path)
+                .and_then(|c| c.execute_batch(sql))
+                .expect("sqlite");
+        }
+        None => {
+            common::postgres::psql(url, sql);
+        }
+    }
+}
+
+fn reconcile_json(rig: &Rig) -> Vec<Value> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .args(["ledger", "reconcile", "--json"])
+        .env("FACTOMAT_DATABASE_URL", &rig.ledger_url)
+        .env("FACTOMAT_RPC_URL_EIP155_8453", rig.stack.field("rpc_url"))
+        .output()
+        .expect("reconcile runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let entries: Value = serde_json::from_slice(&output.stdout).expect("json");
+    entries.as_array().expect("entries").clone()
+}
+
+fn attempt(payer: &str, nonce_byte: &str, valid_before: u64) -> factomat::pay::ledger::NewAttempt {
+    factomat::pay::ledger::NewAttempt {
+        machine: "VM02".into(),
+        family: "ONCHAIN_PREFLIGHT".into(),
+        payer: payer.into(),
+        amount_atomic: "10000".into(),
+        asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+        network: "eip155:8453".into(),
+        pay_to: common::PAY_TO.into(),
+        nonce_sha256: nonce_byte.repeat(32),
+        nonce: format!("0x{}", nonce_byte.repeat(32)),
+        valid_before: valid_before.to_string(),
+        request_sha256: "cd".repeat(32),
+        request_id: format!("reconcile-{nonce_byte}"),
+    }
+}
+
+async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
+    let stack = DevStack::start();
+    let failing =
+        proxied_facilitator(stack.field("facilitator_url"), Settle::ForwardThenFail).await;
+    let rpc = stack.field("rpc_url");
+    let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
+    let body = vm02_request(
+        &rig.buyer(),
+        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        &rig.stack.field("pay_to"),
+    );
+    let required = rig.challenge(&body).await;
+    let (buyer_before, payee_before) = rig.balances();
+    let header = rig.stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
+    let response = rig.send_paid(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
+    let settlement = decode_header(
+        response.headers()["payment-response"]
+            .to_str()
+            .expect("ascii"),
+    );
+    assert_eq!(settlement["success"], true, "{settlement}");
+    let transaction = settlement["transaction"].as_str().expect("tx").to_string();
+    assert!(
+        transaction.starts_with("0x") && transaction.len() == 66,
+        "the transaction observed on chain: {settlement}"
+    );
+    let result: Value = response.json().await.expect("json");
+    assert_eq!(
+        result["machine"], "VM02",
+        "the result is delivered: {result}"
+    );
+    let (buyer_after, payee_after) = rig.balances();
+    assert_eq!(buyer_before - buyer_after, PRICE, "charged once");
+    assert_eq!(payee_after - payee_before, PRICE);
+    let rows = rig.ledger_rows().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "settled");
+    assert_eq!(
+        rows[0].transaction_hash.as_deref(),
+        Some(transaction.as_str())
+    );
+
+    // The same row as an older build left it: settle_failed, unconfirmed. Beside it, a crash
+    // left two reserved rows whose authorizations were never used: one past validBefore,
+    // one still valid.
+    execute_sql(
+        &rig.ledger_url,
+        "UPDATE payment_attempts SET state = 'settle_failed', transaction_hash = NULL,
+             failure_reason = 'settlement_unconfirmed', evidence = NULL",
+    );
+    let ledger = Ledger::open(&rig.ledger_url, PoolOptions::default()).expect("ledger");
+    let buyer = rig.buyer();
+    ledger
+        .reserve(&attempt(&buyer, "a1", 1_000))
+        .await
+        .expect("reserve");
+    let far = u64::try_from(chrono_now() + 3600).expect("time");
+    ledger
+        .reserve(&attempt(&buyer, "a2", far))
+        .await
+        .expect("reserve");
+    drop(ledger);
+
+    let entries = reconcile_json(&rig);
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let entry = |id: i64| {
+        entries
+            .iter()
+            .find(|e| e["id"] == id)
+            .cloned()
+            .expect("entry")
+    };
+    let landed = entry(rows[0].id);
+    assert_eq!(landed["state_before"], "settle_failed");
+    assert_eq!(landed["state_after"], "settled");
+    assert!(
+        landed["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains(&transaction)),
+        "{landed}"
+    );
+    let states: Vec<(String, String)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["state_before"].as_str().unwrap_or_default().to_string(),
+                e["state_after"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        states.contains(&("reserved".into(), "expired".into())),
+        "{states:?}"
+    );
+    assert!(
+        states.contains(&("reserved".into(), "reserved".into())),
+        "{states:?}"
+    );
+    let after = rig.ledger_rows().await;
+    assert_eq!(after[0].state, "settled");
+    assert_eq!(
+        after[0].transaction_hash.as_deref(),
+        Some(transaction.as_str())
+    );
+    assert_eq!(after[1].state, "expired");
+    assert_eq!(
+        after[2].state, "reserved",
+        "a still-valid authorization is left alone"
+    );
+
+    let again = reconcile_json(&rig);
+    assert_eq!(again.len(), 1, "a second run changes nothing: {again:?}");
+    assert_eq!(again[0]["state_after"], "reserved");
+    assert_eq!(rig.balances().0, buyer_after, "reconcile never moves money");
+}
+
+fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
 }

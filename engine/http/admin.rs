@@ -55,11 +55,10 @@ pub async fn start(
 async fn answer(state: &AppState, cache: &ReadyCache, path: &str) -> Response<Bytes> {
     match path {
         "/metrics" => {
-            let rows = state
-                .rail
-                .as_ref()
-                .and_then(|rail| rail.ledger.counts_by_state().ok())
-                .unwrap_or_default();
+            let rows = match &state.rail {
+                Some(rail) => rail.ledger.counts_by_state().await.unwrap_or_default(),
+                None => Vec::new(),
+            };
             respond(StatusCode::OK, PROMETHEUS_TEXT, metrics().encode(&rows))
         }
         "/livez" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
@@ -118,7 +117,7 @@ async fn check(state: &AppState) -> (bool, Value) {
         Ok(Ok(false)) => "payment_kind_not_supported",
         Ok(Err(_)) | Err(_) => "unreachable",
     };
-    let ledger = match rail.ledger.check_writable() {
+    let ledger = match rail.ledger.check_writable().await {
         Ok(()) => "ok",
         Err(error) => {
             tracing::warn!(%error, "readiness: the ledger does not take a write");

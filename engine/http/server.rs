@@ -20,6 +20,7 @@ use crate::catalog::embedded::{self, MANIFEST};
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::catalog::storefront;
+use crate::chain::authorization::AuthorizationReader;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
 use crate::http::connections::{self, ConnectionCounters};
@@ -34,6 +35,8 @@ use crate::pay::ledger;
 use crate::pay::local_check;
 use crate::support::metrics::metrics;
 
+/// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
+const SETTLE_CHECK_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
@@ -55,6 +58,8 @@ struct PaidRoute {
 
 /// Shared, immutable state of a running server.
 pub struct AppState {
+    /// Paid calls between their start and their ledger record, for the shutdown drain.
+    in_flight: InFlight,
     pub config: Config,
     pub base_url: String,
     pub gateway: Gateway,
@@ -96,6 +101,30 @@ impl RunningServer {
         let _ = (&mut self.task).await;
     }
 
+    /// Graceful shutdown: stops accepting, then waits up to `drain` for open requests and for
+    /// paid calls to finish through settle and ledger record. False when the drain timed out:
+    /// the calls still open stay `reserved` in the ledger for `factomat ledger reconcile`.
+    pub async fn drain(mut self, drain: std::time::Duration) -> bool {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let in_flight = self.state.in_flight.clone();
+        let finished = async {
+            let _ = (&mut self.task).await;
+            in_flight.idle().await;
+        };
+        if tokio::time::timeout(drain, finished).await.is_ok() {
+            tracing::info!("drained: every paid call finished and was recorded");
+            return true;
+        }
+        tracing::warn!(
+            open_paid_calls = self.state.in_flight.count(),
+            drain_timeout_ms = drain.as_millis() as u64,
+            "drain timeout: paid calls still open are left reserved in the ledger; run `factomat ledger reconcile` once their validBefore has passed"
+        );
+        false
+    }
+
     /// Waits until the server ends (it ends only when stopped).
     pub async fn wait(mut self) {
         let _ = (&mut self.task).await;
@@ -125,7 +154,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
     let state = Arc::new(AppState::prepare(config, base_url)?);
-    state.report_unfinished_attempts();
+    state.report_unfinished_attempts().await;
     state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
     let (admin_tx, admin_rx) = oneshot::channel::<()>();
@@ -189,6 +218,7 @@ impl AppState {
             cache: Default::default(),
         };
         Ok(AppState {
+            in_flight: InFlight::default(),
             config,
             base_url,
             gateway,
@@ -208,11 +238,16 @@ impl AppState {
         })
     }
 
-    /// Rows left `reserved` by an earlier process: paid work whose end is unknown. They are
-    /// reported, never dropped.
-    fn report_unfinished_attempts(&self) {
+    /// Migrates the ledger (a PostgreSQL that is down now is migrated by the first paid call
+    /// that reaches it), then reports rows left `reserved` by an earlier process: paid work
+    /// whose end is unknown. They are reported, never dropped.
+    async fn report_unfinished_attempts(&self) {
         let Some(rail) = &self.rail else { return };
-        match rail.ledger.reserved() {
+        if let Err(error) = rail.ledger.migrate().await {
+            tracing::error!(%error, "the ledger is unavailable at start-up; paid calls answer 503 ledger_unavailable until it is reachable");
+            return;
+        }
+        match rail.ledger.reserved().await {
             Ok(rows) if rows.is_empty() => {}
             Ok(rows) => {
                 for row in &rows {
@@ -222,7 +257,7 @@ impl AppState {
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
                         request_id = row.request_id.as_deref().unwrap_or("unknown"),
-                        "ledger row left reserved by an earlier run: settlement outcome unknown; authorizationState(payer, nonce) on the asset tells"
+                        "ledger row left reserved by an earlier run: settlement outcome unknown; `factomat ledger reconcile` asks the chain (authorizationState(payer, nonce) on the asset)"
                     );
                 }
                 tracing::warn!(
@@ -263,8 +298,10 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
     let Some(url) = &config.facilitator_url else {
         return Ok(None);
     };
-    let ledger = ledger::open(&config.database_url)
-        .map_err(|e| StartError::Prepare(format!("ledger {}: {e}", config.database_url)))?;
+    let database_url = config.database_url.expose();
+    let ledger = ledger::open(database_url, config.ledger_pool()).map_err(|e| {
+        StartError::Prepare(format!("ledger {}: {e}", ledger::redacted(database_url)))
+    })?;
     tracing::info!(facilitator_auth = auth.mode(), "facilitator authentication");
     let facilitator = FacilitatorClient::new(
         gateway.clone(),
@@ -273,11 +310,16 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
+    let chain = config
+        .rpc_url_eip155_8453
+        .as_ref()
+        .map(|url| AuthorizationReader::new(gateway.clone(), url, SETTLE_CHECK_RPC_TIMEOUT));
     let domain = local_check::payment_domain(&MANIFEST.payment)
         .map_err(|e| StartError::Prepare(e.to_string()))?;
     Ok(Some(PaymentRail {
         facilitator,
-        ledger,
+        ledger: Arc::new(ledger),
+        chain,
         domain,
         refused_locally: Default::default(),
         signatures_deferred: Default::default(),
@@ -625,6 +667,7 @@ struct PaidCall {
 impl PaidCall {
     async fn run(self) -> Result<PaidOutcome, ApiError> {
         let _in_flight = metrics().paid_call_in_flight();
+        let _open = self.state.in_flight.enter();
         let Some(rail) = &self.state.rail else {
             return Err(ApiError::unavailable(
                 "service_disabled",
@@ -895,4 +938,40 @@ fn preflight(allow: &'static str) -> Response<Bytes> {
         HeaderValue::from_static("600"),
     );
     response
+}
+
+/// A count of open paid calls that can be awaited until it reaches zero.
+#[derive(Clone, Default)]
+struct InFlight(Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>);
+
+/// Holds one paid call open until dropped.
+struct InFlightGuard(InFlight);
+
+impl InFlight {
+    fn enter(&self) -> InFlightGuard {
+        self.0.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.0.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn idle(&self) {
+        loop {
+            let notified = self.0.1.notified();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.0.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.0.0.1.notify_waiters();
+        }
+    }
 }

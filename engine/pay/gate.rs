@@ -18,8 +18,9 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::catalog::manifest::{Machine, Manifest};
+use crate::chain::authorization::AuthorizationReader;
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
-use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome, Resolution};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 use crate::support::metrics::metrics;
@@ -32,7 +33,10 @@ pub struct PaymentRail {
     /// The facilitator client (`/verify`, `/settle`, `/supported`).
     pub facilitator: FacilitatorClient,
     /// Where every paid attempt is recorded.
-    pub ledger: Arc<dyn Ledger>,
+    pub ledger: Arc<Ledger>,
+    /// Asks the chain whether a settlement the facilitator did not confirm landed anyway;
+    /// None without an eip155:8453 RPC endpoint.
+    pub chain: Option<AuthorizationReader>,
     /// The asset's EIP-712 domain (`local_check::payment_domain`).
     pub domain: Eip712Domain,
     /// Payments refused by the local check, which never reached the facilitator.
@@ -235,7 +239,7 @@ pub async fn run<E: std::fmt::Display>(
     if let Err(outcome) = check_locally(rail, machine, pay_to, &presented) {
         return outcome;
     }
-    match rail.ledger.knows_nonce(&presented.nonce_sha256) {
+    match rail.ledger.knows_nonce(&presented.nonce_sha256).await {
         Ok(true) => return reject("payment_nonce_already_presented"),
         Ok(false) => {}
         Err(error) => return ledger_failure(&error),
@@ -269,38 +273,41 @@ pub async fn run<E: std::fmt::Display>(
         request_sha256: canonical_sha256(request),
         request_id: request_id.to_string(),
     };
-    let id = match rail.ledger.reserve(&attempt) {
+    let id = match rail.ledger.reserve(&attempt).await {
         Ok(id) => id,
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
     let body = match work.await {
         Ok(body) => body,
-        Err(error) => return work_failed(rail, id, machine, &error),
+        Err(error) => return work_failed(rail, id, machine, error.to_string()).await,
     };
     let settled = rail
         .facilitator
         .settle(&presented.payload, requirement)
         .await;
-    finish_settlement(rail, id, machine, manifest, &presented, settled, body)
+    finish_settlement(rail, id, machine, manifest, &presented, settled, body).await
 }
 
-fn work_failed(
+async fn work_failed(
     rail: &PaymentRail,
     id: i64,
     machine: &Machine,
-    error: &dyn std::fmt::Display,
+    reason: String,
 ) -> PaidOutcome {
-    tracing::error!(machine = %machine.machine, %error, "paid work failed; not settling");
+    tracing::error!(machine = %machine.machine, error = %reason, "paid work failed; not settling");
     metrics().payment("work_failed", "");
-    let reason = error.to_string();
-    if let Err(e) = rail.ledger.finish(id, &Outcome::WorkFailed { reason }) {
+    if let Err(e) = rail
+        .ledger
+        .finish(id, &Outcome::WorkFailed { reason })
+        .await
+    {
         tracing::error!(error = %e, attempt = id, "could not record work_failed");
     }
     PaidOutcome::Failed(Refusal::WorkFailed)
 }
 
-fn finish_settlement(
+async fn finish_settlement(
     rail: &PaymentRail,
     id: i64,
     machine: &Machine,
@@ -315,7 +322,7 @@ fn finish_settlement(
             let transaction = outcome.transaction.clone().unwrap_or_default();
             tracing::info!(machine = %machine.machine, %transaction, "payment settled");
             metrics().payment("settled", "");
-            if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }) {
+            if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }).await {
                 // Settled on chain: deliver, and leave the row reserved for start-up reporting.
                 tracing::error!(%error, attempt = id, "settled but not recorded");
             }
@@ -326,12 +333,15 @@ fn finish_settlement(
             }
         }
         Ok(outcome) => {
+            if let Some(delivered) = landed_anyway(rail, id, manifest, presented, &body).await {
+                return delivered;
+            }
             let reason = outcome
                 .error_reason
                 .clone()
                 .unwrap_or_else(|| "settlement_failed".into());
             tracing::warn!(machine = %machine.machine, %reason, "settlement failed; result withheld");
-            record_settle_failure(ledger, id, reason.clone());
+            record_settle_failure(ledger, id, reason.clone()).await;
             let mut response = outcome.response;
             response["success"] = json!(false);
             if response.get("transaction").is_none() {
@@ -344,9 +354,12 @@ fn finish_settlement(
             }
         }
         Err(error) => {
+            if let Some(delivered) = landed_anyway(rail, id, manifest, presented, &body).await {
+                return delivered;
+            }
             tracing::error!(machine = %machine.machine, %error, "settlement outcome unknown; result withheld");
             let reason = "settlement_unconfirmed".to_string();
-            record_settle_failure(ledger, id, format!("{reason}: {error}"));
+            record_settle_failure(ledger, id, format!("{reason}: {error}")).await;
             let response = json!({
                 "success": false,
                 "errorReason": reason,
@@ -363,9 +376,69 @@ fn finish_settlement(
     }
 }
 
-fn record_settle_failure(ledger: &dyn Ledger, id: i64, reason: String) {
+/// After a settle that failed or errored, asks the chain once: when the authorization was
+/// used (its `AuthorizationUsed` event found), the buyer has paid, so the result is delivered with the transaction seen on chain
+/// and the row recorded settled. None when the chain shows it unused or cannot be read.
+async fn landed_anyway(
+    rail: &PaymentRail,
+    id: i64,
+    manifest: &Manifest,
+    presented: &Presented,
+    body: &Value,
+) -> Option<PaidOutcome> {
+    let chain = rail.chain.as_ref()?;
+    let asset = manifest.payment.asset.parse().ok()?;
+    let payer = presented.payer.parse().ok()?;
+    let nonce = presented.nonce.parse().ok()?;
+    let facts = match chain.read(asset, payer, nonce).await {
+        Ok(facts) => facts,
+        Err(error) => {
+            tracing::warn!(%error, attempt = id, "after a failed settle the chain could not be read");
+            return None;
+        }
+    };
+    // authorizationState is also true for an authorization its signer cancelled: only the
+    // AuthorizationUsed event proves the payment moved.
+    let transaction = match (facts.used, &facts.transaction) {
+        (true, Some(transaction)) => transaction.clone(),
+        _ => return None,
+    };
+    tracing::warn!(attempt = id, %transaction, block = facts.block, "the facilitator did not confirm the settlement but the authorization was used on chain: delivering");
+    let evidence = format!(
+        "settle not confirmed by the facilitator; authorizationState used at block {}; AuthorizationUsed in transaction {transaction}",
+        facts.block
+    );
+    let resolution = Resolution::Settled {
+        transaction: Some(transaction.clone()),
+    };
+    match rail
+        .ledger
+        .resolve(id, "reserved", &resolution, &evidence)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => tracing::error!(
+            attempt = id,
+            "settled on chain but the row was no longer reserved"
+        ),
+        Err(error) => tracing::error!(%error, attempt = id, "settled on chain but not recorded"),
+    }
+    metrics().payment("settled", "");
+    let response = json!({
+        "success": true,
+        "transaction": transaction,
+        "network": manifest.payment.network,
+        "payer": presented.payer,
+    });
+    Some(PaidOutcome::Delivered {
+        body: body.clone(),
+        payment_response: STANDARD.encode(serde_json::to_vec(&response).unwrap_or_default()),
+    })
+}
+
+async fn record_settle_failure(ledger: &Ledger, id: i64, reason: String) {
     metrics().payment("settle_failed", "");
-    if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }) {
+    if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }).await {
         tracing::error!(%error, attempt = id, "could not record settle_failed");
     }
 }

@@ -5,4 +5,5 @@ pub mod facilitator;
 pub mod gate;
 pub mod ledger;
 pub mod local_check;
+pub mod reconcile;
 pub mod report;

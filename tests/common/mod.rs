@@ -3,9 +3,12 @@
 
 pub mod cdp;
 pub mod devstack;
+pub mod facilitator_proxy;
 pub mod https;
 pub mod logs;
 pub mod onchain;
+pub mod postgres;
+pub mod replica;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;

@@ -101,9 +101,10 @@ impl Signer {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// factomat's base URL (loopback).
-    #[arg(long)]
-    url: String,
+    /// factomat's base URL (loopback); several replicas: repeat it, payer i uses the
+    /// (i mod n)-th.
+    #[arg(long, required = true)]
+    url: Vec<String>,
     /// The paid path, e.g. /v1/allowance-exposure.
     #[arg(long)]
     path: String,
@@ -138,7 +139,7 @@ fn client() -> Result<reqwest::Client, BenchError> {
 /// The PaymentRequired object of factomat's 402 for this path and body.
 async fn challenge(args: &Args) -> Result<Value, BenchError> {
     let response = client()?
-        .post(format!("{}{}", args.url, args.path))
+        .post(format!("{}{}", args.url[0], args.path))
         .header("content-type", "application/json")
         .body(args.body.clone())
         .send()
@@ -234,13 +235,17 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         .unwrap_or_default();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(args.duration);
-    let url = format!("{}{}", args.url, args.path);
+    let urls: Vec<String> = args
+        .url
+        .iter()
+        .map(|base| format!("{base}{}", args.path))
+        .collect();
     let tasks: Vec<_> = (0..args.concurrency.max(1))
         .map(|i| {
             tokio::spawn(payer(
                 i,
                 run,
-                url.clone(),
+                urls[i % urls.len()].clone(),
                 args.body.clone(),
                 required.clone(),
                 deadline,

@@ -1,72 +1,14 @@
-//! The settlement ledger: one row per paid attempt, so nothing paid is lost and nothing is
-//! charged twice.
-//!
-//! A row holds what accounting needs and nothing a buyer would not want kept: never a
-//! response body, a purchased page, the raw payment payload or its signature. The nonce's
-//! sha256 is unique: two requests carrying one authorization can never both reserve, however
-//! many arrive at once. The nonce itself and `validBefore` are kept too (public once settled,
-//! useless without the signature): they are what reconciliation asks the chain about.
+//! The embedded SQLite ledger: the quick start's default, one process per file.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
-/// What the payment gate knows when it reserves.
-#[derive(Debug, Clone)]
-pub struct NewAttempt {
-    pub machine: String,
-    pub family: String,
-    pub payer: String,
-    pub amount_atomic: String,
-    pub asset: String,
-    pub network: String,
-    pub pay_to: String,
-    pub nonce_sha256: String,
-    /// The EIP-3009 nonce, 0x-prefixed hex.
-    pub nonce: String,
-    /// The authorization's `validBefore` (unix seconds, decimal).
-    pub valid_before: String,
-    pub request_sha256: String,
-    /// The request's `x-request-id`: support goes from a buyer's complaint to the row and
-    /// the request's log lines.
-    pub request_id: String,
-}
-
-/// How an attempt ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Settled { transaction: String },
-    SettleFailed { reason: String },
-    WorkFailed { reason: String },
-}
-
-/// A row as stored (for reports and start-up recovery).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptRow {
-    pub id: i64,
-    pub machine: String,
-    pub family: String,
-    pub payer: String,
-    pub amount_atomic: String,
-    pub state: String,
-    pub transaction_hash: Option<String>,
-    /// The EIP-3009 nonce and `validBefore`: what `authorizationState(payer, nonce)` on the
-    /// asset reconciles. None on rows written before they were kept.
-    pub nonce: Option<String>,
-    pub valid_before: Option<String>,
-    /// The request's `x-request-id`; None on rows written before it was kept.
-    pub request_id: Option<String>,
-    pub created_at: String,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    #[error("this payment authorization was already presented")]
-    Duplicate,
-    #[error("ledger storage failed: {0}")]
-    Storage(String),
-}
+use super::{
+    AttemptRow, LedgerError, NewAttempt, Outcome, Resolution, now, outcome_columns,
+    resolution_columns,
+};
 
 impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> Self {
@@ -74,35 +16,6 @@ impl From<rusqlite::Error> for LedgerError {
             Some(ErrorCode::ConstraintViolation) => LedgerError::Duplicate,
             _ => LedgerError::Storage(error.to_string()),
         }
-    }
-}
-
-/// A ledger backend. SQLite is the default; a PostgreSQL backend can implement this too.
-pub trait Ledger: Send + Sync {
-    /// Reserves an attempt; `Duplicate` when its nonce is already reserved or settled.
-    fn reserve(&self, attempt: &NewAttempt) -> Result<i64, LedgerError>;
-    /// True when a nonce is already on record (any state).
-    fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError>;
-    /// Records how a reserved attempt ended.
-    fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError>;
-    /// Attempts still `reserved` (after a crash: paid work whose end is unknown).
-    fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError>;
-    /// Every attempt, oldest first.
-    fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError>;
-    /// How many rows are in each state (for metrics). Backends should count in the store.
-    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
-        let mut counts: Vec<(String, i64)> = Vec::new();
-        for row in self.rows()? {
-            match counts.iter_mut().find(|(state, _)| *state == row.state) {
-                Some((_, n)) => *n += 1,
-                None => counts.push((row.state, 1)),
-            }
-        }
-        Ok(counts)
-    }
-    /// Proves the store takes a write now (for readiness) without changing it.
-    fn check_writable(&self) -> Result<(), LedgerError> {
-        self.reserved().map(|_| ())
     }
 }
 
@@ -129,10 +42,11 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     valid_before     TEXT,
     request_sha256   TEXT NOT NULL,
     request_id       TEXT,
-    state            TEXT NOT NULL
-                     CHECK (state IN ('reserved', 'settled', 'settle_failed', 'work_failed')),
+    state            TEXT NOT NULL CHECK (state IN
+                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
     transaction_hash TEXT,
     failure_reason   TEXT,
+    evidence         TEXT,
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL
 );
@@ -140,9 +54,12 @@ CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
 ";
 
 /// Columns added after the first release; a ledger file created before them gains them.
-const ADDED_COLUMNS: [&str; 3] = ["nonce", "valid_before", "request_id"];
+const ADDED_COLUMNS: [&str; 4] = ["nonce", "valid_before", "request_id", "evidence"];
 
-use crate::support::timestamp::now_millis as now;
+/// The columns copied when an older table is rebuilt (all but `id`'s type are unchanged).
+const COPIED_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
+    nonce_sha256, nonce, valid_before, request_sha256, request_id, state, transaction_hash, failure_reason,
+    evidence, created_at, updated_at";
 
 fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
     let present: Vec<String> = connection
@@ -159,6 +76,27 @@ fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
     Ok(())
 }
 
+/// SQLite cannot alter a CHECK constraint: a table whose states predate `expired` is
+/// rebuilt with its rows.
+fn allow_expired_state(connection: &Connection) -> Result<(), rusqlite::Error> {
+    let table_sql: String = connection.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'payment_attempts'",
+        [],
+        |row| row.get(0),
+    )?;
+    if table_sql.contains("'expired'") || !table_sql.contains("CHECK") {
+        return Ok(());
+    }
+    connection.execute_batch(&format!(
+        "ALTER TABLE payment_attempts RENAME TO payment_attempts_before_expired;
+         DROP INDEX IF EXISTS payment_attempts_state;
+         {SCHEMA}
+         INSERT INTO payment_attempts ({COPIED_COLUMNS})
+             SELECT {COPIED_COLUMNS} FROM payment_attempts_before_expired;
+         DROP TABLE payment_attempts_before_expired;"
+    ))
+}
+
 impl SqliteLedger {
     /// Opens (creating if needed) the ledger named by a `sqlite:PATH` URL.
     pub fn open(database_url: &str) -> Result<SqliteLedger, LedgerError> {
@@ -171,11 +109,12 @@ impl SqliteLedger {
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         // One immediate transaction: two processes opening an old file at once must not both
-        // try to add a column.
+        // try to migrate it.
         let migration =
             connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         migration.execute_batch(SCHEMA)?;
         add_missing_columns(&migration)?;
+        allow_expired_state(&migration)?;
         migration.commit()?;
         Ok(SqliteLedger {
             connection: Mutex::new(connection),
@@ -193,14 +132,9 @@ impl SqliteLedger {
         f(&connection).map_err(LedgerError::from)
     }
 
-    fn select(&self, filter: &str) -> Result<Vec<AttemptRow>, LedgerError> {
-        let sql = format!(
-            "SELECT id, machine, family, payer, amount_atomic, state, transaction_hash, nonce,
-                    valid_before, created_at, request_id
-             FROM payment_attempts {filter} ORDER BY id"
-        );
+    pub(super) fn select(&self, sql: &str) -> Result<Vec<AttemptRow>, LedgerError> {
         self.with(|c| {
-            let mut statement = c.prepare(&sql)?;
+            let mut statement = c.prepare(sql)?;
             let rows = statement.query_map([], |r| {
                 Ok(AttemptRow {
                     id: r.get(0)?,
@@ -208,21 +142,23 @@ impl SqliteLedger {
                     family: r.get(2)?,
                     payer: r.get(3)?,
                     amount_atomic: r.get(4)?,
-                    state: r.get(5)?,
-                    transaction_hash: r.get(6)?,
-                    nonce: r.get(7)?,
-                    valid_before: r.get(8)?,
-                    created_at: r.get(9)?,
-                    request_id: r.get(10)?,
+                    asset: r.get(5)?,
+                    network: r.get(6)?,
+                    state: r.get(7)?,
+                    transaction_hash: r.get(8)?,
+                    nonce: r.get(9)?,
+                    valid_before: r.get(10)?,
+                    failure_reason: r.get(11)?,
+                    evidence: r.get(12)?,
+                    created_at: r.get(13)?,
+                    request_id: r.get(14)?,
                 })
             })?;
             rows.collect()
         })
     }
-}
 
-impl Ledger for SqliteLedger {
-    fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
+    pub(super) fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
         let at = now();
         // Cached statements (here and below): every paid call runs these three, and parsing
         // their SQL each time showed up in the paid path's profile.
@@ -241,7 +177,7 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+    pub(super) fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
         self.with(|c| {
             c.prepare_cached("SELECT 1 FROM payment_attempts WHERE nonce_sha256 = ?1")?
                 .query_row([nonce_sha256], |_| Ok(()))
@@ -250,12 +186,8 @@ impl Ledger for SqliteLedger {
         })
     }
 
-    fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
-        let (state, transaction, reason) = match outcome {
-            Outcome::Settled { transaction } => ("settled", Some(transaction.as_str()), None),
-            Outcome::SettleFailed { reason } => ("settle_failed", None, Some(reason.as_str())),
-            Outcome::WorkFailed { reason } => ("work_failed", None, Some(reason.as_str())),
-        };
+    pub(super) fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
+        let (state, transaction, reason) = outcome_columns(outcome);
         let changed = self.with(|c| {
             c.prepare_cached(
                 "UPDATE payment_attempts
@@ -273,15 +205,7 @@ impl Ledger for SqliteLedger {
         }
     }
 
-    fn reserved(&self) -> Result<Vec<AttemptRow>, LedgerError> {
-        self.select("WHERE state = 'reserved'")
-    }
-
-    fn rows(&self) -> Result<Vec<AttemptRow>, LedgerError> {
-        self.select("")
-    }
-
-    fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+    pub(super) fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
         self.with(|c| {
             c.prepare_cached("SELECT state, COUNT(*) FROM payment_attempts GROUP BY state")?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -291,19 +215,107 @@ impl Ledger for SqliteLedger {
 
     /// Takes the write lock and releases it: a read-only file, a full disk's locked journal
     /// or another writer holding the lock past the busy timeout fails here.
-    fn check_writable(&self) -> Result<(), LedgerError> {
+    pub(super) fn check_writable(&self) -> Result<(), LedgerError> {
         self.with(|c| c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;"))
     }
-}
 
-/// Opens the configured ledger.
-pub fn open(database_url: &str) -> Result<Arc<dyn Ledger>, LedgerError> {
-    Ok(Arc::new(SqliteLedger::open(database_url)?))
+    pub(super) fn resolve(
+        &self,
+        id: i64,
+        from: &str,
+        resolution: &Resolution,
+        evidence: &str,
+    ) -> Result<bool, LedgerError> {
+        let (state, transaction) = resolution_columns(resolution);
+        let changed = self.with(|c| {
+            c.execute(
+                "UPDATE payment_attempts
+                 SET state = ?1, transaction_hash = COALESCE(?2, transaction_hash),
+                     evidence = ?3, updated_at = ?4
+                 WHERE id = ?5 AND state = ?6",
+                params![state, transaction, evidence, now(), id, from],
+            )
+        })?;
+        Ok(changed == 1)
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::ROW_COLUMNS;
     use super::*;
+
+    fn stored(ledger: &SqliteLedger, filter: &str) -> Vec<AttemptRow> {
+        ledger
+            .select(&format!(
+                "SELECT {ROW_COLUMNS} FROM payment_attempts {filter} ORDER BY id"
+            ))
+            .expect("rows")
+    }
+
+    /// The second released schema: states without `expired`, no evidence column.
+    const SECOND_SCHEMA: &str = "
+    CREATE TABLE payment_attempts (
+        id INTEGER PRIMARY KEY, machine TEXT NOT NULL, family TEXT NOT NULL,
+        payer TEXT NOT NULL, amount_atomic TEXT NOT NULL, asset TEXT NOT NULL,
+        network TEXT NOT NULL, pay_to TEXT NOT NULL, nonce_sha256 TEXT NOT NULL UNIQUE,
+        nonce TEXT, valid_before TEXT, request_sha256 TEXT NOT NULL,
+        state TEXT NOT NULL
+            CHECK (state IN ('reserved', 'settled', 'settle_failed', 'work_failed')),
+        transaction_hash TEXT, failure_reason TEXT,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+    CREATE INDEX payment_attempts_state ON payment_attempts (state);
+    INSERT INTO payment_attempts VALUES (7, 'VM02', 'ONCHAIN_PREFLIGHT', '0xabc', '10000',
+        '0xasset', 'eip155:8453', '0xpayee', 'aa', '0x01', '5', 'bb', 'reserved', NULL, NULL,
+        't', 't');
+    ";
+
+    #[test]
+    fn a_ledger_whose_states_predate_expired_is_rebuilt_with_its_rows() {
+        let dir = std::env::temp_dir().join(format!("factomat-ledger2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("second.db");
+        let _ = std::fs::remove_file(&path);
+        Connection::open(&path)
+            .and_then(|c| c.execute_batch(SECOND_SCHEMA))
+            .expect("old ledger");
+        let url = format!("sqlite:{}", path.display());
+        let ledger = SqliteLedger::open(&url).expect("open");
+        let before = stored(&ledger, "");
+        assert_eq!(before.len(), 1);
+        assert_eq!((before[0].id, before[0].state.as_str()), (7, "reserved"));
+        assert!(
+            ledger
+                .resolve(
+                    7,
+                    "reserved",
+                    &Resolution::Expired,
+                    "unused, past validBefore"
+                )
+                .expect("resolve"),
+            "the rebuilt table accepts the expired state"
+        );
+        assert!(
+            !ledger
+                .resolve(7, "reserved", &Resolution::Expired, "again")
+                .expect("resolve"),
+            "a row resolved once is not resolved again"
+        );
+        let after = stored(&ledger, "");
+        assert_eq!(after[0].state, "expired");
+        assert_eq!(
+            after[0].evidence.as_deref(),
+            Some("unused, past validBefore")
+        );
+        ledger.reserve(&attempt(1)).expect("reserve after rebuild");
+        assert!(matches!(
+            ledger.reserve(&attempt(1)),
+            Err(LedgerError::Duplicate)
+        ));
+        drop(ledger);
+        SqliteLedger::open(&url).expect("reopening is a no-op");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// The first released schema: no nonce, no valid_before.
     const FIRST_SCHEMA: &str = "
@@ -356,7 +368,7 @@ mod tests {
         // 6000 commits of a few pages each would make a WAL of tens of MB without checkpoints;
         // SQLite restarts it after each 1000-page checkpoint.
         assert!(wal < 8 * 1024 * 1024, "the WAL grew to {wal} bytes");
-        assert_eq!(ledger.rows().expect("rows").len(), 3000);
+        assert_eq!(stored(&ledger, "").len(), 3000);
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -371,7 +383,7 @@ mod tests {
             .and_then(|c| c.execute_batch(FIRST_SCHEMA))
             .expect("old ledger");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
-        let rows = ledger.reserved().expect("rows");
+        let rows = stored(&ledger, "WHERE state = 'reserved'");
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].nonce, None);
         let attempt = NewAttempt {
@@ -391,7 +403,7 @@ mod tests {
         ledger
             .reserve(&attempt)
             .expect("reserve on the migrated table");
-        let rows = ledger.rows().expect("rows");
+        let rows = stored(&ledger, "");
         assert_eq!(rows[1].nonce.as_deref(), Some("0x01"));
         assert_eq!(rows[1].valid_before.as_deref(), Some("99"));
         assert_eq!(rows[0].request_id, None);

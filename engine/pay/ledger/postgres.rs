@@ -1,0 +1,320 @@
+//! The PostgreSQL ledger: any number of replicas share one database, and the unique index
+//! on the nonce's sha256 makes one authorization reserve once across all of them.
+//!
+//! The schema is migrated on first use under a transaction-scoped advisory lock, so replicas
+//! starting together never race on DDL, and a database that is down at start-up only delays
+//! the migration to the first call that finds it up.
+
+use std::future::Future;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::OnceCell;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{NoTls, Row};
+
+use super::{
+    AttemptRow, LedgerError, NewAttempt, Outcome, PoolOptions, Resolution, now, outcome_columns,
+    redacted, resolution_columns,
+};
+
+/// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6661_6374_6f6d_6174;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS payment_attempts (
+    id               BIGSERIAL PRIMARY KEY,
+    machine          TEXT NOT NULL,
+    family           TEXT NOT NULL,
+    payer            TEXT NOT NULL,
+    amount_atomic    TEXT NOT NULL,
+    asset            TEXT NOT NULL,
+    network          TEXT NOT NULL,
+    pay_to           TEXT NOT NULL,
+    nonce_sha256     TEXT NOT NULL UNIQUE,
+    nonce            TEXT,
+    valid_before     TEXT,
+    request_sha256   TEXT NOT NULL,
+    request_id       TEXT,
+    state            TEXT NOT NULL CHECK (state IN
+                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
+    transaction_hash TEXT,
+    failure_reason   TEXT,
+    evidence         TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;
+";
+
+/// A pooled PostgreSQL ledger.
+pub struct PostgresLedger {
+    pool: Pool,
+    migrated: OnceCell<()>,
+    /// Bound on one statement's round trip: a database that stops answering is unavailable.
+    statement_timeout: Duration,
+}
+
+fn storage_error(error: &tokio_postgres::Error) -> LedgerError {
+    if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
+        LedgerError::Duplicate
+    } else if error.is_closed() || error.as_db_error().is_none() {
+        LedgerError::Unavailable(error.to_string())
+    } else {
+        LedgerError::Storage(error.to_string())
+    }
+}
+
+impl From<tokio_postgres::Error> for LedgerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        storage_error(&error)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for LedgerError {
+    fn from(error: deadpool_postgres::PoolError) -> Self {
+        LedgerError::Unavailable(error.to_string())
+    }
+}
+
+fn attempt_row(row: &Row) -> AttemptRow {
+    AttemptRow {
+        id: row.get(0),
+        machine: row.get(1),
+        family: row.get(2),
+        payer: row.get(3),
+        amount_atomic: row.get(4),
+        asset: row.get(5),
+        network: row.get(6),
+        state: row.get(7),
+        transaction_hash: row.get(8),
+        nonce: row.get(9),
+        valid_before: row.get(10),
+        failure_reason: row.get(11),
+        evidence: row.get(12),
+        created_at: row.get(13),
+        request_id: row.get(14),
+    }
+}
+
+impl PostgresLedger {
+    /// Builds the pool; nothing connects until the first statement.
+    pub fn open(database_url: &str, options: PoolOptions) -> Result<PostgresLedger, LedgerError> {
+        let mut config: tokio_postgres::Config = database_url.parse().map_err(|_| {
+            LedgerError::Storage(format!(
+                "{} is not a PostgreSQL connection URL",
+                redacted(database_url)
+            ))
+        })?;
+        config.connect_timeout(options.connect_timeout);
+        config.application_name("factomat");
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.max_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| LedgerError::Storage(format!("connection pool: {e}")))?;
+        Ok(PostgresLedger {
+            pool,
+            migrated: OnceCell::new(),
+            statement_timeout: options.connect_timeout.saturating_mul(2),
+        })
+    }
+
+    /// Migrates once per process; a failure is retried by the next call.
+    pub(super) async fn ready(&self) -> Result<(), LedgerError> {
+        self.migrated
+            .get_or_try_init(|| self.bounded(self.migrate()))
+            .await
+            .map(|_| ())
+    }
+
+    async fn migrate(&self) -> Result<(), LedgerError> {
+        let mut client = self.pool.get().await?;
+        let transaction = client.transaction().await?;
+        transaction
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        transaction.batch_execute(SCHEMA).await?;
+        transaction.commit().await?;
+        tracing::info!("PostgreSQL ledger schema is current");
+        Ok(())
+    }
+
+    /// Runs one ledger operation within the statement timeout.
+    async fn bounded<T>(
+        &self,
+        operation: impl Future<Output = Result<T, LedgerError>>,
+    ) -> Result<T, LedgerError> {
+        tokio::time::timeout(self.statement_timeout, operation)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LedgerError::Unavailable(format!(
+                    "no answer within {} ms",
+                    self.statement_timeout.as_millis()
+                )))
+            })
+    }
+
+    pub(super) async fn select(&self, sql: &str) -> Result<Vec<AttemptRow>, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let rows = client.query(sql, &[]).await?;
+            Ok(rows.iter().map(attempt_row).collect())
+        })
+        .await
+    }
+
+    pub(super) async fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
+        self.ready().await?;
+        let at = now();
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client
+                .prepare_cached(
+                    "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset,
+                         network, pay_to, nonce_sha256, nonce, valid_before, request_sha256,
+                         request_id, state, created_at, updated_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'reserved', $13,
+                         $13)
+                     RETURNING id",
+                )
+                .await?;
+            let row = client
+                .query_one(
+                    &statement,
+                    &[
+                        &a.machine,
+                        &a.family,
+                        &a.payer,
+                        &a.amount_atomic,
+                        &a.asset,
+                        &a.network,
+                        &a.pay_to,
+                        &a.nonce_sha256,
+                        &a.nonce,
+                        &a.valid_before,
+                        &a.request_sha256,
+                        &a.request_id,
+                        &at,
+                    ],
+                )
+                .await?;
+            Ok(row.get(0))
+        })
+        .await
+    }
+
+    pub(super) async fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client
+                .prepare_cached("SELECT 1 FROM payment_attempts WHERE nonce_sha256 = $1")
+                .await?;
+            Ok(client
+                .query_opt(&statement, &[&nonce_sha256])
+                .await?
+                .is_some())
+        })
+        .await
+    }
+
+    pub(super) async fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
+        self.ready().await?;
+        let (state, transaction, reason) = outcome_columns(outcome);
+        let changed = self
+            .bounded(async {
+                let client = self.pool.get().await?;
+                let statement = client
+                    .prepare_cached(
+                        "UPDATE payment_attempts
+                         SET state = $1, transaction_hash = $2, failure_reason = $3,
+                             updated_at = $4
+                         WHERE id = $5 AND state = 'reserved'",
+                    )
+                    .await?;
+                Ok(client
+                    .execute(&statement, &[&state, &transaction, &reason, &now(), &id])
+                    .await?)
+            })
+            .await?;
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(LedgerError::Storage(format!(
+                "attempt {id} is not reserved"
+            )))
+        }
+    }
+
+    pub(super) async fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client
+                .prepare_cached("SELECT state, COUNT(*) FROM payment_attempts GROUP BY state")
+                .await?;
+            let rows = client.query(&statement, &[]).await?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+        .await
+    }
+
+    /// An UPDATE that matches no row, in a transaction rolled back: a read-only server (a
+    /// standby, `default_transaction_read_only`) or a database that does not answer fails
+    /// here, and nothing changes.
+    pub(super) async fn check_writable(&self) -> Result<(), LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let mut client = self.pool.get().await?;
+            let transaction = client.transaction().await?;
+            transaction
+                .execute(
+                    "UPDATE payment_attempts SET updated_at = updated_at WHERE false",
+                    &[],
+                )
+                .await?;
+            transaction.rollback().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn resolve(
+        &self,
+        id: i64,
+        from: &str,
+        resolution: &Resolution,
+        evidence: &str,
+    ) -> Result<bool, LedgerError> {
+        self.ready().await?;
+        let (state, transaction) = resolution_columns(resolution);
+        let changed = self
+            .bounded(async {
+                let client = self.pool.get().await?;
+                Ok(client
+                    .execute(
+                        "UPDATE payment_attempts
+                         SET state = $1, transaction_hash = COALESCE($2, transaction_hash),
+                             evidence = $3, updated_at = $4
+                         WHERE id = $5 AND state = $6",
+                        &[&state, &transaction, &evidence, &now(), &id, &from],
+                    )
+                    .await?)
+            })
+            .await?;
+        Ok(changed == 1)
+    }
+}

@@ -1,0 +1,516 @@
+//! Many replicas on one PostgreSQL ledger, under concurrent replays, crashes, signals and a
+//! database outage. Real PostgreSQL (`FACTOMAT_TEST_DATABASE_URL` or a throwaway cluster),
+//! the official x402 client and facilitator, anvil; everything on 127.0.0.1.
+
+mod common;
+
+use std::time::Duration;
+
+use common::devstack::DevStack;
+use common::facilitator_proxy::{Settle, proxied_facilitator};
+use common::onchain::serve;
+use common::postgres;
+use common::replica::Replica;
+use common::{TestServer, decode_header};
+use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
+use serde_json::{Value, json};
+use warp::Filter;
+
+const VM02: &str = "/v1/allowance-exposure";
+const PRICE: u128 = 10_000;
+const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+
+async fn rows_of(url: &str) -> Vec<AttemptRow> {
+    Ledger::open(url, PoolOptions::default())
+        .expect("ledger")
+        .rows()
+        .await
+        .expect("rows")
+}
+
+fn env_for<'a>(
+    stack: &'a DevStack,
+    facilitator: &'a str,
+    rpc: &'a str,
+    database: &'a str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("FACTOMAT_PAY_TO", stack.field("pay_to")),
+        ("FACTOMAT_FACILITATOR_URL", facilitator.to_string()),
+        ("FACTOMAT_RPC_URL_EIP155_8453", rpc.to_string()),
+        ("FACTOMAT_DATABASE_URL", database.to_string()),
+        (
+            "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS",
+            "20000".to_string(),
+        ),
+    ]
+}
+
+fn pairs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+fn vm02_body(stack: &DevStack) -> Value {
+    json!({"owner": stack.field("buyer_address"), "token": USDC, "spender": stack.field("pay_to")})
+}
+
+fn buyer_balance(stack: &DevStack) -> u128 {
+    stack
+        .usdc_balance(&stack.field("buyer_address"))
+        .trim_matches('"')
+        .parse()
+        .expect("balance")
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
+async fn challenge(url: &str, body: &Value) -> String {
+    let response = client()
+        .post(format!("{url}{VM02}"))
+        .json(body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status().as_u16(), 402);
+    response.headers()["payment-required"]
+        .to_str()
+        .expect("ascii")
+        .to_string()
+}
+
+async fn paid(url: &str, body: &Value, header: &str) -> reqwest::Response {
+    client()
+        .post(format!("{url}{VM02}"))
+        .header("PAYMENT-SIGNATURE", header)
+        .json(body)
+        .send()
+        .await
+        .expect("answered")
+}
+
+fn reason_of(response: &reqwest::Response) -> String {
+    decode_header(
+        response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii"),
+    )["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_run_one_payment_once_when_50_copies_race() {
+    let stack = DevStack::start();
+    let database = postgres::fresh_database();
+    let env = env_for(
+        &stack,
+        &stack.field("facilitator_url"),
+        &stack.field("rpc_url"),
+        &database,
+    );
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(TestServer::with_env(&pairs(&env)).await);
+    }
+    let body = vm02_body(&stack);
+    let required = challenge(&replicas[0].url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
+    let before = buyer_balance(&stack);
+    let calls = (0..50).map(|n| paid(&replicas[n % 3].url, &body, &header));
+    let responses = futures_util::future::join_all(calls).await;
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    for response in responses.iter().filter(|r| r.status().as_u16() == 402) {
+        assert_eq!(reason_of(response), "payment_nonce_already_presented");
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 402).count(),
+        49,
+        "{statuses:?}"
+    );
+    assert_eq!(before - buyer_balance(&stack), PRICE, "charged once");
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].state, "settled");
+    let work_ran: u64 = replicas.iter().map(TestServer::outbound).sum();
+    // One replica ran the work and settled; the others made at most the /verify calls of
+    // copies that reached verify before the first row existed, never the work's RPC reads.
+    assert!(work_ran >= 3, "the winning call went outbound: {work_ran}");
+
+    // The report over all replicas' rows: one wallet for the family.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .args(["ledger", "report", "--json"])
+        .env("FACTOMAT_DATABASE_URL", &database)
+        .output()
+        .expect("report runs");
+    assert!(output.status.success());
+    let report: Value = serde_json::from_slice(&output.stdout).expect("json");
+    let family = report["families"]
+        .as_array()
+        .expect("families")
+        .iter()
+        .find(|f| f["family"] == "ONCHAIN_PREFLIGHT")
+        .cloned()
+        .expect("family");
+    assert_eq!(family["unique_paying_wallets"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart() {
+    let stack = DevStack::start();
+    let cluster = postgres::start_cluster();
+    let database = postgres::fresh_database_on(&cluster.url);
+    let env = env_for(
+        &stack,
+        &stack.field("facilitator_url"),
+        &stack.field("rpc_url"),
+        &database,
+    );
+    let mut env = env;
+    env.push(("FACTOMAT_DATABASE_CONNECT_TIMEOUT_MS", "1000".into()));
+    let server = TestServer::with_env(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&server.url, &body).await;
+    let first = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    assert_eq!(
+        paid(&server.url, &body, &first).await.status().as_u16(),
+        200
+    );
+
+    cluster.halt();
+    let before = buyer_balance(&stack);
+    let outbound = server.outbound();
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    let refused = paid(&server.url, &body, &header).await;
+    assert_eq!(refused.status().as_u16(), 503);
+    assert!(refused.headers().get("payment-response").is_none());
+    let error: Value = refused.json().await.expect("json");
+    assert_eq!(error["error"]["code"], "ledger_unavailable", "{error}");
+    assert_eq!(server.outbound(), outbound, "no verify, no work, no settle");
+    assert_eq!(buyer_balance(&stack), before, "nothing charged");
+
+    cluster.resume();
+    let healed = paid(&server.url, &body, &header).await;
+    assert_eq!(healed.status().as_u16(), 200, "the same payment now runs");
+    assert_eq!(before - buyer_balance(&stack), PRICE);
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.state == "settled"), "{rows:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
+    let stack = DevStack::start();
+    let slow = proxied_facilitator(
+        stack.field("facilitator_url"),
+        Settle::After(Duration::from_secs(3)),
+    )
+    .await;
+    let database = postgres::fresh_database();
+    let env = env_for(
+        &stack,
+        &format!("http://{slow}"),
+        &stack.field("rpc_url"),
+        &database,
+    );
+    let mut replica = Replica::spawn(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&replica.url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    let before = buyer_balance(&stack);
+    let url = replica.url.clone();
+    let call = tokio::spawn(async move { paid(&url, &body, &header).await.status().as_u16() });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    replica.signal("TERM");
+    assert_eq!(
+        call.await.expect("call"),
+        200,
+        "the in-flight call completes"
+    );
+    let status = replica.exit_status(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "settled");
+    assert_eq!(before - buyer_balance(&stack), PRICE);
+}
+
+/// Advances anvil's clock past `valid_before` and mines a block.
+async fn advance_chain_past(rpc: &str, valid_before: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs();
+    let seconds = valid_before.saturating_sub(now) + 60;
+    for (method, params) in [
+        ("evm_increaseTime", json!([seconds])),
+        ("evm_mine", json!([])),
+    ] {
+        let answer: Value = client()
+            .post(rpc)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+            .await
+            .expect("anvil")
+            .json()
+            .await
+            .expect("json");
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_inside_the_work_leaves_a_reserved_row_that_reconcile_expires() {
+    let stack = DevStack::start();
+    let rpc = stack.field("rpc_url");
+    // An RPC endpoint that never answers: the paid call sits inside VM02's work.
+    let stalled = serve(warp::any().then(|| async {
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        "{}"
+    }))
+    .await;
+    let database = postgres::fresh_database();
+    let env = env_for(
+        &stack,
+        &stack.field("facilitator_url"),
+        &format!("http://{stalled}"),
+        &database,
+    );
+    let mut doomed = Replica::spawn(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&doomed.url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    let before = buyer_balance(&stack);
+    let (url, sent_body, sent_header) = (doomed.url.clone(), body.clone(), header.clone());
+    let call = tokio::spawn(async move {
+        client()
+            .post(format!("{url}{VM02}"))
+            .header("PAYMENT-SIGNATURE", sent_header)
+            .json(&sent_body)
+            .send()
+            .await
+            .is_err()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while rows_of(&database).await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no row was reserved");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    doomed.signal("KILL");
+    doomed.exit_status(Duration::from_secs(10)).await;
+    assert!(
+        call.await.expect("call"),
+        "the connection died with the replica"
+    );
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "reserved");
+    assert_eq!(buyer_balance(&stack), before, "not charged");
+
+    // Another replica, whose RPC endpoint counts every request: the work would read it.
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = hits.clone();
+    let tripwire = serve(warp::any().map(move || {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        "{}"
+    }))
+    .await;
+    let env = env_for(
+        &stack,
+        &stack.field("facilitator_url"),
+        &format!("http://{tripwire}"),
+        &database,
+    );
+    let other = TestServer::with_env(&pairs(&env)).await;
+    let replay = paid(&other.url, &body, &header).await;
+    assert_eq!(replay.status().as_u16(), 402);
+    assert_eq!(reason_of(&replay), "payment_nonce_already_presented");
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the replay ran no work"
+    );
+
+    let valid_before: u64 = rows[0]
+        .valid_before
+        .as_deref()
+        .expect("validBefore kept")
+        .parse()
+        .expect("number");
+    let reconcile = || {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+            .args(["ledger", "reconcile", "--json"])
+            .env("FACTOMAT_DATABASE_URL", &database)
+            .env("FACTOMAT_RPC_URL_EIP155_8453", &rpc)
+            .output()
+            .expect("reconcile runs");
+        assert!(output.status.success());
+        serde_json::from_slice::<Value>(&output.stdout).expect("json")
+    };
+    let early = reconcile();
+    assert_eq!(early[0]["state_after"], "reserved", "still valid: {early}");
+    advance_chain_past(&rpc, valid_before).await;
+    let late = reconcile();
+    assert_eq!(late[0]["state_before"], "reserved");
+    assert_eq!(late[0]["state_after"], "expired", "{late}");
+    assert_eq!(rows_of(&database).await[0].state, "expired");
+    assert_eq!(buyer_balance(&stack), before);
+}
+
+fn attempt(nonce_byte: &str) -> factomat::pay::ledger::NewAttempt {
+    factomat::pay::ledger::NewAttempt {
+        machine: "VM02".into(),
+        family: "ONCHAIN_PREFLIGHT".into(),
+        payer: "0x00000000000000000000000000000000000c4a54".into(),
+        amount_atomic: "10000".into(),
+        asset: USDC.into(),
+        network: "eip155:8453".into(),
+        pay_to: common::PAY_TO.into(),
+        nonce_sha256: nonce_byte.repeat(32),
+        nonce: format!("0x{}", nonce_byte.repeat(32)),
+        valid_before: "1795000000".into(),
+        request_sha256: "cd".repeat(32),
+        request_id: format!("replica-{nonce_byte}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
+    let database = postgres::fresh_database();
+    let ledgers: Vec<Ledger> = (0..6)
+        .map(|_| Ledger::open(&database, PoolOptions::default()).expect("pool"))
+        .collect();
+    let migrations = futures_util::future::join_all(ledgers.iter().map(Ledger::migrate)).await;
+    assert!(
+        migrations.iter().all(Result::is_ok),
+        "concurrent migrations: {migrations:?}"
+    );
+    let contested = attempt("e1");
+    let reserves =
+        futures_util::future::join_all(ledgers.iter().map(|l| l.reserve(&contested))).await;
+    assert_eq!(
+        reserves.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{reserves:?}"
+    );
+    assert!(
+        reserves
+            .iter()
+            .filter(|r| r.is_err())
+            .all(|r| matches!(r, Err(factomat::pay::ledger::LedgerError::Duplicate)))
+    );
+    for ledger in &ledgers {
+        assert!(ledger.knows_nonce(&"e1".repeat(32)).await.expect("knows"));
+    }
+    assert_eq!(
+        postgres::psql(
+            &database,
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'payment_attempts'"
+        )
+        .trim(),
+        "3",
+        "primary key, unique nonce, state index: created once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_database_is_unavailable_within_the_connect_timeout() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let url = format!("postgres://factomat:hunter2@{closed}/ledger");
+    let ledger = Ledger::open(
+        &url,
+        PoolOptions {
+            max_size: 2,
+            connect_timeout: Duration::from_millis(500),
+        },
+    )
+    .expect("a pool is built without connecting");
+    let started = std::time::Instant::now();
+    let error = ledger
+        .knows_nonce(&"aa".repeat(32))
+        .await
+        .expect_err("unreachable");
+    assert!(
+        matches!(error, factomat::pay::ledger::LedgerError::Unavailable(_)),
+        "{error:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
+    let stack = DevStack::start();
+    let slow = proxied_facilitator(
+        stack.field("facilitator_url"),
+        Settle::After(Duration::from_secs(4)),
+    )
+    .await;
+    let database = postgres::fresh_database();
+    let mut env = env_for(
+        &stack,
+        &format!("http://{slow}"),
+        &stack.field("rpc_url"),
+        &database,
+    );
+    env.push(("FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS", "500".into()));
+    env.push(("FACTOMAT_LOG_FORMAT", "json".into()));
+    let mut replica = Replica::spawn(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&replica.url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    let url = replica.url.clone();
+    let call = tokio::spawn(async move {
+        client()
+            .post(format!("{url}{VM02}"))
+            .header("PAYMENT-SIGNATURE", header)
+            .json(&body)
+            .send()
+            .await
+            .is_err()
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    replica.signal("TERM");
+    let status = replica.exit_status(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(1), "the drain timed out: {status:?}");
+    assert!(call.await.expect("call"), "the open call was cut");
+    let log = replica.log();
+    assert!(
+        log.contains("drain timeout") && log.contains("\"open_paid_calls\":1"),
+        "{log}"
+    );
+    let rows = rows_of(&database).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "reserved", "left for reconcile");
+}
