@@ -141,6 +141,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
 pub struct Secret(String);
 
 impl Secret {
+    /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -152,33 +153,51 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
 /// The checked configuration the service runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The address the server listens on.
     pub listen: SocketAddr,
     /// No trailing slash; paths are appended to it. None = `http://<bound address>`.
     pub base_url: Option<String>,
     /// Checksummed (EIP-55) payee, or None when payments are disabled.
     pub pay_to: Option<String>,
+    /// Log line format.
     pub log_format: LogFormat,
+    /// The tracing filter (e.g. `info`).
     pub log_level: String,
+    /// The x402 facilitator; none disables paid calls.
     pub facilitator_url: Option<url::Url>,
+    /// The facilitator's Authorization header value.
     pub facilitator_authorization: Option<Secret>,
+    /// Budget of one `/verify` call.
     pub facilitator_verify_timeout_ms: u64,
+    /// Budget of one `/settle` call.
     pub facilitator_settle_timeout_ms: u64,
+    /// Where the ledger lives.
     pub database_url: String,
+    /// The Base JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_8453: Option<Secret>,
+    /// The Ethereum JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_1: Option<Secret>,
+    /// The Ethereum token inventory provider (may carry a key).
     pub inventory_url_eip155_1: Option<Secret>,
+    /// The Base token inventory provider (may carry a key).
     pub inventory_url_eip155_8453: Option<Secret>,
+    /// The DEX pricing API.
     pub dexscreener_url: Option<url::Url>,
+    /// The Lido API.
     pub lido_api_url: Option<url::Url>,
+    /// The x402 discovery provider.
     pub discovery_url: Option<url::Url>,
     /// TESTS ONLY: page hosts connected to a loopback socket instead of resolving them.
     pub unsafe_test_connect_to: Vec<(String, SocketAddr)>,
@@ -191,7 +210,9 @@ pub struct Config {
 /// A test CA read from a PEM file at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestCa {
+    /// The PEM file.
     pub path: PathBuf,
+    /// Its certificates, DER-encoded.
     pub certificates_der: Vec<Vec<u8>>,
 }
 
@@ -217,11 +238,15 @@ impl Config {
     }
 }
 
+/// A configuration value that cannot be used, named with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration: {key} ({source_name}): {message}")]
 pub struct ConfigError {
+    /// The configuration key.
     pub key: String,
+    /// Where the value came from (default, file, environment).
     pub source_name: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

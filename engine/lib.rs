@@ -4,13 +4,17 @@
 //! engine, in layers that import only downward: `http` → `pay` → `machines` →
 //! `providers`/`web`/`chain` → `net`, with `catalog`, `config` and `support` at the bottom.
 
+//!
+//! The public surface is what the binary and the integration tests use; everything else is
+//! private to its layer.
+
 pub mod catalog;
-pub mod chain;
+pub(crate) mod chain;
 pub mod config;
 pub mod http;
 pub mod machines;
 pub mod net;
 pub mod pay;
-pub mod providers;
+pub(crate) mod providers;
 pub mod support;
 pub mod web;

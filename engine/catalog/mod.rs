@@ -1,7 +1,11 @@
 //! The manifest's types and everything rendered from it: catalog, OpenAPI, discovery
 //! document, docs, and the x402 challenge.
 
-pub mod challenge;
+pub(crate) mod challenge;
 pub mod embedded;
-pub mod manifest;
-pub mod render;
+pub(crate) mod manifest;
+// build.rs renders with the rest; the engine uses the payment builders and paths.
+#[allow(dead_code, unused_imports)]
+pub(crate) mod render;
+
+pub use manifest::{Machine, Manifest, ManifestError, compile_schema};

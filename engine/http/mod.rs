@@ -1,5 +1,5 @@
 //! The HTTP edge: the warp server, request bodies, and the mapping of errors to responses.
 
-pub mod body;
-pub mod error;
+pub(crate) mod body;
+pub(crate) mod error;
 pub mod server;

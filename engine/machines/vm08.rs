@@ -17,15 +17,15 @@ use crate::support::evm;
 use crate::web::x402_probe::{Probe, ProbeOutcome, Requirement};
 
 /// Defaults when the caller sends no price_policy (or only one of its keys).
-pub const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
-pub const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
+pub(crate) const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
+pub(crate) const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
 
 /// VM08 x402 service change snapshot.
-pub struct Vm08;
+pub(crate) struct Vm08;
 
 /// A VM08 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// What to probe.
     #[serde(flatten)]
     pub probe: ProbeRequest,
@@ -39,7 +39,7 @@ pub struct Request {
 
 /// The caller's thresholds for amount increases, in basis points.
 #[derive(Debug, Deserialize)]
-pub struct PricePolicy {
+pub(crate) struct PricePolicy {
     /// Increases up to this are modest.
     pub modest_increase_bps: Option<u64>,
     /// Increases above this are beyond the caller's ceiling.
@@ -123,7 +123,7 @@ fn baseline_binding(request: &Request, baseline: &Value) -> Result<(), CheckFail
 
 /// The contract fingerprint of the primary requirement (accepts[0]); None when that
 /// requirement lacks a contract field.
-pub fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
+pub(crate) fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
     let first = requirements.first().filter(|r| r.complete())?;
     Some(json!({
         "scheme": first.scheme,
@@ -153,7 +153,7 @@ fn price_policy(request: &Request) -> (u64, u64) {
 
 /// The amount class of a change from `old` to `new` under (modest, max) basis points.
 /// The increase in bps is rounded up, so any increase counts as at least 1 bps.
-pub fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'static str> {
+pub(crate) fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'static str> {
     let (Ok(old), Ok(new)) = (evm::parse_uint256(old), evm::parse_uint256(new)) else {
         return Some("AMOUNT_CHANGED");
     };
@@ -178,7 +178,7 @@ pub fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'sta
 }
 
 /// Material change classes between a baseline fingerprint and the current one.
-pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'static str> {
+pub(crate) fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'static str> {
     let differs = |key: &str| prior.get(key) != current.get(key);
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
     let mut classes = Vec::new();
@@ -309,7 +309,12 @@ fn verdict(
 }
 
 /// The VM08 response of a probe and the caller's request.
-pub fn response(machine: &Machine, request: &Request, probe: &Probe, checked_at: &str) -> Value {
+pub(crate) fn response(
+    machine: &Machine,
+    request: &Request,
+    probe: &Probe,
+    checked_at: &str,
+) -> Value {
     let current = fingerprint(probe.requirements());
     let prior = request.baseline.as_ref().and_then(|b| b.get("fingerprint"));
     let policy = price_policy(request);

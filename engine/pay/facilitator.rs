@@ -15,7 +15,7 @@ use crate::net::gateway::Gateway;
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
-pub struct FacilitatorClient {
+pub(crate) struct FacilitatorClient {
     gateway: Gateway,
     base: reqwest::Url,
     authorization: Option<Secret>,
@@ -26,17 +26,15 @@ pub struct FacilitatorClient {
 /// The facilitator's verdict on a payment.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct VerifyResponse {
+pub(crate) struct VerifyResponse {
     pub is_valid: bool,
     #[serde(default)]
     pub invalid_reason: Option<String>,
-    #[serde(default)]
-    pub payer: Option<String>,
 }
 
 /// The outcome of a settlement, kept verbatim for the PAYMENT-RESPONSE header.
 #[derive(Debug, Clone)]
-pub struct SettleOutcome {
+pub(crate) struct SettleOutcome {
     pub success: bool,
     pub transaction: Option<String>,
     pub error_reason: Option<String>,
@@ -45,7 +43,7 @@ pub struct SettleOutcome {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum FacilitatorError {
+pub(crate) enum FacilitatorError {
     #[error("facilitator unreachable or timed out: {0}")]
     Unavailable(String),
     #[error("facilitator answered {status} without a usable verdict")]
@@ -53,7 +51,7 @@ pub enum FacilitatorError {
 }
 
 impl FacilitatorClient {
-    pub fn new(
+    pub(crate) fn new(
         gateway: Gateway,
         base: reqwest::Url,
         authorization: Option<Secret>,
@@ -124,7 +122,7 @@ impl FacilitatorClient {
     }
 
     /// `POST /verify` with our own requirement (never the client's copy).
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         payload: &Value,
         requirement: &Value,
@@ -142,7 +140,7 @@ impl FacilitatorClient {
     }
 
     /// `POST /settle`. A parseable verdict of failure is an `Ok` with `success: false`.
-    pub async fn settle(
+    pub(crate) async fn settle(
         &self,
         payload: &Value,
         requirement: &Value,
@@ -179,7 +177,11 @@ impl FacilitatorClient {
     }
 
     /// `GET /supported`; true when it lists `exact` on `network` for x402 v2.
-    pub async fn supports(&self, scheme: &str, network: &str) -> Result<bool, FacilitatorError> {
+    pub(crate) async fn supports(
+        &self,
+        scheme: &str,
+        network: &str,
+    ) -> Result<bool, FacilitatorError> {
         let (_, value) = self
             .call(reqwest::Method::GET, "supported", None, self.verify_timeout)
             .await?;

@@ -15,50 +15,83 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 /// What the payment gate knows when it reserves.
 #[derive(Debug, Clone)]
 pub struct NewAttempt {
+    /// The machine id.
     pub machine: String,
+    /// The machine's family.
     pub family: String,
+    /// The payer address.
     pub payer: String,
+    /// The price in atomic units.
     pub amount_atomic: String,
+    /// The payment asset.
     pub asset: String,
+    /// The payment network (CAIP-2).
     pub network: String,
+    /// Our payTo address.
     pub pay_to: String,
+    /// sha256 of the EIP-3009 nonce (the uniqueness key).
     pub nonce_sha256: String,
     /// The EIP-3009 nonce, 0x-prefixed hex.
     pub nonce: String,
     /// The authorization's `validBefore` (unix seconds, decimal).
     pub valid_before: String,
+    /// sha256 of the canonical request.
     pub request_sha256: String,
 }
 
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Settled { transaction: String },
-    SettleFailed { reason: String },
-    WorkFailed { reason: String },
+    /// Settled on chain.
+    Settled {
+        /// The settlement transaction.
+        transaction: String,
+    },
+    /// The facilitator did not settle; the result was withheld.
+    SettleFailed {
+        /// Why.
+        reason: String,
+    },
+    /// The work failed; nothing was settled.
+    WorkFailed {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A row as stored (for reports and start-up recovery).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRow {
+    /// The row id.
     pub id: i64,
+    /// The machine id.
     pub machine: String,
+    /// The machine's family.
     pub family: String,
+    /// The payer address.
     pub payer: String,
+    /// The price in atomic units.
     pub amount_atomic: String,
+    /// reserved, settled, settle_failed or work_failed.
     pub state: String,
+    /// The settlement transaction, once settled.
     pub transaction_hash: Option<String>,
     /// The EIP-3009 nonce and `validBefore`: what `authorizationState(payer, nonce)` on the
     /// asset reconciles. None on rows written before they were kept.
     pub nonce: Option<String>,
+    /// The authorization's validBefore, when recorded.
     pub valid_before: Option<String>,
+    /// When the attempt was reserved (RFC 3339).
     pub created_at: String,
 }
 
+/// A ledger failure.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The nonce was already recorded.
     #[error("this payment authorization was already presented")]
     Duplicate,
+    /// The storage failed.
     #[error("ledger storage failed: {0}")]
     Storage(String),
 }

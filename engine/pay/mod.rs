@@ -1,6 +1,6 @@
 //! The x402 payment gate: verify, run the work once, settle, and record every attempt.
 
-pub mod facilitator;
-pub mod gate;
+pub(crate) mod facilitator;
+pub(crate) mod gate;
 pub mod ledger;
 pub mod report;

@@ -1,6 +1,6 @@
 //! The web: the bounded page fetcher, main-text extraction, and the x402 seller probe.
 
-pub mod extract;
+pub(crate) mod extract;
 pub mod fetch;
 pub mod page;
-pub mod x402_probe;
+pub(crate) mod x402_probe;

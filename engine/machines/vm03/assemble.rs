@@ -629,7 +629,7 @@ fn overall_limitations(
     out
 }
 
-pub fn respond(
+pub(super) fn respond(
     machine: &Machine,
     settings: &Settings,
     request: &Parsed,
