@@ -12,6 +12,9 @@ mod manifest;
 #[allow(dead_code, unused_imports)]
 #[path = "engine/catalog/render/mod.rs"]
 mod render;
+#[allow(dead_code)]
+#[path = "engine/catalog/storefront.rs"]
+mod storefront;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,6 +26,7 @@ fn main() {
         "templates",
         "engine/catalog/manifest.rs",
         "engine/catalog/render",
+        "engine/catalog/storefront.rs",
     ] {
         println!("cargo::rerun-if-changed={watched}");
     }
@@ -41,7 +45,11 @@ fn main() {
             ));
         }
     };
-    let renders = render::render_all(&manifest).unwrap_or_else(|e| fail(&format!("render: {e}")));
+    let mut renders =
+        render::render_all(&manifest).unwrap_or_else(|e| fail(&format!("render: {e}")));
+    renders.extend(
+        storefront::render_all(&manifest).unwrap_or_else(|e| fail(&format!("storefront: {e}"))),
+    );
     let mut index = String::from(
         "/// Every committed render, by repository path.\npub static RENDERS: &[(&str, &str)] = &[\n",
     );

@@ -69,6 +69,36 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "Response timeout of /settle in ms; settle waits for the chain (default 60000).",
     ),
     (
+        "header_read_timeout_ms",
+        "FACTOMAT_HEADER_READ_TIMEOUT_MS",
+        false,
+        "Deadline for a request's whole head (line and headers) in ms; the first one counts from connect (default 10000).",
+    ),
+    (
+        "body_read_timeout_ms",
+        "FACTOMAT_BODY_READ_TIMEOUT_MS",
+        false,
+        "Deadline for a paid POST's whole body in ms; a late body gets 408 and nothing is charged (default 10000).",
+    ),
+    (
+        "idle_timeout_ms",
+        "FACTOMAT_IDLE_TIMEOUT_MS",
+        false,
+        "A keep-alive connection with no request for this long is closed, in ms (default 60000).",
+    ),
+    (
+        "response_write_timeout_ms",
+        "FACTOMAT_RESPONSE_WRITE_TIMEOUT_MS",
+        false,
+        "A response the client stops reading is cut after this long, in ms (default 30000).",
+    ),
+    (
+        "max_connections",
+        "FACTOMAT_MAX_CONNECTIONS",
+        false,
+        "Open client connections at most; new ones beyond it are shed (default: from the file-descriptor limit).",
+    ),
+    (
         "database_url",
         "FACTOMAT_DATABASE_URL",
         false,
@@ -183,6 +213,8 @@ pub struct Config {
     pub facilitator_verify_timeout_ms: u64,
     /// Budget of one `/settle` call.
     pub facilitator_settle_timeout_ms: u64,
+    /// Connection deadlines and the connection cap (see `ConnectionLimits`).
+    pub connections: ConnectionLimits,
     /// Where the ledger lives.
     pub database_url: String,
     /// The Base JSON-RPC endpoint (may carry a key).
@@ -205,6 +237,51 @@ pub struct Config {
     pub unsafe_test_ca: Option<TestCa>,
     /// TESTS ONLY: fixed DNS answers that replace the system resolver (still vetted).
     pub unsafe_test_dns: Vec<(String, IpAddr)>,
+}
+
+/// Deadlines and the cap every client connection lives under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// How long a client may take to send its request head.
+    pub header_read_timeout_ms: u64,
+    /// How long a client may take to send its body.
+    pub body_read_timeout_ms: u64,
+    /// How long an idle connection is kept.
+    pub idle_timeout_ms: u64,
+    /// How long writing a response may take.
+    pub response_write_timeout_ms: u64,
+    /// Open connections at most.
+    pub max_connections: usize,
+}
+
+/// File descriptors kept free of client connections: outbound clients (facilitator, RPC,
+/// providers, page fetches), the ledger, the listener(s) and the admin port.
+pub const FD_HEADROOM: u64 = 256;
+/// The default cap never exceeds this, however high the descriptor limit: each idle
+/// connection costs about 20 KB, and 16384 of them is already a flood.
+pub const MAX_CONNECTIONS_CEILING: u64 = 16_384;
+
+/// The default connection cap for a soft descriptor limit: the limit less a quarter (at
+/// least `FD_HEADROOM`) for everything that is not a client, at least 16.
+pub fn default_max_connections(fd_limit: u64) -> usize {
+    let headroom = (fd_limit / 4).max(FD_HEADROOM);
+    let cap = fd_limit
+        .saturating_sub(headroom)
+        .clamp(16, MAX_CONNECTIONS_CEILING);
+    usize::try_from(cap).unwrap_or(16)
+}
+
+/// The process's soft open-file limit (Linux `/proc/self/limits`); 1024 when unknown.
+pub fn open_file_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|line| line.starts_with("Max open files"))
+                .and_then(|line| line.split_whitespace().nth(3))
+                .and_then(|soft| soft.parse::<u64>().ok())
+        })
+        .unwrap_or(1024)
 }
 
 /// A test CA read from a PEM file at start-up.
@@ -380,6 +457,32 @@ impl RawLayer {
         }
     }
 
+    fn count(&self, key: &'static str, default: usize) -> Result<usize, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some((value, _)) => value
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=1_000_000).contains(n))
+                .ok_or_else(|| {
+                    self.error(key, format!("{value:?} is not a number from 1 to 1000000"))
+                }),
+        }
+    }
+
+    fn connection_limits(&self) -> Result<ConnectionLimits, ConfigError> {
+        Ok(ConnectionLimits {
+            header_read_timeout_ms: self.millis("header_read_timeout_ms", 10_000)?,
+            body_read_timeout_ms: self.millis("body_read_timeout_ms", 10_000)?,
+            idle_timeout_ms: self.millis("idle_timeout_ms", 60_000)?,
+            response_write_timeout_ms: self.millis("response_write_timeout_ms", 30_000)?,
+            max_connections: self.count(
+                "max_connections",
+                default_max_connections(open_file_limit()),
+            )?,
+        })
+    }
+
     /// A `host=VALUE,host=VALUE` list of a test seam. Host names are lowercased.
     fn host_pairs<T>(
         &self,
@@ -500,6 +603,7 @@ impl RawLayer {
             facilitator_authorization: secret("facilitator_authorization")?,
             facilitator_verify_timeout_ms,
             facilitator_settle_timeout_ms,
+            connections: self.connection_limits()?,
             database_url,
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
@@ -654,6 +758,7 @@ mod tests {
             "log_format" => "json",
             "log_level" => "debug",
             "database_url" => "sqlite:/tmp/x.db",
+            "max_connections" => "77",
             k if k.ends_with("_ms") => "1234",
             k if k.contains("_url") => "https://x.example/",
             _ => "token",
@@ -676,6 +781,17 @@ mod tests {
             assert_eq!(config.listen.port(), 9001);
             assert_eq!(config.facilitator_verify_timeout_ms, 1234);
             assert_eq!(config.facilitator_settle_timeout_ms, 1234);
+            let limits = config.connections;
+            assert_eq!(
+                (
+                    limits.header_read_timeout_ms,
+                    limits.body_read_timeout_ms,
+                    limits.idle_timeout_ms,
+                    limits.response_write_timeout_ms,
+                    limits.max_connections
+                ),
+                (1234, 1234, 1234, 1234, 77)
+            );
             assert!(
                 config.facilitator_authorization.is_some() && config.rpc_url_eip155_1.is_some()
             );
@@ -684,6 +800,28 @@ mod tests {
             assert_eq!(config.unsafe_test_dns.len(), 1);
             assert!(config.unsafe_test_ca.is_some() && config.unsafe_test_seams_active());
         }
+    }
+
+    #[test]
+    fn connection_limits_default_safely_and_leave_descriptors_free() {
+        let limits = Config::from_env(env(&[])).expect("defaults").connections;
+        assert_eq!(limits.header_read_timeout_ms, 10_000);
+        assert_eq!(limits.body_read_timeout_ms, 10_000);
+        assert_eq!(limits.idle_timeout_ms, 60_000);
+        assert_eq!(limits.response_write_timeout_ms, 30_000);
+        assert_eq!(
+            limits.max_connections,
+            default_max_connections(open_file_limit())
+        );
+        assert!((limits.max_connections as u64) < open_file_limit());
+        assert_eq!(default_max_connections(1024), 768);
+        assert_eq!(default_max_connections(20_000), 15_000);
+        assert_eq!(default_max_connections(1 << 20), 16_384);
+        assert_eq!(default_max_connections(100), 16);
+        let err = Config::from_env(env(&[("FACTOMAT_MAX_CONNECTIONS", "0")])).unwrap_err();
+        assert_eq!(err.key, "max_connections");
+        let err = Config::from_env(env(&[("FACTOMAT_IDLE_TIMEOUT_MS", "soon")])).unwrap_err();
+        assert_eq!(err.key, "idle_timeout_ms");
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn no_stale_files_linger_beside_the_renders() {
         "generated",
         "generated/schemas",
         "generated/samples",
+        "generated/storefront",
         "docs/machines",
     ] {
         for entry in std::fs::read_dir(repo_root().join(dir)).expect("render folder") {

@@ -35,6 +35,26 @@ const DOCUMENTS: &[(&str, &str, &str)] = &[
         "text/markdown; charset=utf-8",
     ),
     (
+        "/storefront/",
+        "generated/storefront/index.html",
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/storefront",
+        "generated/storefront/index.html",
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/storefront/VM03",
+        "generated/storefront/VM03.html",
+        "text/html; charset=utf-8",
+    ),
+    (
+        "/storefront/storefront.css",
+        "generated/storefront/storefront.css",
+        "text/css; charset=utf-8",
+    ),
+    (
         "/docs/machines/VM11.md",
         "docs/machines/VM11.md",
         "text/markdown; charset=utf-8",
@@ -72,8 +92,7 @@ async fn documents_match_the_committed_renders_with_the_base_url() {
 #[tokio::test]
 async fn head_answers_without_a_body() {
     let server = TestServer::start().await;
-    let response = server
-        .client
+    let response = raw_client()
         .head(format!("{}/v1/catalog", server.url))
         .send()
         .await
@@ -125,4 +144,126 @@ async fn the_base_url_defaults_to_the_bound_address() {
         catalog["machines"][0]["resource"],
         format!("{}/v1/url-context", server.url)
     );
+}
+
+/// A client that neither asks for nor decodes compressed bodies on its own, so the test sees
+/// the bytes on the wire.
+fn raw_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_gzip()
+        .no_brotli()
+        .no_deflate()
+        .build()
+        .expect("client")
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .expect("valid gzip");
+    out
+}
+
+fn unbrotli(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    brotli::Decompressor::new(bytes, 4096)
+        .read_to_end(&mut out)
+        .expect("valid brotli");
+    out
+}
+
+#[tokio::test]
+async fn compressed_documents_decode_to_the_same_bytes() {
+    let server = TestServer::start().await;
+    let client = raw_client();
+    let max_age = common::manifest()["service"]["free_document_max_age_seconds"]
+        .as_u64()
+        .expect("manifest lifetime");
+    for (path, _, _) in DOCUMENTS {
+        let url = format!("{}{path}", server.url);
+        let plain = client.get(&url).send().await.expect("answered");
+        assert!(plain.headers().get("content-encoding").is_none(), "{path}");
+        assert_eq!(
+            plain.headers()["cache-control"],
+            format!("public, max-age={max_age}").as_str(),
+            "{path}"
+        );
+        assert_eq!(plain.headers()["vary"], "Accept-Encoding", "{path}");
+        let identity = plain.bytes().await.expect("body");
+        let mut tags = vec![];
+        for (coding, decode) in [("gzip", gunzip as fn(&[u8]) -> Vec<u8>), ("br", unbrotli)] {
+            let response = client
+                .get(&url)
+                .header("accept-encoding", coding)
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(response.status().as_u16(), 200, "{path} {coding}");
+            assert_eq!(response.headers()["content-encoding"], coding, "{path}");
+            tags.push(response.headers()["etag"].clone());
+            let wire = response.bytes().await.expect("body");
+            assert!(wire.len() < identity.len(), "{path} {coding} is smaller");
+            assert_eq!(
+                decode(&wire),
+                identity,
+                "{path} {coding} decodes to the same bytes"
+            );
+        }
+        assert_ne!(
+            tags[0], tags[1],
+            "{path}: each representation has its own tag"
+        );
+    }
+    let browser_like = client
+        .get(format!("{}/openapi.json", server.url))
+        .header("accept-encoding", "gzip, deflate, br, zstd")
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(browser_like.headers()["content-encoding"], "br");
+    assert_eq!(server.outbound(), 0);
+}
+
+#[tokio::test]
+async fn a_current_etag_gets_304_with_no_body() {
+    let server = TestServer::start().await;
+    let client = raw_client();
+    let url = format!("{}/v1/catalog", server.url);
+    for coding in ["identity", "gzip", "br"] {
+        let first = client
+            .get(&url)
+            .header("accept-encoding", coding)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(first.status().as_u16(), 200);
+        let etag = first.headers()["etag"].to_str().expect("ascii").to_string();
+        assert!(
+            etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
+            "strong tag: {etag}"
+        );
+        let again = client
+            .get(&url)
+            .header("accept-encoding", coding)
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(again.status().as_u16(), 304, "{coding}");
+        assert_eq!(again.headers()["etag"], etag.as_str());
+        assert!(again.headers().get("cache-control").is_some());
+        assert!(again.bytes().await.expect("body").is_empty(), "{coding}");
+        let stale = client
+            .get(&url)
+            .header("accept-encoding", coding)
+            .header("if-none-match", "\"not-the-current-tag\"")
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(stale.status().as_u16(), 200, "{coding}");
+        assert!(!stale.bytes().await.expect("body").is_empty());
+    }
 }

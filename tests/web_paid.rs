@@ -196,6 +196,13 @@ fn vm01_routes(seen: &Seen) -> Reply {
             count: 1000,
         },
         "/stall" => Reply::stall(std::time::Duration::from_secs(12)),
+        // Headers at once, then nothing usable before the deadline.
+        "/silent-body" => Reply::Drip {
+            headers: vec![("content-type".into(), "text/html".into())],
+            chunk: b"<!-- -->\n".to_vec(),
+            every: std::time::Duration::from_secs(10),
+            count: 2,
+        },
         // Hostile redirects: every target is loopback, refused, or unmapped.
         "/to-loopback" => Reply::redirect(302, "https://127.0.0.1/admin"),
         "/to-other-loopback" => Reply::redirect(302, "https://127.0.0.2/"),
@@ -330,6 +337,13 @@ async fn vm01_reads_real_pages_over_the_paid_rail() {
         started.elapsed().as_secs() < 12,
         "the 5 s request deadline held"
     );
+
+    // The headers arrived (a final URL was reached) but the body timed out with nothing
+    // usable: HOLD, and a HOLD names no final URL.
+    let (body, _) = web.vm01("https://news.example.com/silent-body").await;
+    assert_eq!(body["status"], "HOLD", "{body:#}");
+    assert_eq!(body["final_url"], Value::Null, "{body:#}");
+    assert!(limitations(&body).contains("deadline"), "{body:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -426,7 +440,13 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
     let served = page.clone();
     let handler: Handler = Arc::new(move |seen: &Seen| match seen.path.as_str() {
         "/changelog" => Reply::html(served.lock().expect("page").clone()),
-        "/broken" => Reply::stall(std::time::Duration::from_secs(12)),
+        // Headers at once, then nothing usable before the deadline.
+        "/broken" => Reply::Drip {
+            headers: vec![("content-type".into(), "text/html".into())],
+            chunk: b"<!-- -->\n".to_vec(),
+            every: std::time::Duration::from_secs(10),
+            count: 2,
+        },
         _ => Reply::Full {
             status: 404,
             headers: Vec::new(),
@@ -519,6 +539,7 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
         .vm07("https://news.example.com/broken", Some(&baseline))
         .await;
     assert_eq!(hold["status"], "HOLD");
+    assert_eq!(hold["final_url"], Value::Null, "a HOLD names no final URL");
     assert_eq!(hold["comparison_status"], "INCONCLUSIVE");
     assert_eq!(hold["baseline"], baseline);
     assert_eq!(hold["completeness"]["extraction_complete"], false);

@@ -41,10 +41,14 @@ pub struct Service {
     pub family_wallet_note: String,
     pub rediscovery_note: String,
     pub default_max_request_bytes: u64,
+    /// Cache-Control max-age of the free documents (catalog, OpenAPI, llms.txt, storefront).
+    pub free_document_max_age_seconds: u64,
     /// Who answers for the service (OpenAPI `info.contact`).
     pub contact: Contact,
     /// One paragraph for agents (OpenAPI `info.x-guidance`); llms.txt has the long form.
     pub guidance: String,
+    /// What no machine ever does, stated to people on every storefront machine page.
+    pub never: Vec<String>,
 }
 
 /// The operator's contact, as OpenAPI's Contact object.
@@ -289,6 +293,20 @@ impl Manifest {
         let mut push = |field: &str, message: String| {
             errors.push(ManifestError::at(id, field, message));
         };
+        let baseline_version = machine
+            .input_schema
+            .pointer("/properties/baseline/properties/methodology_version");
+        if let Some(field) = baseline_version
+            && field.get("const").and_then(Value::as_str) != Some(&machine.methodology_version)
+        {
+            push(
+                "input_schema.baseline.methodology_version",
+                format!(
+                    "must be const {:?}: a baseline is accepted only from this methodology",
+                    machine.methodology_version
+                ),
+            );
+        }
         if machine.method != "POST" {
             push(
                 "method",

@@ -49,8 +49,12 @@ impl RequestValidator {
         })
     }
 
-    /// Checks a parsed request against the machine's input schema.
-    pub(crate) fn validate(&self, request: &Value) -> Result<(), ApiError> {
+    /// Checks a parsed request against the machine's input schema. A request that breaks
+    /// only rules the schema states as combinations (`oneOf`, `anyOf`, `not`, `const`: an
+    /// asset kind's fields, a chain's symbols, the zero address, a baseline's methodology)
+    /// gives `Ok(Some(error))`: the machine's checks name those rules precisely, so the caller
+    /// runs them first and reports this error only when they pass.
+    pub(crate) fn validate(&self, request: &Value) -> Result<Option<ApiError>, ApiError> {
         if !request.is_object() {
             return Err(ApiError::bad_request(
                 "invalid_body",
@@ -66,7 +70,7 @@ impl RequestValidator {
         // The common case, a valid request, takes the validator's fast path: no error values
         // are built. Only an invalid request pays for ranking its errors.
         if self.validator.is_valid(request) {
-            return Ok(());
+            return Ok(None);
         }
         // Rank on the error kind alone; only the reported error is formatted.
         let best = self
@@ -74,8 +78,11 @@ impl RequestValidator {
             .iter_errors(request)
             .min_by_key(|error| rank(error.kind()));
         match best {
+            Some(error) if rank(error.kind()) == DEFERRED_RANK => {
+                Ok(Some(self.to_api_error(&error)))
+            }
             Some(error) => Err(self.to_api_error(&error)),
-            None => Ok(()),
+            None => Ok(None),
         }
     }
 
@@ -185,7 +192,6 @@ fn rank(kind: &ValidationErrorKind) -> u8 {
         ValidationErrorKind::Required { .. } => 2,
         ValidationErrorKind::Type { .. } => 3,
         ValidationErrorKind::Enum { .. }
-        | ValidationErrorKind::Constant { .. }
         | ValidationErrorKind::Pattern { .. }
         | ValidationErrorKind::MaxLength { .. }
         | ValidationErrorKind::MinLength { .. }
@@ -196,9 +202,17 @@ fn rank(kind: &ValidationErrorKind) -> u8 {
         | ValidationErrorKind::Maximum { .. }
         | ValidationErrorKind::ExclusiveMinimum { .. }
         | ValidationErrorKind::ExclusiveMaximum { .. } => 4,
+        ValidationErrorKind::Constant { .. }
+        | ValidationErrorKind::Not { .. }
+        | ValidationErrorKind::AnyOf { .. }
+        | ValidationErrorKind::OneOfNotValid { .. }
+        | ValidationErrorKind::OneOfMultipleValid { .. } => DEFERRED_RANK,
         _ => 5,
     }
 }
+
+/// The rank of errors from rules stated as combinations; reported after the machine's checks.
+const DEFERRED_RANK: u8 = 6;
 
 /// Parses a request body. An empty body and malformed JSON are distinct codes.
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {

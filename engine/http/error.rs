@@ -100,10 +100,11 @@ impl From<NotReady> for ApiError {
 }
 
 impl From<&Refusal> for ApiError {
-    /// A refusal of ours on the paid path: 500 when the work failed, else 503.
+    /// A refusal of ours on the paid path: 500 when the work failed or the payee or price cannot
+    /// be read, else 503.
     fn from(refusal: &Refusal) -> Self {
         let status = match refusal {
-            Refusal::WorkFailed => StatusCode::INTERNAL_SERVER_ERROR,
+            Refusal::WorkFailed | Refusal::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
             Refusal::LedgerUnavailable | Refusal::FacilitatorUnavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

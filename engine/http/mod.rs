@@ -1,5 +1,7 @@
-//! The HTTP edge: the warp server, request bodies, and the mapping of errors to responses.
+//! The HTTP edge: the connection loop, the warp routes, request bodies, and the mapping of errors to responses.
 
 pub(crate) mod body;
+pub(crate) mod connections;
 pub(crate) mod error;
+pub(crate) mod free_docs;
 pub mod server;

@@ -4,38 +4,36 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::{self, MANIFEST};
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::catalog::render::{self, BASE_URL_TOKEN};
+use crate::catalog::storefront;
 use crate::config::Config;
 use crate::http::body::{self, RequestValidator};
+use crate::http::connections::{self, ConnectionCounters};
 use crate::http::error::ApiError;
+use crate::http::free_docs::FreeDoc;
 use crate::machines::{self, Entry, Work, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::facilitator::FacilitatorClient;
 use crate::pay::gate::{self, PaidOutcome, PaymentRail};
 use crate::pay::ledger;
+use crate::pay::local_check;
 
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE";
-
-/// A free document served from bytes prepared at start-up.
-struct FreeDoc {
-    content_type: &'static str,
-    body: Bytes,
-}
 
 /// Everything a paid path needs, prepared at start-up.
 struct PaidRoute {
@@ -57,6 +55,8 @@ pub struct AppState {
     pub base_url: String,
     /// The counted outbound gateway (tests read its count).
     pub gateway: Gateway,
+    /// Connection events (cap, deadlines, hang-ups), counted.
+    pub connections: Arc<ConnectionCounters>,
     rail: Option<PaymentRail>,
     work: WorkContext,
     free: HashMap<String, FreeDoc>,
@@ -130,11 +130,20 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     state.report_unfinished_attempts();
     state.check_facilitator_in_background();
     let (tx, rx) = oneshot::channel::<()>();
-    let routes = routes(state.clone());
-    let server = warp::serve(routes).incoming(listener).graceful(async move {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        // A dropped sender stops the server too, as warp's graceful signal did.
         let _ = rx.await;
+        let _ = stop_tx.send(true);
     });
-    let task = tokio::spawn(server.run());
+    let service = warp::service(routes(state.clone()));
+    let task = tokio::spawn(connections::serve(
+        listener,
+        service,
+        state.config.connections,
+        state.connections.clone(),
+        stop_rx,
+    ));
     tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
     Ok(RunningServer {
         addr,
@@ -164,10 +173,19 @@ impl AppState {
             config,
             base_url,
             gateway,
+            connections: Default::default(),
             rail,
             work,
             free,
             paid,
+        })
+    }
+
+    /// Payments refused by the local check before any facilitator call.
+    pub fn payments_refused_locally(&self) -> u64 {
+        self.rail.as_ref().map_or(0, |rail| {
+            rail.refused_locally
+                .load(std::sync::atomic::Ordering::Relaxed)
         })
     }
 
@@ -231,9 +249,14 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
+    let domain = local_check::payment_domain(&MANIFEST.payment)
+        .map_err(|e| StartError::Prepare(e.to_string()))?;
     Ok(Some(PaymentRail {
         facilitator,
         ledger,
+        domain,
+        refused_locally: Default::default(),
+        signatures_deferred: Default::default(),
     }))
 }
 
@@ -289,28 +312,35 @@ fn free_documents(
     config: &Config,
 ) -> Result<HashMap<String, FreeDoc>, StartError> {
     let mut docs = HashMap::new();
+    let max_age = manifest.service.free_document_max_age_seconds;
     let mut add = |path: String, content_type: &'static str, body: Bytes| {
-        docs.insert(path, FreeDoc { content_type, body });
+        let doc = FreeDoc::prepare(content_type, body, max_age)
+            .map_err(|e| StartError::Prepare(format!("{path}: {e}")))?;
+        docs.insert(path, doc);
+        Ok::<(), StartError>(())
     };
     for (path, render_path, content_type) in render::FREE_DOCUMENTS {
         add(
             path.into(),
             content_type,
             with_base_url(render_path, base_url)?,
-        );
+        )?;
+    }
+    for (path, render_path, content_type) in storefront::documents(manifest) {
+        add(path, content_type, with_base_url(&render_path, base_url)?)?;
     }
     for machine in &manifest.machines {
         add(
             format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
             "text/markdown; charset=utf-8",
             with_base_url(&render::machine_doc_path(machine), base_url)?,
-        );
+        )?;
     }
     add(
         render::HEALTH_PATH.into(),
         JSON,
         health_document(manifest, config),
-    );
+    )?;
     Ok(docs)
 }
 
@@ -395,8 +425,8 @@ where
     }
     if let Some(doc) = state.free.get(path) {
         return match *method {
-            Method::GET => document(doc, false),
-            Method::HEAD => document(doc, true),
+            Method::GET => document(doc, false, headers),
+            Method::HEAD => document(doc, true, headers),
             Method::OPTIONS => preflight("GET, HEAD, OPTIONS"),
             _ => method_not_allowed("GET, HEAD, OPTIONS"),
         };
@@ -418,8 +448,19 @@ where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
-    let (request, work) = match validate_paid_request(route, headers, body).await {
+    let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
+    let (request, work) = match validate_paid_request(route, headers, body, body_deadline).await {
         Ok(accepted) => accepted,
+        Err(error) if error.status == StatusCode::REQUEST_TIMEOUT => {
+            state.connections.body_timed_out();
+            tracing::debug!(machine = %route.machine.machine, "request body missed its deadline");
+            let mut response = error_response(&error);
+            // The rest of the body may still be on its way: never read it, close instead.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
         Err(error) => return error_response(&error),
     };
     let (Some(challenge), Some(requirement), Some(pay_to)) = (
@@ -572,16 +613,31 @@ async fn validate_paid_request<S, B>(
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
+    body_deadline: Duration,
 ) -> Result<(Value, Work), ApiError>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
     check_content_type(headers)?;
-    let bytes = read_limited(headers, body, route.max_body).await?;
+    let bytes = tokio::time::timeout(body_deadline, read_limited(headers, body, route.max_body))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body did not arrive within {} ms; nothing was charged",
+                    body_deadline.as_millis()
+                ),
+            )
+        })??;
     let request = body::parse_json(&bytes)?;
-    route.validator.validate(&request)?;
+    let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
+    if let Some(error) = combined_rule {
+        return Err(error);
+    }
     Ok((request, work))
 }
 
@@ -667,13 +723,29 @@ fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) ->
     response
 }
 
-fn document(doc: &FreeDoc, head: bool) -> Response<Bytes> {
-    let body = if head { Bytes::new() } else { doc.body.clone() };
-    let mut response = base_response(StatusCode::OK, doc.content_type, body);
-    if head {
+/// A free document in the representation the request prefers; 304 when its copy is current.
+fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
+    let selection = doc.select(request);
+    let chosen = selection.representation;
+    let (status, body) = if selection.not_modified {
+        (StatusCode::NOT_MODIFIED, Bytes::new())
+    } else if head {
+        (StatusCode::OK, Bytes::new())
+    } else {
+        (StatusCode::OK, chosen.body.clone())
+    };
+    let mut response = base_response(status, doc.content_type, body);
+    doc.write_headers(response.headers_mut(), chosen);
+    if doc.content_type.starts_with("text/html") {
+        response.headers_mut().insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(storefront::CONTENT_SECURITY_POLICY),
+        );
+    }
+    if head && !selection.not_modified {
         response
             .headers_mut()
-            .insert(CONTENT_LENGTH, HeaderValue::from(doc.body.len()));
+            .insert(CONTENT_LENGTH, HeaderValue::from(chosen.body.len()));
     }
     response
 }

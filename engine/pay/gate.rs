@@ -1,13 +1,18 @@
 //! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`:
-//! decode → x402Version 2 → `accepted` equals our requirement → facilitator `/verify` →
+//! decode → x402Version 2 → `accepted` equals our requirement → the local check (signature,
+//! payee, price, window; see `local_check`) → facilitator `/verify` →
 //! ledger reserve → the machine's work → facilitator `/settle` → ledger record.
 //!
-//! Nothing goes outbound before `/verify` says the payment is valid, and the unique nonce in
+//! A payment the local check refuses never costs a facilitator call. Nothing goes outbound
+//! before `/verify` says the payment is valid, and the unique nonce in
 //! the ledger makes sure one authorization runs the work at most once.
 
+use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use alloy_primitives::B256;
+use alloy::sol_types::Eip712Domain;
+use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
@@ -15,17 +20,24 @@ use serde_json::{Value, json};
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 
-/// The configured facilitator and ledger.
+/// The configured facilitator and ledger, and what the local check needs.
 pub(crate) struct PaymentRail {
     /// The facilitator client (`/verify`, `/settle`, `/supported`).
     pub facilitator: FacilitatorClient,
     /// Where every paid attempt is recorded.
     pub ledger: Arc<dyn Ledger>,
+    /// The asset's EIP-712 domain (`local_check::payment_domain`).
+    pub domain: Eip712Domain,
+    /// Payments refused by the local check, which never reached the facilitator.
+    pub refused_locally: AtomicU64,
+    /// Smart-wallet signatures passed to the facilitator unchecked.
+    pub signatures_deferred: AtomicU64,
 }
 
 /// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
@@ -54,6 +66,9 @@ pub(crate) enum Refusal {
         /// `verify` or `settle`.
         step: &'static str,
     },
+    /// Our payee or this machine's price cannot be read (a configuration fault).
+    #[error("the payee or price of this machine cannot be read; nothing was charged")]
+    Misconfigured,
     /// The work failed; the payment was not settled.
     #[error(
         "the observation could not be produced; the payment was not settled and nothing was charged"
@@ -68,6 +83,7 @@ impl Refusal {
             Refusal::LedgerUnavailable => "ledger_unavailable",
             Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
             Refusal::WorkFailed => "work_failed",
+            Refusal::Misconfigured => "payment_misconfigured",
         }
     }
 }
@@ -149,6 +165,44 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     })
 }
 
+/// The local check (no network); a refusal is counted and answered like the facilitator's.
+fn check_locally(
+    rail: &PaymentRail,
+    machine: &Machine,
+    pay_to: &str,
+    presented: &Presented,
+) -> Result<(), PaidOutcome> {
+    let (Ok(pay_to), Ok(amount)) = (
+        Address::from_str(pay_to),
+        U256::from_str_radix(&machine.price_atomic, 10),
+    ) else {
+        return Err(PaidOutcome::Failed(Refusal::Misconfigured));
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
+    let expected = Expected {
+        domain: &rail.domain,
+        pay_to,
+        amount,
+        now,
+    };
+    let payload = presented.payload.get("payload").unwrap_or(&Value::Null);
+    match local_check::check(payload, &expected) {
+        Ok(LocalVerdict::Checked) => Ok(()),
+        Ok(LocalVerdict::SignatureDeferred) => {
+            rail.signatures_deferred.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(refusal) => {
+            rail.refused_locally.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(machine = %machine.machine, reason = refusal.reason(), %refusal, "payment refused before /verify");
+            Err(reject(refusal.reason()))
+        }
+    }
+}
+
 fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
     PaidOutcome::Failed(Refusal::LedgerUnavailable)
@@ -173,6 +227,9 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Ok(presented) => presented,
         Err(outcome) => return outcome,
     };
+    if let Err(outcome) = check_locally(rail, machine, pay_to, &presented) {
+        return outcome;
+    }
     match rail.ledger.knows_nonce(&presented.nonce_sha256) {
         Ok(true) => return reject("payment_nonce_already_presented"),
         Ok(false) => {}

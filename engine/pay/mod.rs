@@ -3,4 +3,5 @@
 pub(crate) mod facilitator;
 pub(crate) mod gate;
 pub mod ledger;
+pub(crate) mod local_check;
 pub mod report;

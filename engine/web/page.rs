@@ -158,7 +158,7 @@ fn from_fetch(
         Some(page_url),
         Some(max_text_chars),
     );
-    reading
+    settled(reading)
 }
 
 /// Reads a local document (the `factomat extract` command): no fetch, no HTTP facts.
@@ -186,6 +186,16 @@ pub fn read_local(
         notes: vec!["Read from a local file; no HTTP request was made.".into()],
     };
     read_body(&mut reading, bytes, page_url, max_text_chars);
+    settled(reading)
+}
+
+/// The reading as reported: a HOLD names no final URL (SPEC: `final_url` is null on HOLD),
+/// whatever the fetch reached before it failed — e.g. headers that arrived before the body
+/// timed out.
+fn settled(mut reading: PageReading) -> PageReading {
+    if reading.status == Status::Hold {
+        reading.final_url = None;
+    }
     reading
 }
 
@@ -316,4 +326,33 @@ fn header_observations(headers: &BTreeMap<String, String>) -> Vec<Observation> {
         });
     }
     observations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(body: &[u8]) -> PageReading {
+        let url = Url::parse("https://news.example.com/a").ok();
+        read_local(
+            "https://news.example.com/a".into(),
+            url,
+            body,
+            Some("text/html"),
+            None,
+        )
+    }
+
+    #[test]
+    fn a_hold_names_no_final_url() {
+        let empty = local(b"<!-- nothing -->");
+        assert_eq!(empty.status, Status::Hold);
+        assert_eq!(empty.final_url, None);
+        let page = local(b"<html><head><title>T</title></head><body><p>Text.</p></body></html>");
+        assert_ne!(page.status, Status::Hold);
+        assert_eq!(
+            page.final_url.as_deref(),
+            Some("https://news.example.com/a")
+        );
+    }
 }

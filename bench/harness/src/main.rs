@@ -2,6 +2,7 @@
 //! to 127.0.0.1 only. Driven by `bench/run`.
 
 mod ceiling;
+mod flood;
 mod idle;
 mod paid_load;
 mod stubs;
@@ -52,6 +53,8 @@ enum Command {
     PaidLoad(paid_load::Args),
     /// Opens N keep-alive connections, makes one request on each, then holds them idle.
     Idle(idle::Args),
+    /// Holds N connections that never finish their request head, reopening closed ones.
+    Flood(flood::Args),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             Command::Rpc { listen } => stubs::rpc(listen).await,
             Command::PaidLoad(args) => paid_load::run(args).await,
             Command::Idle(args) => idle::run(args).await,
+            Command::Flood(args) => flood::run(args).await,
         }
     });
     match result {

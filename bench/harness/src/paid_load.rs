@@ -1,18 +1,103 @@
 //! Closed-loop load on factomat's paid path: N payers, each sending one request after the
 //! other on its own keep-alive connection, each request carrying a PAYMENT-SIGNATURE with a
 //! fresh EIP-3009 nonce whose `accepted` is factomat's own requirement (read from its 402).
-//! Signatures are placeholders: the benchmark's facilitator stub accepts every payment.
+//! Each authorization is signed (EIP-712 under the domain the 402 names, anvil's well-known
+//! test key #1), so factomat's local signature check runs as for a real buyer; the benchmark's
+//! facilitator stub then accepts every payment.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use alloy_primitives::{Address, B256, Signature, U256};
+use alloy_sol_types::{Eip712Domain, SolStruct, sol};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::BenchError;
 
-const PAYER: &str = "0x70997970C51812dc3A65C30b0cbB4C0ffC1B8cE8";
+/// anvil's test account #1 (a published development key that holds nothing anywhere real).
+const PAYER_KEY: &str = "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+
+sol! {
+    struct TransferWithAuthorization {
+        address from;
+        address to;
+        uint256 value;
+        uint256 validAfter;
+        uint256 validBefore;
+        bytes32 nonce;
+    }
+}
+
+/// The signing key, its address, the authorization fields every request shares, and the
+/// EIP-712 domain from the 402's `accepted` (extra.name/version, network, asset).
+struct Signer {
+    key: k256::ecdsa::SigningKey,
+    template: TransferWithAuthorization,
+    domain: Eip712Domain,
+}
+
+impl Signer {
+    fn new(accepted: &Value) -> Result<Signer, BenchError> {
+        let setup = |what: &str| BenchError::Setup(format!("402 accepted: {what}"));
+        let bytes = alloy_primitives::hex::decode(PAYER_KEY).map_err(|_| setup("key"))?;
+        let key = k256::ecdsa::SigningKey::from_slice(&bytes).map_err(|_| setup("key"))?;
+        let text = |pointer: &str| {
+            accepted
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .ok_or_else(|| setup(pointer))
+        };
+        let chain_id: u64 = text("/network")?
+            .strip_prefix("eip155:")
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| setup("network"))?;
+        let domain = Eip712Domain::new(
+            Some(text("/extra/name")?.to_string().into()),
+            Some(text("/extra/version")?.to_string().into()),
+            Some(U256::from(chain_id)),
+            Some(text("/asset")?.parse().map_err(|_| setup("asset"))?),
+            None,
+        );
+        let template = TransferWithAuthorization {
+            from: Address::from_private_key(&key),
+            to: text("/payTo")?.parse().map_err(|_| setup("payTo"))?,
+            value: U256::from_str_radix(text("/amount")?, 10).map_err(|_| setup("amount"))?,
+            validAfter: U256::ZERO,
+            validBefore: U256::from(99_999_999_999u64),
+            nonce: B256::ZERO,
+        };
+        Ok(Signer {
+            key,
+            template,
+            domain,
+        })
+    }
+
+    /// `payload.payload` for one nonce: the authorization and its 65-byte signature.
+    fn sign(&self, nonce: B256) -> Result<Value, BenchError> {
+        let mut message = self.template.clone();
+        message.nonce = nonce;
+        let hash = message.eip712_signing_hash(&self.domain);
+        let signature: Signature = self
+            .key
+            .sign_prehash_recoverable(hash.as_slice())
+            .map_err(|e| BenchError::Setup(format!("signing: {e}")))?
+            .into();
+        Ok(json!({
+            "signature": format!("0x{}", alloy_primitives::hex::encode(signature.as_bytes())),
+            "authorization": {
+                "from": message.from.to_checksum(None),
+                "to": message.to.to_checksum(None),
+                "value": message.value.to_string(),
+                "validAfter": message.validAfter.to_string(),
+                "validBefore": message.validBefore.to_string(),
+                "nonce": nonce.to_string(),
+            },
+        }))
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -77,32 +162,22 @@ async fn challenge(args: &Args) -> Result<Value, BenchError> {
 }
 
 /// A unique 32-byte nonce: run id, payer index, sequence number.
-fn nonce(run: u64, payer: usize, sequence: u64) -> String {
-    format!("0x{run:016x}{payer:016x}{sequence:032x}")
+fn nonce(run: u64, payer: usize, sequence: u64) -> B256 {
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&run.to_be_bytes());
+    bytes[8..16].copy_from_slice(&(payer as u64).to_be_bytes());
+    bytes[24..].copy_from_slice(&sequence.to_be_bytes());
+    B256::from(bytes)
 }
 
-fn signature_header(required: &Value, nonce: &str) -> String {
-    let accepted = required
-        .pointer("/accepts/0")
-        .cloned()
-        .unwrap_or(Value::Null);
+fn signature_header(required: &Value, signer: &Signer, nonce: B256) -> Result<String, BenchError> {
     let payload = json!({
         "x402Version": 2,
         "resource": required.get("resource").cloned().unwrap_or(Value::Null),
-        "accepted": accepted,
-        "payload": {
-            "signature": format!("0x{}", "11".repeat(65)),
-            "authorization": {
-                "from": PAYER,
-                "to": accepted.get("payTo").cloned().unwrap_or(Value::Null),
-                "value": accepted.get("amount").cloned().unwrap_or(Value::Null),
-                "validAfter": "0",
-                "validBefore": "99999999999",
-                "nonce": nonce,
-            },
-        },
+        "accepted": required.pointer("/accepts/0").cloned().unwrap_or(Value::Null),
+        "payload": signer.sign(nonce)?,
     });
-    STANDARD.encode(serde_json::to_vec(&payload).unwrap_or_default())
+    Ok(STANDARD.encode(serde_json::to_vec(&payload).unwrap_or_default()))
 }
 
 async fn payer(
@@ -114,11 +189,12 @@ async fn payer(
     deadline: Instant,
 ) -> Result<Tally, BenchError> {
     let client = client()?;
+    let signer = Signer::new(required.pointer("/accepts/0").unwrap_or(&Value::Null))?;
     let mut tally = Tally::default();
     let mut sequence = 0u64;
     while Instant::now() < deadline {
         sequence += 1;
-        let header = signature_header(&required, &nonce(run, index, sequence));
+        let header = signature_header(&required, &signer, nonce(run, index, sequence))?;
         let started = Instant::now();
         let sent = client
             .post(&url)

@@ -2,6 +2,7 @@
 
 use serde_json::{Value, json};
 
+use super::super::storefront;
 use super::*;
 
 fn catalog_machine(manifest: &Manifest, machine: &Machine) -> Value {
@@ -45,7 +46,7 @@ fn catalog_machine(manifest: &Manifest, machine: &Machine) -> Value {
         "evidence": machine.evidence,
         "health": url(HEALTH_PATH),
         "docs": docs_url(machine),
-        "storefront": url("/"),
+        "storefront": url(&storefront::page_path(machine)),
         "related": related_entries(manifest, machine),
     })
 }
@@ -121,6 +122,7 @@ pub(crate) fn orientation(manifest: &Manifest) -> Value {
         "health": url(HEALTH_PATH),
         "well_known_x402": url(WELL_KNOWN_PATH),
         "sample": url(SAMPLE_PATH),
+        "storefront": url(storefront::PREFIX),
         "machines": machines,
     })
 }

@@ -1,0 +1,384 @@
+//! The storefront for people: plain HTML pages rendered from the manifest at build time — an
+//! index of the machines by family and one page per machine — with one stylesheet and one
+//! small script (the "see the payment terms" button). No framework, no third-party asset; every
+//! page reads fully with JavaScript off.
+//!
+//! Compiled by `build.rs` (beside `manifest` and `render`) and by the library (the server serves
+//! the renders, the catalog links them).
+
+use minijinja::value::Serde;
+use minijinja::{Environment, context};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::manifest::{Family, Machine, Manifest};
+use super::render::{BASE_URL_TOKEN, Render};
+
+/// Where the storefront is served.
+pub const PREFIX: &str = "/storefront/";
+/// Where its renders are committed.
+pub const RENDER_DIR: &str = "generated/storefront";
+/// The content security policy of every storefront page: nothing but this origin.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+const HTML: &str = "text/html; charset=utf-8";
+const GENERATED_NOTE: &str =
+    "Generated from machines.yaml by build.rs; do not edit. Refresh with: cargo run -- generate";
+
+const LAYOUT: &str = include_str!("../../templates/storefront/layout.html.j2");
+const INDEX: &str = include_str!("../../templates/storefront/index.html.j2");
+const MACHINE: &str = include_str!("../../templates/storefront/machine.html.j2");
+/// Static assets, served as they are: (file name, content type, text).
+const ASSETS: [(&str, &str, &str); 2] = [
+    (
+        "storefront.css",
+        "text/css; charset=utf-8",
+        include_str!("../../templates/storefront/storefront.css"),
+    ),
+    (
+        "terms.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../templates/storefront/terms.js"),
+    ),
+];
+
+/// The served path of a machine's page.
+pub fn page_path(machine: &Machine) -> String {
+    format!("{PREFIX}{}", machine.machine)
+}
+
+/// Every storefront document: (served path, committed render path, content type).
+pub fn documents(manifest: &Manifest) -> Vec<(String, String, &'static str)> {
+    let index = format!("{RENDER_DIR}/index.html");
+    // The index answers with and without the trailing slash; its links are root-relative.
+    let mut documents = vec![
+        (PREFIX.to_string(), index.clone(), HTML),
+        (PREFIX.trim_end_matches('/').to_string(), index, HTML),
+    ];
+    for machine in &manifest.machines {
+        documents.push((
+            page_path(machine),
+            format!("{RENDER_DIR}/{}.html", machine.machine),
+            HTML,
+        ));
+    }
+    for (name, content_type, _) in ASSETS {
+        documents.push((
+            format!("{PREFIX}{name}"),
+            format!("{RENDER_DIR}/{name}"),
+            content_type,
+        ));
+    }
+    documents
+}
+
+/// The storefront's renders, in a stable order.
+pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
+    let env = environment()?;
+    let mut renders = vec![Render {
+        path: format!("{RENDER_DIR}/index.html"),
+        content: render(&env, "index.html", index_context(manifest))?,
+    }];
+    for machine in &manifest.machines {
+        renders.push(Render {
+            path: format!("{RENDER_DIR}/{}.html", machine.machine),
+            content: render(&env, "machine.html", machine_context(manifest, machine))?,
+        });
+    }
+    for (name, _, text) in ASSETS {
+        renders.push(Render {
+            path: format!("{RENDER_DIR}/{name}"),
+            content: text.to_string(),
+        });
+    }
+    Ok(renders)
+}
+
+fn environment() -> Result<Environment<'static>, String> {
+    let mut env = Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(|e| e.to_string())?;
+    env.set_syntax(syntax);
+    // Names ending in .html turn on minijinja's HTML auto-escaping.
+    for (name, source) in [
+        ("layout.html", LAYOUT),
+        ("index.html", INDEX),
+        ("machine.html", MACHINE),
+    ] {
+        env.add_template(name, source).map_err(|e| e.to_string())?;
+    }
+    Ok(env)
+}
+
+fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Result<String, String> {
+    env.get_template(name)
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| format!("storefront template {name}: {e:#}"))
+}
+
+fn common_context(manifest: &Manifest) -> minijinja::Value {
+    context! {
+        note => GENERATED_NOTE,
+        base_url => BASE_URL_TOKEN,
+        prefix => PREFIX,
+        service => Serde(&manifest.service),
+        payment => Serde(&manifest.payment),
+    }
+}
+
+#[derive(Serialize)]
+struct FamilyEntry<'a> {
+    family: &'a Family,
+    machines: Vec<&'a Machine>,
+}
+
+fn index_context(manifest: &Manifest) -> minijinja::Value {
+    let families: Vec<FamilyEntry<'_>> = manifest
+        .families
+        .iter()
+        .map(|family| FamilyEntry {
+            family,
+            machines: family
+                .machines
+                .iter()
+                .filter_map(|id| manifest.machine(id))
+                .collect(),
+        })
+        .collect();
+    context! {
+        families => Serde(families),
+        ..common_context(manifest)
+    }
+}
+
+fn machine_context(manifest: &Manifest, machine: &Machine) -> minijinja::Value {
+    let family = manifest
+        .families
+        .iter()
+        .find(|f| f.family == machine.family);
+    let related: Vec<&Machine> = machine
+        .related
+        .iter()
+        .filter_map(|id| manifest.machine(id))
+        .collect();
+    let example = serde_json::to_string(&machine.input_example).unwrap_or_default();
+    context! {
+            m => Serde(machine),
+            family_label => family.map(|f| f.label.clone()),
+            related => Serde(related),
+            limits => Serde(pairs(&machine.limits)),
+            freshness => Serde(machine.freshness.as_object().map(pairs).unwrap_or_default()),
+            allowlists => Serde(pairs(&machine.allowlists)),
+            schema_rows => Serde(schema_rows(&machine.input_schema)),
+            input_example_json => pretty(&machine.input_example),
+            output_example_json => pretty(&machine.output_example),
+            example_compact => example.clone(),
+            example_shell => shell_quote(&example),
+            example_python => example.replace('\\', "\\\\").replace('\'', "\\'"),
+            ..common_context(manifest)
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// `(name, value)` with strings shown bare and anything else as compact JSON.
+fn pairs(map: &Map<String, Value>) -> Vec<(String, String)> {
+    map.iter()
+        .map(|(name, value)| (name.clone(), display(value)))
+        .collect()
+}
+
+fn display(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(items) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+            items.iter().map(display).collect::<Vec<_>>().join(", ")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A POSIX shell single-quoted word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// One row of the readable request-schema table.
+#[derive(Debug, Serialize, PartialEq)]
+struct SchemaRow {
+    field: String,
+    kind: String,
+    required: bool,
+    description: String,
+    rules: Vec<String>,
+}
+
+/// The request schema flattened into rows: nested objects as `a.b`, array items as `a[]`,
+/// alternatives (`oneOf`/`anyOf`) as `a (variant n)`.
+fn schema_rows(schema: &Value) -> Vec<SchemaRow> {
+    let mut rows = Vec::new();
+    visit(schema, "", true, &mut rows);
+    rows
+}
+
+fn visit(schema: &Value, field: &str, required: bool, rows: &mut Vec<SchemaRow>) {
+    let Some(object) = schema.as_object() else {
+        return;
+    };
+    if !field.is_empty() {
+        rows.push(SchemaRow {
+            field: field.to_string(),
+            kind: kind(object),
+            required,
+            description: object
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            rules: rules(object),
+        });
+    }
+    let required_names: Vec<&str> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            let path = if field.is_empty() {
+                name.clone()
+            } else {
+                format!("{field}.{name}")
+            };
+            visit(
+                property,
+                &path,
+                required_names.contains(&name.as_str()),
+                rows,
+            );
+        }
+    }
+    if let Some(items) = object.get("items") {
+        visit(items, &format!("{field}[]"), true, rows);
+    }
+    for keyword in ["oneOf", "anyOf"] {
+        if let Some(variants) = object.get(keyword).and_then(Value::as_array) {
+            for (n, variant) in variants.iter().enumerate() {
+                let label = if field.is_empty() { "body" } else { field };
+                visit(variant, &format!("{label} (variant {})", n + 1), true, rows);
+            }
+        }
+    }
+}
+
+fn kind(object: &Map<String, Value>) -> String {
+    let mut kind = match object.get("type") {
+        Some(Value::String(name)) => name.clone(),
+        Some(Value::Array(names)) => names
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" or "),
+        _ if object.contains_key("oneOf") => "one of the variants below".into(),
+        _ if object.contains_key("anyOf") => "any of the variants below".into(),
+        _ => "any".into(),
+    };
+    if let Some(format) = object.get("format").and_then(Value::as_str) {
+        kind.push_str(&format!(" ({format})"));
+    }
+    kind
+}
+
+fn rules(object: &Map<String, Value>) -> Vec<String> {
+    let mut rules = Vec::new();
+    if let Some(value) = object.get("const") {
+        rules.push(format!("always {}", display(value)));
+    }
+    if let Some(Value::Array(values)) = object.get("enum") {
+        let values: Vec<String> = values.iter().map(display).collect();
+        rules.push(format!("one of: {}", values.join(", ")));
+    }
+    for (keyword, label) in [
+        ("minLength", "at least {} characters"),
+        ("maxLength", "at most {} characters"),
+        ("minimum", "at least {}"),
+        ("maximum", "at most {}"),
+        ("exclusiveMinimum", "more than {}"),
+        ("exclusiveMaximum", "less than {}"),
+        ("minItems", "at least {} items"),
+        ("maxItems", "at most {} items"),
+        ("minProperties", "at least {} fields"),
+        ("maxProperties", "at most {} fields"),
+        ("pattern", "matches {}"),
+        ("default", "default {}"),
+    ] {
+        if let Some(value) = object.get(keyword) {
+            rules.push(label.replace("{}", &display(value)));
+        }
+    }
+    if object.get("uniqueItems") == Some(&Value::Bool(true)) {
+        rules.push("no duplicates".into());
+    }
+    if let Some(Value::Object(not)) = object.get("not") {
+        rules.push(format!("never {}", Value::Object(not.clone())));
+    }
+    if object.get("additionalProperties") == Some(&Value::Bool(false)) {
+        rules.push("no other fields".into());
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nested_schemas_flatten_into_readable_rows() {
+        let schema = json!({
+            "type": "object",
+            "required": ["url"],
+            "additionalProperties": false,
+            "properties": {
+                "url": {"type": "string", "format": "uri", "maxLength": 2048, "description": "Page."},
+                "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": ["a", "b"]}},
+                "asset": {"oneOf": [
+                    {"type": "object", "properties": {"kind": {"const": "erc20"}}},
+                    {"type": ["string", "null"]},
+                ]},
+            },
+        });
+        let rows = schema_rows(&schema);
+        let fields: Vec<&str> = rows.iter().map(|r| r.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "url",
+                "tags",
+                "tags[]",
+                "asset",
+                "asset (variant 1)",
+                "asset (variant 1).kind",
+                "asset (variant 2)"
+            ]
+        );
+        assert_eq!(rows[0].kind, "string (uri)");
+        assert!(rows[0].required);
+        assert_eq!(rows[0].rules, ["at most 2048 characters"]);
+        assert!(!rows[1].required);
+        assert_eq!(rows[2].rules, ["one of: a, b"]);
+        assert_eq!(rows[5].rules, ["always erc20"]);
+        assert_eq!(rows[6].kind, "string or null");
+    }
+
+    #[test]
+    fn shell_words_survive_single_quotes() {
+        assert_eq!(shell_quote(r#"{"a":"it's"}"#), r#"'{"a":"it'\''s"}'"#);
+    }
+}
