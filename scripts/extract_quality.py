@@ -1,23 +1,33 @@
 #!/usr/bin/env python3
-"""Main-text extraction quality on the Mozilla Readability test corpus.
+"""Main-text extraction quality on the two development corpora, read in place (never copied).
 
-Scores texts against each page's expected.html (the content Readability.js keeps) with the
-ScrapingHub article-extraction-benchmark measure: word tokens (lowercased \\w+ runs), 4-token
-shingles counted as multisets, precision / recall / F1 per page, averaged over pages. Also
-reports title and excerpt agreement with expected-metadata.json.
+mozilla-readability (130 pages): texts are scored against each page's expected.html (the content
+Readability.js keeps) with the ScrapingHub article-extraction-benchmark measure: word tokens
+(lowercased \\w+ runs), 4-token shingles counted as multisets, precision / recall / F1 per page,
+averaged over pages. Title and excerpt agreement with expected-metadata.json are reported too.
 
-Two sources of texts:
-  --bin PATH      run `PATH extract --max-text-chars 0 --url URL FILE` on every page (the service's
-                  own extractor, exactly as VM01 runs it);
-  --jsonl FILE    lines {extractor, page, text} written by bench/extract-compare.
+trafilatura-eval (990 pages): trafilatura's own rule (the corpus README). Per page, each "with"
+snippet found as an exact substring of the extracted text is a true positive, each one missing a
+false negative; each "without" snippet found is a false positive. Precision, recall and F1 are
+pooled over all pages. The corpus is split in two fixed halves by a hash of the file name
+(HELD_OUT below): the tuning half is what extractor changes are judged on; the held-out half is
+scored only to check that a change generalises.
 
---floor F fails (exit 1) when the mean F1 of --bin is below F. The corpus is read in place and
-never copied.
+Sources of texts:
+  --bin PATH      run `PATH extract --max-text-chars 0 FILE...` (the service's own extractor,
+                  exactly as VM01 runs it), one process per corpus and job;
+  --trafilatura PYTHON
+                  run trafilatura (bench/trafilatura/run.py) with that interpreter on the same files;
+  --jsonl FILE    mozilla lines {extractor, page, text} written by bench/extract-compare.
+
+--floor-mozilla F / --floor-trafilatura F fail (exit 1) when --bin scores below F on that corpus
+(the trafilatura floor applies to the whole corpus, both halves).
 """
 
 import argparse
 import collections
 import concurrent.futures
+import hashlib
 import html.parser
 import json
 import os
@@ -26,8 +36,17 @@ import subprocess
 import sys
 import time
 
-DEFAULT_CORPUS = "/work/shared/corpus/mozilla-readability"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MOZILLA = os.environ.get("FACTOMAT_CORPUS", "/work/shared/corpus/mozilla-readability")
+DEFAULT_TRAFILATURA = "/work/shared/corpus/trafilatura-eval"
+TRAFILATURA_RUNNER = os.path.join(ROOT, "bench", "trafilatura", "run.py")
 TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def held_out(file_name):
+    """The held-out half: pages whose SHA-256 of the UTF-8 file name starts with a hex digit
+    8-f (the hash's top bit is set). Fixed for good; never tuned against."""
+    return hashlib.sha256(file_name.encode("utf-8")).hexdigest()[0] in "89abcdef"
 
 
 class _Text(html.parser.HTMLParser):
@@ -81,7 +100,10 @@ def norm(value):
     return " ".join((value or "").split()).casefold()
 
 
-def load_corpus(root):
+# ---- corpora -------------------------------------------------------------------------------
+
+
+def load_mozilla(root):
     pages = {}
     base = os.path.join(root, "test-pages")
     for name in sorted(os.listdir(base)):
@@ -97,23 +119,83 @@ def load_corpus(root):
     return pages
 
 
-def run_bin(binary, name, page):
-    # The corpus pages were captured from http://fakehost/test/ (Readability's test harness),
-    # and are stored as UTF-8 whatever their <meta charset> says, so the charset is given.
-    command = [binary, "extract", "--max-text-chars", "0", "--url", "http://fakehost/test/",
-               "--content-type", "text/html; charset=utf-8", page["source"]]
+def load_trafilatura(root):
+    """{file name: {source, url, with, without, held_out}} for every page whose file exists."""
+    with open(os.path.join(root, "evaldata.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    pages = {}
+    for url, entry in data.items():
+        name = entry["file"]
+        for folder in ("eval", "cache"):
+            source = os.path.join(root, folder, name)
+            if os.path.isfile(source):
+                pages[name] = {"source": source, "url": url, "with": entry["with"],
+                               "without": entry["without"], "held_out": held_out(name)}
+                break
+    return pages
+
+
+# ---- running extractors --------------------------------------------------------------------
+
+
+def run_bin_batch(binary, sources, extra_args):
+    """One `factomat extract` process over `sources`; one JSON document per line, in order."""
+    command = [binary, "extract", "--max-text-chars", "0", *extra_args, *sources]
     done = subprocess.run(command, capture_output=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"{name}: factomat extract failed: {done.stderr.decode(errors='replace')}")
-    result = json.loads(done.stdout)
-    return {
-        "text": result["content"]["text"],
-        "title": result["metadata"]["title"],
-        "description": result["metadata"]["description"],
-    }
+        raise SystemExit(f"factomat extract failed: {done.stderr.decode(errors='replace')}")
+    lines = done.stdout.decode().splitlines()
+    if len(lines) != len(sources):
+        raise SystemExit(f"factomat extract printed {len(lines)} documents for {len(sources)} files")
+    return [json.loads(line) for line in lines]
 
 
-def summarize(label, pages, outputs, worst=0):
+def run_bin(binary, pages, extra_args, jobs):
+    """{page: {text, title, description}} from `jobs` parallel batch processes; wall seconds."""
+    names = list(pages)
+    chunks = [names[i::jobs] for i in range(jobs)]
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(
+            lambda chunk: run_bin_batch(binary, [pages[n]["source"] for n in chunk], extra_args),
+            chunks))
+    elapsed = time.monotonic() - started
+    outputs = {}
+    for chunk, documents in zip(chunks, results):
+        for name, doc in zip(chunk, documents):
+            outputs[name] = {"text": doc["content"]["text"], "title": doc["metadata"]["title"],
+                             "description": doc["metadata"]["description"]}
+    return outputs, elapsed
+
+
+def run_trafilatura(python, pages, jobs):
+    """{page: {text}} from bench/trafilatura/run.py under `python`; wall seconds."""
+    names = list(pages)
+    chunks = [names[i::jobs] for i in range(jobs)]
+
+    def one(chunk):
+        done = subprocess.run([python, TRAFILATURA_RUNNER, "--print",
+                               *[pages[n]["source"] for n in chunk]],
+                              capture_output=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"trafilatura failed: {done.stderr.decode(errors='replace')}")
+        return [json.loads(line)["text"] for line in done.stdout.decode().splitlines()]
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, chunks))
+    elapsed = time.monotonic() - started
+    outputs = {}
+    for chunk, texts in zip(chunks, results):
+        for name, text in zip(chunk, texts):
+            outputs[name] = {"text": text}
+    return outputs, elapsed
+
+
+# ---- scoring -------------------------------------------------------------------------------
+
+
+def summarize_mozilla(label, pages, outputs, worst=0):
     scores = []
     title_exact = title_contains = titled = 0
     excerpt_exact = excerpted = 0
@@ -148,41 +230,124 @@ def summarize(label, pages, outputs, worst=0):
     return mean(0)
 
 
+def snippet_counts(page, text):
+    """(tp, fn, fp, missed "with" snippets, kept "without" snippets) of one page."""
+    missed = [s for s in page["with"] if s not in text]
+    kept = [s for s in page["without"] if s in text]
+    return len(page["with"]) - len(missed), len(missed), len(kept), missed, kept
+
+
+def pooled(pages, outputs, names):
+    tp = fn = fp = 0
+    for name in names:
+        t, n, p, _, _ = snippet_counts(pages[name], outputs[name]["text"])
+        tp, fn, fp = tp + t, fn + n, fp + p
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return precision, recall, f1
+
+
+def summarize_trafilatura(label, pages, outputs, halves, diffs=0, diff_half="tuning"):
+    """Prints pooled P/R/F1 per requested half; returns the whole corpus's F1."""
+    groups = {
+        "tuning": [n for n in outputs if not pages[n]["held_out"]],
+        "held-out": [n for n in outputs if pages[n]["held_out"]],
+        "all": list(outputs),
+    }
+    results = {}
+    for half in halves:
+        p, r, f = pooled(pages, outputs, groups[half])
+        results[half] = f
+        print(f"{label} [{half}, {len(groups[half])} pages]: P {p:.3f}  R {r:.3f}  F1 {f:.3f}")
+    if diffs:
+        worst = []
+        for name in groups[diff_half]:
+            t, n, p, missed, kept = snippet_counts(pages[name], outputs[name]["text"])
+            if n or p:
+                worst.append((n + p, name, missed, kept))
+        for _, name, missed, kept in sorted(worst, reverse=True)[:diffs]:
+            print(f"  {name} ({len(outputs[name]['text'])} chars)")
+            for s in missed:
+                print(f"    missed: {s[:100]!r}")
+            for s in kept:
+                print(f"    kept:   {s[:100]!r}")
+    return pooled(pages, outputs, groups["all"])[2]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=os.environ.get("FACTOMAT_CORPUS", DEFAULT_CORPUS))
+    parser.add_argument("--mozilla", default=DEFAULT_MOZILLA, help="mozilla-readability corpus")
+    parser.add_argument("--trafilatura-corpus", default=os.environ.get("FACTOMAT_TRAFILATURA_CORPUS",
+                                                                       DEFAULT_TRAFILATURA))
+    parser.add_argument("--corpus", choices=("mozilla", "trafilatura", "both"), default="both")
+    parser.add_argument("--half", choices=("tuning", "held-out", "all", "split"), default="tuning",
+                        help="trafilatura halves to print (split = both halves and the whole)")
     parser.add_argument("--bin", help="factomat binary to run `extract` with")
-    parser.add_argument("--jsonl", help="texts written by bench/extract-compare")
-    parser.add_argument("--floor", type=float, help="fail when the mean F1 of --bin is below this")
-    parser.add_argument("--worst", type=int, default=0, help="list the N worst pages")
+    parser.add_argument("--trafilatura", metavar="PYTHON", help="also score trafilatura run by PYTHON")
+    parser.add_argument("--jsonl", help="mozilla texts written by bench/extract-compare")
+    parser.add_argument("--floor-mozilla", type=float)
+    parser.add_argument("--floor-trafilatura", type=float)
+    parser.add_argument("--worst", type=int, default=0, help="list the N worst mozilla pages")
+    parser.add_argument("--diffs", type=int, default=0,
+                        help="list missed/kept snippets of the N worst trafilatura pages (tuning half)")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    if not os.path.isdir(os.path.join(args.corpus, "test-pages")):
-        print(f"corpus not found at {args.corpus}; set FACTOMAT_CORPUS", file=sys.stderr)
-        return 2
-    pages = load_corpus(args.corpus)
+    halves = ["tuning", "held-out", "all"] if args.half == "split" else [args.half]
     status = 0
-    if args.jsonl:
-        by_extractor = collections.defaultdict(dict)
-        speed = {}
-        with open(args.jsonl, encoding="utf-8") as f:
-            for line in f:
-                row = json.loads(line)
-                by_extractor[row["extractor"]][row["page"]] = {"text": row["text"]}
-                speed[row["extractor"]] = row.get("pages_per_second")
-        for extractor, outputs in by_extractor.items():
-            label = f"{extractor} ({speed[extractor]:.1f} pages/s in-process)" if speed.get(extractor) else extractor
-            summarize(label, pages, outputs, args.worst)
-    if args.bin:
-        start = time.monotonic()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {name: pool.submit(run_bin, args.bin, name, page) for name, page in pages.items()}
-            outputs = {name: future.result() for name, future in futures.items()}
-        elapsed = time.monotonic() - start
-        f1 = summarize(f"factomat extract ({elapsed:.1f} s wall, {args.jobs} jobs)", pages, outputs, args.worst)
-        if args.floor is not None and f1 < args.floor:
-            print(f"FAIL: mean F1 {f1:.3f} is below the floor {args.floor:.3f}", file=sys.stderr)
-            status = 1
+
+    def fail(message):
+        nonlocal status
+        print(f"FAIL: {message}", file=sys.stderr)
+        status = 1
+
+    if args.corpus in ("mozilla", "both"):
+        if not os.path.isdir(os.path.join(args.mozilla, "test-pages")):
+            print(f"corpus not found at {args.mozilla}; set FACTOMAT_CORPUS", file=sys.stderr)
+            return 2
+        pages = load_mozilla(args.mozilla)
+        if args.jsonl:
+            by_extractor = collections.defaultdict(dict)
+            speed = {}
+            with open(args.jsonl, encoding="utf-8") as f:
+                for line in f:
+                    row = json.loads(line)
+                    by_extractor[row["extractor"]][row["page"]] = {"text": row["text"]}
+                    speed[row["extractor"]] = row.get("pages_per_second")
+            for extractor, outputs in by_extractor.items():
+                label = f"{extractor} ({speed[extractor]:.1f} pages/s in-process)" if speed.get(extractor) else extractor
+                summarize_mozilla(label, pages, outputs, args.worst)
+        if args.bin:
+            # The pages were captured from http://fakehost/test/ (Readability's test harness)
+            # and are stored as UTF-8 whatever their <meta charset> says, so the charset is given.
+            outputs, elapsed = run_bin(args.bin, pages, ["--url", "http://fakehost/test/",
+                                                         "--content-type", "text/html; charset=utf-8"],
+                                       args.jobs)
+            f1 = summarize_mozilla(f"mozilla: factomat extract ({elapsed:.1f} s wall, {args.jobs} jobs)",
+                                   pages, outputs, args.worst)
+            if args.floor_mozilla is not None and f1 < args.floor_mozilla:
+                fail(f"mozilla mean F1 {f1:.3f} is below the floor {args.floor_mozilla:.3f}")
+        if args.trafilatura:
+            outputs, elapsed = run_trafilatura(args.trafilatura, pages, args.jobs)
+            summarize_mozilla(f"mozilla: trafilatura ({elapsed:.1f} s wall)", pages, outputs, args.worst)
+
+    if args.corpus in ("trafilatura", "both"):
+        if not os.path.isfile(os.path.join(args.trafilatura_corpus, "evaldata.json")):
+            print(f"corpus not found at {args.trafilatura_corpus}; set FACTOMAT_TRAFILATURA_CORPUS",
+                  file=sys.stderr)
+            return 2
+        pages = load_trafilatura(args.trafilatura_corpus)
+        if args.bin:
+            # No URL and no Content-Type: the charset comes from each page's own declaration.
+            outputs, elapsed = run_bin(args.bin, pages, [], args.jobs)
+            f1 = summarize_trafilatura(f"trafilatura-eval: factomat extract ({elapsed:.1f} s wall)",
+                                       pages, outputs, halves, args.diffs)
+            if args.floor_trafilatura is not None and f1 < args.floor_trafilatura:
+                fail(f"trafilatura-eval F1 {f1:.3f} is below the floor {args.floor_trafilatura:.3f}")
+        if args.trafilatura:
+            outputs, elapsed = run_trafilatura(args.trafilatura, pages, args.jobs)
+            summarize_trafilatura(f"trafilatura-eval: trafilatura ({elapsed:.1f} s wall)",
+                                  pages, outputs, halves)
     return status
 
 

@@ -318,6 +318,7 @@ async fn schemathesis_finds_no_error_and_no_valid_request_refused_for_an_unstate
         .arg("--report-har-path")
         .arg(&har)
         .env("NO_COLOR", "1")
+        .current_dir(reports.parent().expect("temp dir"))
         .output()
         .expect("schemathesis runs");
     let log = String::from_utf8_lossy(&output.stdout);

@@ -97,6 +97,14 @@ fn broken_manifests_name_machine_and_field() {
         "VM06.output_example: fails its own schema at \"/status\"",
     );
 
+    let mut foreign_baseline = committed();
+    machine_mut(&mut foreign_baseline, "VM08")["input_schema"]["properties"]["baseline"]["properties"]
+        ["methodology_version"]["const"] = json!("x402-service-change-snapshot-9.9.9");
+    assert_reports(
+        &foreign_baseline,
+        "VM08.input_schema.baseline.methodology_version: must be const",
+    );
+
     let mut stranger = committed();
     stranger["families"][0]["machines"]
         .as_array_mut()

@@ -15,6 +15,8 @@ use kuchikiki::traits::TendrilSink;
 use serde_json::Value;
 use url::Url;
 
+use crate::web::boilerplate;
+
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
 /// Bounds of metadata strings, headings and lists, in characters / items.
@@ -28,6 +30,11 @@ const MAX_JSON_LD_DEPTH: usize = 32;
 /// Share of the main text's word trigrams that must lie inside a container for the text to
 /// count as taken from it.
 const CONTAINMENT: f64 = 0.9;
+
+/// A Readability result shorter than this (characters) is checked against the pruned body
+/// text, which replaces it when more than twice as long: the method misses pages whose text is
+/// not in one container (short posts, forum threads, text split over table cells).
+const SECOND_OPINION_BELOW: usize = 500;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -581,7 +588,13 @@ fn dedupe(observations: &mut Vec<Observation>) {
 
 /// The main text (normalized, not yet cut) and its basis.
 fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Basis) {
-    let text = readability_text(html, page);
+    let mut text = readability_text(html, page);
+    if text.chars().count() < SECOND_OPINION_BELOW {
+        let body = boilerplate::body_text(html);
+        if body.chars().count() > 2 * text.chars().count() {
+            text = body;
+        }
+    }
     if text.is_empty() {
         return (String::new(), Basis::None);
     }
@@ -592,9 +605,8 @@ fn readability_text(html: &str, page: Option<&Url>) -> String {
     let config = dom_smoothie::Config {
         // We read JSON-LD ourselves; skipping it here saves a second pass.
         disable_json_ld: true,
-        // Formatted text separates blocks (raw textContent glues "end.</p><p>Next" into
-        // "end.Next"); whitespace is normalized afterwards anyway.
-        text_mode: dom_smoothie::TextMode::Formatted,
+        // The second pass (boilerplate.rs) reads class and id words.
+        keep_classes: true,
         ..Default::default()
     };
     let url = page.map(Url::as_str);
@@ -602,7 +614,7 @@ fn readability_text(html: &str, page: Option<&Url>) -> String {
         return String::new();
     };
     match readability.parse() {
-        Ok(article) => normalize_whitespace(&article.text_content),
+        Ok(article) => boilerplate::pruned_text(&article.content),
         Err(_) => String::new(),
     }
 }

@@ -1,5 +1,6 @@
 //! The web: the bounded page fetcher, main-text extraction, and the x402 seller probe.
 
+mod boilerplate;
 pub(crate) mod extract;
 pub mod fetch;
 pub mod page;

@@ -1,0 +1,359 @@
+//! The second pass over the main candidate the Readability method chose: boilerplate that sits
+//! inside an article container (share bars, related-link lists, comment threads, newsletter
+//! boxes, photo credits) is pruned, then the text is read with block boundaries kept.
+//! Every signal is language independent: markup roles, class/id vocabulary (which stays English
+//! on pages in any language) and link density. Measured effects: docs/extraction-comparison.md.
+
+use kuchikiki::iter::NodeIterator;
+use kuchikiki::traits::TendrilSink;
+use kuchikiki::{ElementData, NodeRef};
+
+/// Class/id words (whole parts of a class or id, split at `-`, `_`, space and case) that mark a
+/// block as page furniture rather than the text it sits in.
+const BOILERPLATE_WORDS: &[&str] = &[
+    "share",
+    "sharing",
+    "shariff",
+    "social",
+    "socials",
+    "related",
+    "recommended",
+    "recommendations",
+    "newsletter",
+    "subscribe",
+    "subscription",
+    "signup",
+    "comment",
+    "comments",
+    "commentlist",
+    "respond",
+    "breadcrumb",
+    "breadcrumbs",
+    "tags",
+    "tagcloud",
+    "taglist",
+    "promo",
+    "advert",
+    "advertisement",
+    "ad",
+    "ads",
+    "adsbygoogle",
+    "sponsor",
+    "sponsored",
+    "banner",
+    "cookie",
+    "cookies",
+    "consent",
+    "popup",
+    "modal",
+    "sidebar",
+    "widget",
+    "footer",
+    "pagination",
+    "pager",
+    "copyright",
+    "toolbar",
+    "print",
+    "skip",
+];
+
+/// Elements whose content is never running text.
+const FURNITURE_TAGS: &[&str] = &[
+    "nav", "aside", "footer", "form", "button", "select", "menu", "dialog",
+];
+
+/// A class or id of more words than this is a slug of a heading ("sharing-with-a-team"), not
+/// a name for a kind of block.
+const MAX_NAME_WORDS: usize = 3;
+
+/// A block whose text is at least this share link text is a list of links, not prose.
+const LINK_DENSE_BLOCK: f64 = 0.5;
+/// A paragraph needs a higher share: prose cites with links, link lists do not argue.
+const LINK_DENSE_PARAGRAPH: f64 = 0.8;
+/// A node holding more than this share of the candidate's text is never pruned: the signal
+/// that marked it is wrong about the page, not the node.
+const MAX_PRUNED_SHARE: f64 = 0.3;
+
+/// The whitespace-normalized text of the candidate's HTML after pruning.
+pub(crate) fn pruned_text(content_html: &str) -> String {
+    let document = kuchikiki::parse_html().one(content_html).document_node;
+    let total = text_chars(&document).max(1);
+    prune(&document, total, is_furniture);
+    prune(&document, total, is_link_dense);
+    block_text(&document)
+}
+
+/// The text of the whole body with furniture, page headers and link lists pruned: the second
+/// opinion when the Readability method finds no candidate or a very short one.
+pub(crate) fn body_text(html: &str) -> String {
+    let document = kuchikiki::parse_html().one(html).document_node;
+    let Ok(body) = document.select_first("body") else {
+        return String::new();
+    };
+    let body = body.as_node().clone();
+    let total = text_chars(&body).max(1);
+    // Chrome and hidden nodes go whatever their size (no share guard).
+    prune(&body, usize::MAX / 4, is_page_chrome);
+    prune(&body, total, is_furniture);
+    prune(&body, total, is_link_dense);
+    block_text(&body)
+}
+
+/// Site headers and embedded frames, which the Readability method drops before scoring.
+fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
+    if matches!(
+        element.name.local.as_ref(),
+        "header" | "iframe" | "object" | "embed" | "svg" | "noscript" | "script" | "style"
+    ) {
+        return true;
+    }
+    let attributes = element.attributes.borrow();
+    attributes.contains("hidden")
+        || attributes.get("aria-hidden") == Some("true")
+        || attributes.get("style").is_some_and(|style| {
+            let style: String = style
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect::<String>()
+                .to_ascii_lowercase();
+            style.contains("display:none") || style.contains("visibility:hidden")
+        })
+}
+
+/// Detaches every element `rule` marks (outermost first), with the heading that introduces it.
+fn prune(root: &NodeRef, total: usize, rule: fn(&NodeRef, &ElementData) -> bool) {
+    let marked: Vec<NodeRef> = root
+        .descendants()
+        .filter(|node| {
+            node.as_element().is_some_and(|element| rule(node, element))
+                && (text_chars(node) as f64) <= MAX_PRUNED_SHARE * total as f64
+        })
+        .collect();
+    for node in marked {
+        if let Some(heading) = introducing_heading(&node) {
+            heading.detach();
+        }
+        node.detach();
+    }
+}
+
+/// The heading right before `node` (whitespace between them ignored), if any.
+fn introducing_heading(node: &NodeRef) -> Option<NodeRef> {
+    let mut previous = node.previous_sibling();
+    while let Some(sibling) = previous {
+        if let Some(element) = sibling.as_element() {
+            return matches!(
+                element.name.local.as_ref(),
+                "h1" | "h2" | "h3" | "h4" | "h5" | "h6"
+            )
+            .then_some(sibling);
+        }
+        if !sibling
+            .as_text()
+            .is_some_and(|t| t.borrow().trim().is_empty())
+        {
+            return None;
+        }
+        previous = sibling.previous_sibling();
+    }
+    None
+}
+
+fn is_furniture(_node: &NodeRef, element: &ElementData) -> bool {
+    let tag = element.name.local.as_ref();
+    if FURNITURE_TAGS.contains(&tag) {
+        return true;
+    }
+    let attributes = element.attributes.borrow();
+    if attributes.get("role").is_some_and(|role| {
+        matches!(
+            role.trim(),
+            "navigation" | "complementary" | "contentinfo" | "banner" | "dialog"
+        )
+    }) {
+        return true;
+    }
+    ["class", "id"].iter().any(|name| {
+        attributes.get(*name).is_some_and(|value| {
+            value.split_ascii_whitespace().any(|token| {
+                let words: Vec<String> = value_words(token).collect();
+                words.len() <= MAX_NAME_WORDS
+                    && words
+                        .iter()
+                        .any(|w| BOILERPLATE_WORDS.contains(&w.as_str()))
+            })
+        })
+    })
+}
+
+/// The lowercased words of a class or id value: split at non-alphanumerics and at lower-to-upper
+/// case changes ("shareButtons" → share, buttons).
+fn value_words(value: &str) -> impl Iterator<Item = String> + '_ {
+    value
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .flat_map(split_camel)
+}
+
+fn split_camel(part: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut previous_lower = false;
+    for c in part.chars() {
+        if c.is_ascii_uppercase() && previous_lower && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
+        }
+        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        current.push(c.to_ascii_lowercase());
+    }
+    if !current.is_empty() {
+        words.push(current);
+    }
+    words
+}
+
+fn is_link_dense(node: &NodeRef, element: &ElementData) -> bool {
+    let threshold = match element.name.local.as_ref() {
+        "ul" | "ol" | "dl" | "div" | "section" | "table" => LINK_DENSE_BLOCK,
+        "p" => LINK_DENSE_PARAGRAPH,
+        _ => return false,
+    };
+    let text = text_chars(node);
+    if text == 0 {
+        return false;
+    }
+    let links: usize = node
+        .descendants()
+        .filter(|n| n.as_element().is_some_and(|e| &e.name.local == "a"))
+        .map(|a| text_chars(&a))
+        .sum();
+    links as f64 / text as f64 >= threshold
+}
+
+/// Non-whitespace characters of a node's text.
+fn text_chars(node: &NodeRef) -> usize {
+    node.descendants()
+        .text_nodes()
+        .map(|t| t.borrow().chars().filter(|c| !c.is_whitespace()).count())
+        .sum()
+}
+
+/// Elements that end a line of text; everything else is read inline.
+fn is_block(name: &str) -> bool {
+    matches!(
+        name,
+        "address"
+            | "article"
+            | "blockquote"
+            | "br"
+            | "dd"
+            | "details"
+            | "div"
+            | "dl"
+            | "dt"
+            | "figure"
+            | "h1"
+            | "h2"
+            | "h3"
+            | "h4"
+            | "h5"
+            | "h6"
+            | "header"
+            | "hr"
+            | "li"
+            | "main"
+            | "ol"
+            | "p"
+            | "pre"
+            | "section"
+            | "summary"
+            | "table"
+            | "td"
+            | "th"
+            | "tr"
+            | "ul"
+    )
+}
+
+/// The text of `root` with a space at every block boundary, whitespace normalized.
+fn block_text(root: &NodeRef) -> String {
+    let mut out = String::new();
+    collect_text(root, &mut out);
+    super::extract::normalize_whitespace(&out)
+}
+
+fn collect_text(node: &NodeRef, out: &mut String) {
+    if let Some(text) = node.as_text() {
+        out.push_str(&text.borrow());
+        return;
+    }
+    let block = node.as_element().map(|e| {
+        let name = e.name.local.as_ref();
+        if matches!(name, "script" | "style" | "template" | "noscript") {
+            return None;
+        }
+        Some(is_block(name))
+    });
+    let block = match block {
+        Some(None) => return,
+        Some(Some(block)) => block,
+        None => false,
+    };
+    if block {
+        out.push(' ');
+    }
+    for child in node.children() {
+        collect_text(&child, out);
+    }
+    if block {
+        out.push(' ');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_words_split_at_separators_and_case() {
+        let words: Vec<String> = value_words("post shareButtons related_posts").collect();
+        assert_eq!(words, ["post", "share", "buttons", "related", "posts"]);
+    }
+
+    #[test]
+    fn furniture_and_link_lists_go_prose_stays() {
+        let prose = "A long paragraph of running text that carries the article itself. ".repeat(8);
+        let html = format!(
+            "<div><p>{prose}</p><div class='share-bar'>Share on Facebook</div>\
+             <h3>Related</h3><ul><li><a href=/a>Another story</a></li><li><a href=/b>More</a></li></ul>\
+             <figure><img src=x><figcaption>The bridge at dawn</figcaption></figure>\
+             <p>Closing words with <a href=/c>one link</a> in them.</p></div>"
+        );
+        let text = pruned_text(&html);
+        assert!(text.starts_with("A long paragraph"), "{text}");
+        assert!(
+            text.ends_with("Closing words with one link in them."),
+            "{text}"
+        );
+        assert!(text.contains("The bridge at dawn"), "captions stay: {text}");
+        for gone in ["Share on", "Related", "Another story"] {
+            assert!(!text.contains(gone), "{gone} in {text}");
+        }
+    }
+
+    #[test]
+    fn heading_slugs_are_not_class_names() {
+        let prose = "Running text of the article, long enough to matter here. ".repeat(10);
+        let html = format!(
+            "<div><p>{prose}</p><section id='sharing-with-a-small-team'><p>Kept section.</p></section></div>"
+        );
+        assert!(pruned_text(&html).ends_with("Kept section."));
+    }
+
+    #[test]
+    fn a_marked_node_holding_most_of_the_text_stays() {
+        let prose = "Running text of the article, long enough to matter. ".repeat(10);
+        let html = format!("<div class='comments-enabled'><p>{prose}</p></div>");
+        assert!(pruned_text(&html).starts_with("Running text"));
+    }
+}
