@@ -227,6 +227,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
 pub struct Secret(String);
 
 impl Secret {
+    /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -246,18 +247,27 @@ pub enum FacilitatorAuth {
     /// The same Authorization header value on every request.
     Static(Secret),
     /// A fresh CDP JWT per request, minted from this API key.
-    Cdp { key_id: String, key_secret: Secret },
+    Cdp {
+        /// The API key's id (`organizations/…/apiKeys/…` or a UUID).
+        key_id: String,
+        /// The API key's private key.
+        key_secret: Secret,
+    },
 }
 
+/// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
 /// The checked configuration the service runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The address the server listens on.
     pub listen: SocketAddr,
     /// The admin listener (metrics and probes), off when None. Never the public port.
     pub admin_listen: Option<SocketAddr>,
@@ -265,28 +275,44 @@ pub struct Config {
     pub base_url: Option<String>,
     /// Checksummed (EIP-55) payee, or None when payments are disabled.
     pub pay_to: Option<String>,
+    /// Log line format.
     pub log_format: LogFormat,
+    /// The tracing filter (e.g. `info`).
     pub log_level: String,
+    /// The x402 facilitator; none disables paid calls.
     pub facilitator_url: Option<url::Url>,
+    /// How requests to the facilitator are authenticated.
     pub facilitator_auth: FacilitatorAuth,
+    /// Budget of one `/verify` call.
     pub facilitator_verify_timeout_ms: u64,
+    /// Budget of one `/settle` call.
     pub facilitator_settle_timeout_ms: u64,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
     /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only through
     /// `pay::ledger::redacted`.
     pub database_url: Secret,
+    /// PostgreSQL connections per replica at most.
     pub database_pool_size: usize,
+    /// PostgreSQL connect and pool-wait timeout; a statement gets twice this.
     pub database_connect_timeout_ms: u64,
+    /// How long in-flight paid calls may take to finish after SIGTERM/SIGINT.
     pub shutdown_drain_timeout_ms: u64,
     /// Where the captured VM04 sample is stored and read from.
     pub sample_path: PathBuf,
+    /// The Base JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_8453: Option<Secret>,
+    /// The Ethereum JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_1: Option<Secret>,
+    /// The Ethereum token inventory provider (may carry a key).
     pub inventory_url_eip155_1: Option<Secret>,
+    /// The Base token inventory provider (may carry a key).
     pub inventory_url_eip155_8453: Option<Secret>,
+    /// The DEX pricing API.
     pub dexscreener_url: Option<url::Url>,
+    /// The Lido API.
     pub lido_api_url: Option<url::Url>,
+    /// The x402 discovery provider.
     pub discovery_url: Option<url::Url>,
     /// TESTS ONLY: page hosts connected to a loopback socket instead of resolving them.
     pub unsafe_test_connect_to: Vec<(String, SocketAddr)>,
@@ -299,10 +325,15 @@ pub struct Config {
 /// Deadlines and the cap every client connection lives under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
+    /// How long a client may take to send its request head.
     pub header_read_timeout_ms: u64,
+    /// How long a client may take to send its body.
     pub body_read_timeout_ms: u64,
+    /// How long an idle connection is kept.
     pub idle_timeout_ms: u64,
+    /// How long writing a response may take.
     pub response_write_timeout_ms: u64,
+    /// Open connections at most.
     pub max_connections: usize,
 }
 
@@ -339,7 +370,9 @@ pub fn open_file_limit() -> u64 {
 /// A test CA read from a PEM file at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestCa {
+    /// The PEM file.
     pub path: PathBuf,
+    /// Its certificates, DER-encoded.
     pub certificates_der: Vec<Vec<u8>>,
 }
 
@@ -373,11 +406,15 @@ impl Config {
     }
 }
 
+/// A configuration value that cannot be used, named with where it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("configuration: {key} ({source_name}): {message}")]
 pub struct ConfigError {
+    /// The configuration key.
     pub key: String,
+    /// Where the value came from (default, file, environment).
     pub source_name: String,
+    /// What is wrong with it.
     pub message: String,
 }
 

@@ -4,6 +4,10 @@
 //! engine, in layers that import only downward: `http` → `pay` → `machines` →
 //! `providers`/`web`/`chain` → `net`, with `catalog`, `config` and `support` at the bottom.
 
+//!
+//! The public surface is what the binary and the integration tests use; everything else is
+//! private to its layer.
+
 pub mod catalog;
 pub mod chain;
 pub mod config;
@@ -11,6 +15,6 @@ pub mod http;
 pub mod machines;
 pub mod net;
 pub mod pay;
-pub mod providers;
+pub(crate) mod providers;
 pub mod support;
 pub mod web;

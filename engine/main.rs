@@ -275,7 +275,7 @@ async fn ledger_reconcile(config: Config, json: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let chain = factomat::chain::authorization::AuthorizationReader::new(
+    let chain = factomat::chain::AuthorizationReader::new(
         gateway,
         rpc_url,
         std::time::Duration::from_secs(30),
@@ -428,7 +428,7 @@ fn sample_capture(config_path: Option<&Path>, request: Option<&str>) -> ExitCode
 }
 
 async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_json::Value, String> {
-    use factomat::catalog::{embedded::MANIFEST, render::SAMPLE_MACHINE, sample};
+    use factomat::catalog::{SAMPLE_MACHINE, embedded::MANIFEST, sample};
     use factomat::machines;
     let machine = MANIFEST
         .machine(SAMPLE_MACHINE)
@@ -439,7 +439,7 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
         }
         None => machine.input_example.clone(),
     };
-    let validator = factomat::catalog::manifest::compile_schema(&machine.input_schema)?;
+    let validator = factomat::catalog::compile_schema(&machine.input_schema)?;
     if let Some(error) = validator.iter_errors(&request).next() {
         return Err(format!(
             "the request does not fit the VM04 input schema: {error}"

@@ -227,7 +227,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         .expect("h")
         .to_string();
     assert_eq!(send(stranded).await, 503);
-    tokio::time::sleep(factomat::http::admin::READY_CACHE).await;
+    tokio::time::sleep(factomat::http::READY_CACHE).await;
     let (status, body) = get(&client, format!("{admin}/readyz")).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(
@@ -235,7 +235,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         "unreachable"
     );
     relay.restart().await;
-    tokio::time::sleep(factomat::http::admin::READY_CACHE).await;
+    tokio::time::sleep(factomat::http::READY_CACHE).await;
     let (status, body) = get(&client, format!("{admin}/readyz")).await;
     assert_eq!(
         status, 200,

@@ -329,7 +329,7 @@ async fn schemathesis_finds_no_error_and_no_valid_request_refused_for_an_unstate
         .expect("machines")
         .iter()
         .map(|m| {
-            let validator = factomat::catalog::manifest::compile_schema(&m["input_schema"])
+            let validator = factomat::catalog::compile_schema(&m["input_schema"])
                 .expect("input schema compiles");
             (m["path"].as_str().expect("path").to_string(), validator)
         })

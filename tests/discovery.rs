@@ -337,7 +337,7 @@ fn assert_discovery_request(read: &Seen) {
 
 fn assert_valid(id: &str, body: &Value) {
     let validator =
-        factomat::catalog::manifest::compile_schema(&machine(id)["output_schema"]).expect("schema");
+        factomat::catalog::compile_schema(&machine(id)["output_schema"]).expect("schema");
     let errors: Vec<String> = validator.iter_errors(body).map(|e| e.to_string()).collect();
     assert!(
         errors.is_empty(),

@@ -13,7 +13,7 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn machine() -> &'static factomat::catalog::manifest::Machine {
+fn machine() -> &'static factomat::catalog::Machine {
     factomat::catalog::embedded::MANIFEST
         .machines
         .iter()

@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use factomat::catalog::manifest::Manifest;
+use factomat::catalog::Manifest;
 use serde_json::{Value, json};
 
 fn committed() -> Value {

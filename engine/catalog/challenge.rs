@@ -13,25 +13,25 @@ use crate::catalog::manifest::{Machine, Manifest};
 use crate::catalog::render;
 
 /// Header names of the v2 HTTP transport.
-pub const PAYMENT_REQUIRED: &str = "payment-required";
-pub const PAYMENT_SIGNATURE: &str = "payment-signature";
-pub const PAYMENT_RESPONSE: &str = "payment-response";
+pub(crate) const PAYMENT_REQUIRED: &str = "payment-required";
+pub(crate) const PAYMENT_SIGNATURE: &str = "payment-signature";
+pub(crate) const PAYMENT_RESPONSE: &str = "payment-response";
 
 /// Most bytes a `PAYMENT-REQUIRED` header may take. nginx's default `proxy_buffer_size`
 /// (4 KiB, one page) must hold the status line and every response header; this leaves
 /// about 1 KiB for the others and a long configured base URL.
-pub const HEADER_BUDGET: usize = 3072;
+pub(crate) const HEADER_BUDGET: usize = 3072;
 
 /// A machine's prepared 402: header value and JSON body, built once at start-up.
 #[derive(Debug, Clone)]
-pub struct Challenge {
+pub(crate) struct Challenge {
     pub header: HeaderValue,
     pub body: Bytes,
 }
 
 /// The x402 v2 PaymentRequired object for a machine, complete: the 402's JSON body. Its
 /// bazaar extension carries the full request schema and the output example.
-pub fn payment_required(
+pub(crate) fn payment_required(
     manifest: &Manifest,
     machine: &Machine,
     base_url: &str,
@@ -45,7 +45,7 @@ pub fn payment_required(
 /// The same PaymentRequired as the `PAYMENT-REQUIRED` header carries it: identical terms,
 /// with the bazaar extension reduced to the input example and the request schema's outline
 /// so the header fits [`HEADER_BUDGET`].
-pub fn header_payment_required(
+pub(crate) fn header_payment_required(
     manifest: &Manifest,
     machine: &Machine,
     base_url: &str,
@@ -81,13 +81,13 @@ fn required_with(
 }
 
 /// Standard, padded base64 of the JSON (URL-safe base64 breaks the official clients).
-pub fn encode_header(value: &Value) -> String {
+pub(crate) fn encode_header(value: &Value) -> String {
     STANDARD.encode(serde_json::to_vec(value).unwrap_or_default())
 }
 
 impl Challenge {
     /// The machine's 402: the compact PaymentRequired in the header, the full one in the body.
-    pub fn for_machine(
+    pub(crate) fn for_machine(
         manifest: &Manifest,
         machine: &Machine,
         base_url: &str,

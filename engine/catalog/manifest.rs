@@ -11,16 +11,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The eleven machine ids, in catalog order.
-pub const MACHINE_IDS: [&str; 11] = [
+pub(crate) const MACHINE_IDS: [&str; 11] = [
     "VM01", "VM02", "VM03", "VM04", "VM05", "VM06", "VM07", "VM08", "VM09", "VM10", "VM11",
 ];
 
+/// The parsed machines.yaml.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// The service block (name, versions, notes).
     pub service: Service,
+    /// The payment terms every machine shares.
     pub payment: Payment,
+    /// The machine families.
     pub families: Vec<Family>,
+    /// The machines, in catalog order.
     pub machines: Vec<Machine>,
 }
 
@@ -89,30 +94,52 @@ pub struct Unsupported {
     pub reason: String,
 }
 
+/// One machine of the manifest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Machine {
+    /// The machine id (`VM01`).
     pub machine: String,
+    /// Its family id.
     pub family: String,
+    /// Its name.
     pub name: String,
+    /// What it observes, in one sentence.
     pub purpose: String,
+    /// When an agent should call it.
     pub when_to_call: String,
+    /// The OpenAPI operationId.
     #[serde(rename = "operationId")]
     pub operation_id: String,
+    /// The HTTP method of its route.
     pub method: String,
+    /// Its route.
     pub path: String,
+    /// Its price in USDC.
     pub price: String,
+    /// Its price in atomic units.
     pub price_atomic: String,
+    /// The methodology version its responses carry.
     pub methodology_version: String,
+    /// Related machine ids.
     pub related: Vec<String>,
+    /// Fields callers may try that it does not support, with their codes.
     pub unsupported: Vec<Unsupported>,
+    /// Frozen value sets (symbols, venues, contracts).
     pub allowlists: serde_json::Map<String, Value>,
+    /// Numeric limits (sizes, timeouts, counts).
     pub limits: serde_json::Map<String, Value>,
+    /// Its freshness statement.
     pub freshness: Value,
+    /// What evidence its responses carry.
     pub evidence: Vec<String>,
+    /// The request's JSON Schema.
     pub input_schema: Value,
+    /// A valid request.
     pub input_example: Value,
+    /// The response's JSON Schema.
     pub output_schema: Value,
+    /// A response.
     pub output_example: Value,
 }
 
@@ -149,10 +176,12 @@ impl Manifest {
         }
     }
 
+    /// The machine of an id.
     pub fn machine(&self, id: &str) -> Option<&Machine> {
         self.machines.iter().find(|m| m.machine == id)
     }
 
+    /// A machine's request size limit (its own, or the service default).
     pub fn max_request_bytes(&self, machine: &Machine) -> u64 {
         machine
             .limit("max_request_bytes")
@@ -427,7 +456,7 @@ fn dialect_problems(schema: &Value, at: &str) -> Vec<String> {
 }
 
 /// Converts a `$0.01`-style USD price to atomic units at `decimals`, exactly (no floats).
-pub fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, String> {
+pub(crate) fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, String> {
     let digits = price
         .strip_prefix('$')
         .ok_or_else(|| "must start with '$'".to_string())?;
@@ -456,12 +485,16 @@ pub fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, String> {
 /// One manifest inconsistency, located by machine (or family) and field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ManifestError {
+    /// The machine (or family) the problem is in.
     pub machine: Option<String>,
+    /// The field.
     pub field: String,
+    /// What is wrong.
     pub message: String,
 }
 
 impl ManifestError {
+    /// A problem at a machine's field.
     pub fn at(machine: &str, field: &str, message: impl Into<String>) -> Self {
         ManifestError {
             machine: Some(machine.to_string()),

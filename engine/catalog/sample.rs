@@ -13,12 +13,30 @@ use super::manifest::{Machine, compile_schema};
 /// example and says why in its log).
 #[derive(Debug, thiserror::Error)]
 pub enum SampleError {
+    /// The file exists but cannot be read.
     #[error("cannot read the captured sample {path}: {detail}")]
-    Read { path: String, detail: String },
+    Read {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The capture cannot be stored.
     #[error("cannot write the captured sample {path}: {detail}")]
-    Write { path: String, detail: String },
+    Write {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The stored capture does not check out.
     #[error("the captured sample {path} is not usable: {detail}")]
-    Invalid { path: String, detail: String },
+    Invalid {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
 }
 
 /// The stored form of a capture: what was asked, what was answered, when and at which block.

@@ -58,6 +58,7 @@ pub struct AuthorizationReader {
 }
 
 impl AuthorizationReader {
+    /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`.
     pub fn new(gateway: Gateway, rpc_url: &Secret, response_timeout: Duration) -> Self {
         AuthorizationReader {
             provider: CountedRpc::new(gateway, rpc_url, response_timeout).provider(),

@@ -1,6 +1,8 @@
 //! EVM reads: the JSON-RPC transport, the chains we know, and token reads.
 
-pub mod authorization;
-pub mod networks;
-pub mod rpc;
-pub mod token_reads;
+pub(crate) mod authorization;
+pub(crate) mod networks;
+pub(crate) mod rpc;
+pub(crate) mod token_reads;
+
+pub use authorization::AuthorizationReader;

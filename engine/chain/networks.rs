@@ -5,7 +5,7 @@
 
 /// One observed chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// CAIP-2 identifier, e.g. `eip155:8453`.
     pub caip2: &'static str,
     pub chain_id: u64,
@@ -16,27 +16,27 @@ pub struct Chain {
     pub slug: &'static str,
 }
 
-pub const ETHEREUM: Chain = Chain {
+pub(crate) const ETHEREUM: Chain = Chain {
     caip2: "eip155:1",
     chain_id: 1,
     name: "Ethereum",
     slug: "ethereum",
 };
 
-pub const BASE: Chain = Chain {
+pub(crate) const BASE: Chain = Chain {
     caip2: "eip155:8453",
     chain_id: 8453,
     name: "Base",
     slug: "base",
 };
 
-pub const ALL: [Chain; 2] = [ETHEREUM, BASE];
+pub(crate) const ALL: [Chain; 2] = [ETHEREUM, BASE];
 
-pub fn by_caip2(caip2: &str) -> Option<Chain> {
+pub(crate) fn by_caip2(caip2: &str) -> Option<Chain> {
     ALL.into_iter().find(|c| c.caip2 == caip2)
 }
 
-pub fn by_id(chain_id: u64) -> Option<Chain> {
+pub(crate) fn by_id(chain_id: u64) -> Option<Chain> {
     ALL.into_iter().find(|c| c.chain_id == chain_id)
 }
 

@@ -23,7 +23,7 @@ const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
 /// A JSON-RPC endpoint whose URL is a secret.
 #[derive(Clone, Debug)]
-pub struct CountedRpc {
+pub(crate) struct CountedRpc {
     gateway: Gateway,
     url: SecretUrl,
     response_timeout: Duration,
@@ -41,7 +41,7 @@ impl fmt::Debug for SecretUrl {
 }
 
 impl CountedRpc {
-    pub fn new(gateway: Gateway, url: &Secret, response_timeout: Duration) -> Self {
+    pub(crate) fn new(gateway: Gateway, url: &Secret, response_timeout: Duration) -> Self {
         CountedRpc {
             gateway,
             url: SecretUrl(reqwest::Url::parse(url.expose()).ok()),
@@ -50,7 +50,7 @@ impl CountedRpc {
     }
 
     /// An alloy provider speaking through this transport.
-    pub fn provider(self) -> RootProvider<Ethereum> {
+    pub(crate) fn provider(self) -> RootProvider<Ethereum> {
         RootProvider::new(RpcClient::new(self, false))
     }
 
@@ -130,7 +130,7 @@ impl tower::Service<RequestPacket> for CountedRpc {
 }
 
 /// Describes an RPC failure for a response's limitations: never the URL.
-pub fn describe_error(error: &TransportError) -> String {
+pub(crate) fn describe_error(error: &TransportError) -> String {
     match error {
         TransportError::ErrorResp(payload) => {
             format!("RPC error {}: {}", payload.code, payload.message)
@@ -149,14 +149,14 @@ pub fn describe_error(error: &TransportError) -> String {
 /// What a response may say about a configured endpoint whose URL is a secret: its host and,
 /// at most, its origin (scheme, host, port). Paths and queries often carry provider keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublicEndpoint {
+pub(crate) struct PublicEndpoint {
     pub host: String,
     /// None when even the origin is withheld: the configured URL carries userinfo, so the
     /// whole URL is treated as credential material beyond its host.
     pub origin: Option<String>,
 }
 
-pub fn public_endpoint(url: &Secret) -> PublicEndpoint {
+pub(crate) fn public_endpoint(url: &Secret) -> PublicEndpoint {
     let Ok(parsed) = url::Url::parse(url.expose()) else {
         return PublicEndpoint {
             host: String::new(),
@@ -171,7 +171,7 @@ pub fn public_endpoint(url: &Secret) -> PublicEndpoint {
 
 /// How an `eth_call`/`eth_estimateGas` failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallFailure {
+pub(crate) enum CallFailure {
     /// The node says the call reverts.
     Reverted {
         /// The node's own message, made printable.
@@ -187,7 +187,7 @@ pub enum CallFailure {
 
 /// Classifies a call failure. A revert is JSON-RPC error code 3 (geth, anvil, reth) or a
 /// message that names a revert (nodes that answer -32000 "execution reverted").
-pub fn classify_call_error(error: &TransportError) -> CallFailure {
+pub(crate) fn classify_call_error(error: &TransportError) -> CallFailure {
     let TransportError::ErrorResp(payload) = error else {
         return CallFailure::Unavailable(describe_error(error));
     };

@@ -14,7 +14,7 @@ use crate::config::Secret;
 use crate::net::gateway::Gateway;
 
 /// The only chain the x402 machines read.
-pub const CHAIN: &str = "eip155:8453";
+pub(crate) const CHAIN: &str = "eip155:8453";
 
 sol! {
     #[sol(rpc)]
@@ -26,7 +26,7 @@ sol! {
 
 /// What was read; a failed read is None with a limitation.
 #[derive(Debug, Clone, Default)]
-pub struct TokenReads {
+pub(crate) struct TokenReads {
     pub block: Option<u64>,
     pub balance: Option<U256>,
     pub allowance: Option<U256>,
@@ -46,7 +46,7 @@ pub enum TokenReadError {
 
 /// Reads `balanceOf(owner)` and, when a spender is given, `allowance(owner, spender)` of
 /// `token` at one block.
-pub async fn read(
+pub(crate) async fn read(
     gateway: &Gateway,
     rpc_url: Option<&Secret>,
     machine: &Machine,

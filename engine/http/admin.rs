@@ -25,12 +25,12 @@ const PROMETHEUS_TEXT: &str = "application/openmetrics-text; version=1.0.0; char
 
 /// The last readiness verdict and when it was reached.
 #[derive(Default)]
-pub struct ReadyCache {
+pub(crate) struct ReadyCache {
     last: Mutex<Option<(Instant, bool, Value)>>,
 }
 
 /// Binds the admin address and serves until `shutdown` fires.
-pub async fn start(
+pub(crate) async fn start(
     addr: SocketAddr,
     state: Arc<AppState>,
     shutdown: oneshot::Receiver<()>,

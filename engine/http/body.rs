@@ -20,20 +20,20 @@ const MAX_MESSAGE_CHARS: usize = 240;
 /// A machine's input schema that does not compile: a manifest bug, found at start-up.
 #[derive(Debug, thiserror::Error)]
 #[error("{machine}.input_schema: {message}")]
-pub struct SchemaError {
+pub(crate) struct SchemaError {
     machine: String,
     message: String,
 }
 
 /// A machine's compiled input validator.
-pub struct RequestValidator {
+pub(crate) struct RequestValidator {
     validator: jsonschema::Validator,
     unsupported: Vec<(String, String)>,
 }
 
 impl RequestValidator {
     /// Compiles the machine's input schema.
-    pub fn new(machine: &Machine) -> Result<RequestValidator, SchemaError> {
+    pub(crate) fn new(machine: &Machine) -> Result<RequestValidator, SchemaError> {
         let validator = compile_schema(&machine.input_schema).map_err(|message| SchemaError {
             machine: machine.machine.clone(),
             message,
@@ -54,7 +54,7 @@ impl RequestValidator {
     /// asset kind's fields, a chain's symbols, the zero address, a baseline's methodology)
     /// gives `Ok(Some(error))`: the machine's checks name those rules precisely, so the caller
     /// runs them first and reports this error only when they pass.
-    pub fn validate(&self, request: &Value) -> Result<Option<ApiError>, ApiError> {
+    pub(crate) fn validate(&self, request: &Value) -> Result<Option<ApiError>, ApiError> {
         if !request.is_object() {
             return Err(ApiError::bad_request(
                 "invalid_body",
@@ -215,7 +215,7 @@ fn rank(kind: &ValidationErrorKind) -> u8 {
 const DEFERRED_RANK: u8 = 6;
 
 /// Parses a request body. An empty body and malformed JSON are distinct codes.
-pub fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "empty_body",

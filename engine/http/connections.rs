@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::config::ConnectionLimits;
 
 /// How often counted connection events are summarised in the log.
-pub const REPORT_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// The pause after an accept error that is not about one connection (e.g. EMFILE), so the
 /// loop never spins.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -305,7 +305,7 @@ impl AsyncWrite for TrackedStream {
 }
 
 /// Accepts until `shutdown` turns true, then lets open connections finish and returns.
-pub async fn serve<S>(
+pub(crate) async fn serve<S>(
     listener: TcpListener,
     routes: S,
     limits: ConnectionLimits,
@@ -468,7 +468,7 @@ fn far_future() -> Instant {
 }
 
 /// The routes as a tower service (`warp::service(filter)`).
-pub trait RouteHandler:
+pub(crate) trait RouteHandler:
     tower::Service<
         http::Request<Incoming>,
         Response = warp::reply::Response,

@@ -10,7 +10,7 @@ use crate::pay::gate::Refusal;
 /// A request rejection or service refusal with a stable machine-readable code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{status} {code}: {message}")]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: StatusCode,
     pub code: String,
     pub message: String,
@@ -31,7 +31,11 @@ struct Inner<'a> {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError {
             status,
             code: code.into(),
@@ -41,12 +45,12 @@ impl ApiError {
     }
 
     /// HTTP 400: the request is invalid; no payment contract is issued.
-    pub fn bad_request(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     /// HTTP 400 naming the offending field (a JSON pointer such as `/asset/symbol`).
-    pub fn invalid_field(
+    pub(crate) fn invalid_field(
         code: impl Into<String>,
         field: impl Into<String>,
         message: impl Into<String>,
@@ -54,16 +58,16 @@ impl ApiError {
         ApiError::bad_request(code, message).with_field(field)
     }
 
-    pub fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
     }
 
-    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+    pub(crate) fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());
         self
     }
 
-    pub fn body(&self) -> Vec<u8> {
+    pub(crate) fn body(&self) -> Vec<u8> {
         let body = Body {
             error: Inner {
                 code: &self.code,

@@ -17,7 +17,7 @@ const BROTLI_WINDOW_BITS: u32 = 22;
 const BROTLI_BUFFER: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
-pub enum FreeDocError {
+pub(crate) enum FreeDocError {
     #[error("compressing a free document failed: {0}")]
     Compress(#[from] std::io::Error),
     #[error("Cache-Control value is not a valid header: {0}")]
@@ -26,7 +26,7 @@ pub enum FreeDocError {
 
 /// A content coding we can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coding {
+pub(crate) enum Coding {
     Identity,
     Gzip,
     Brotli,
@@ -44,7 +44,7 @@ impl Coding {
 
 /// One encoded body with the strong entity tag of exactly these bytes.
 #[derive(Debug)]
-pub struct Representation {
+pub(crate) struct Representation {
     pub coding: Coding,
     pub body: Bytes,
     pub etag: HeaderValue,
@@ -66,7 +66,7 @@ impl Representation {
 
 /// A free document with every representation prepared.
 #[derive(Debug)]
-pub struct FreeDoc {
+pub(crate) struct FreeDoc {
     pub content_type: &'static str,
     identity: Representation,
     /// Brotli then gzip, each only where it is smaller than the identity body.
@@ -76,7 +76,7 @@ pub struct FreeDoc {
 
 /// What to answer for one request: the chosen representation, and whether the client's
 /// copy is current (304).
-pub struct Selection<'a> {
+pub(crate) struct Selection<'a> {
     pub representation: &'a Representation,
     pub not_modified: bool,
 }
@@ -84,7 +84,7 @@ pub struct Selection<'a> {
 impl FreeDoc {
     /// Compresses `body` with gzip and brotli once; a coding that does not shrink the body
     /// is not offered.
-    pub fn prepare(
+    pub(crate) fn prepare(
         content_type: &'static str,
         body: Bytes,
         max_age_seconds: u64,
@@ -106,13 +106,14 @@ impl FreeDoc {
     }
 
     /// The uncompressed body.
-    pub fn identity(&self) -> &Representation {
+    #[allow(dead_code)] // the tests of this module read it
+    pub(crate) fn identity(&self) -> &Representation {
         &self.identity
     }
 
     /// The representation the request's `Accept-Encoding` prefers, and whether its
     /// `If-None-Match` names that representation's tag.
-    pub fn select(&self, request: &HeaderMap) -> Selection<'_> {
+    pub(crate) fn select(&self, request: &HeaderMap) -> Selection<'_> {
         let accept = request
             .get_all(http::header::ACCEPT_ENCODING)
             .iter()
@@ -144,7 +145,7 @@ impl FreeDoc {
     }
 
     /// The validator and caching headers every answer (200, 304, HEAD) carries.
-    pub fn write_headers(&self, headers: &mut HeaderMap, representation: &Representation) {
+    pub(crate) fn write_headers(&self, headers: &mut HeaderMap, representation: &Representation) {
         headers.insert(ETAG, representation.etag.clone());
         headers.insert(CACHE_CONTROL, self.cache_control.clone());
         headers.insert(VARY, HeaderValue::from_static("Accept-Encoding"));

@@ -1,9 +1,11 @@
 //! The HTTP edge: the connection loop, the warp routes, request bodies, and the mapping of errors to responses.
 
-pub mod admin;
-pub mod body;
-pub mod connections;
-pub mod error;
-pub mod free_docs;
-pub mod request_id;
+pub(crate) mod admin;
+pub(crate) mod body;
+pub(crate) mod connections;
+pub(crate) mod error;
+pub(crate) mod free_docs;
+pub(crate) mod request_id;
+
+pub use admin::READY_CACHE;
 pub mod server;

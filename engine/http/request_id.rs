@@ -8,12 +8,12 @@
 use http::{HeaderMap, HeaderValue};
 
 /// The header that carries the id, both ways.
-pub const HEADER: &str = "x-request-id";
+pub(crate) const HEADER: &str = "x-request-id";
 /// The longest caller id kept.
 const MAX_LEN: usize = 128;
 
 /// The request's id: the caller's well-formed `x-request-id`, or a fresh one.
-pub fn for_request(headers: &HeaderMap) -> HeaderValue {
+pub(crate) fn for_request(headers: &HeaderMap) -> HeaderValue {
     headers
         .get(HEADER)
         .filter(|value| well_formed(value.as_bytes()))

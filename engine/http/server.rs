@@ -60,8 +60,11 @@ struct PaidRoute {
 pub struct AppState {
     /// Paid calls between their start and their ledger record, for the shutdown drain.
     in_flight: InFlight,
+    /// The configuration the server runs with.
     pub config: Config,
+    /// The base URL the published documents carry.
     pub base_url: String,
+    /// The counted outbound gateway (tests read its count).
     pub gateway: Gateway,
     /// Connection events (cap, deadlines, hang-ups), counted.
     pub connections: Arc<ConnectionCounters>,
@@ -71,22 +74,29 @@ pub struct AppState {
     paid: HashMap<String, PaidRoute>,
 }
 
+/// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The listen address cannot be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// Why.
         source: std::io::Error,
     },
+    /// Something prepared at start-up failed (ledger, TLS, renders).
     #[error("start-up preparation failed: {0}")]
     Prepare(String),
 }
 
 /// A server running in the background, for the binary and for tests.
 pub struct RunningServer {
+    /// The bound address.
     pub addr: SocketAddr,
     /// The admin listener's address when `admin_listen` is set.
     pub admin_addr: Option<SocketAddr>,
+    /// The server's shared state.
     pub state: Arc<AppState>,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,

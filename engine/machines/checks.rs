@@ -12,7 +12,7 @@ use crate::support::evm;
 /// The value at a JSON pointer (RFC 6901), as `Value::pointer` finds it. Our pointers are
 /// literals without escapes, so this walks them without `Value::pointer`'s per-segment
 /// `String` allocations: every pre-payment check runs on the free 402 path.
-pub fn at<'a>(request: &'a Value, pointer: &str) -> Option<&'a Value> {
+pub(crate) fn at<'a>(request: &'a Value, pointer: &str) -> Option<&'a Value> {
     if pointer.contains('~') {
         return request.pointer(pointer);
     }
@@ -36,24 +36,27 @@ fn array_index(segment: &str) -> Option<usize> {
 }
 
 /// A URL input that must pass the public-HTTPS policy.
-pub fn public_url(raw: &str, pointer: &str) -> Result<url::Url, CheckFailure> {
+pub(crate) fn public_url(raw: &str, pointer: &str) -> Result<url::Url, CheckFailure> {
     url_policy::check_public_https_url(raw)
         .map_err(|e| CheckFailure::field(e.code(), pointer, e.to_string()))
 }
 
 /// An EVM address input (format and, for mixed case, EIP-55 checksum).
-pub fn address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
+pub(crate) fn address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
     evm::parse_address(raw)
         .map_err(|e| CheckFailure::field(e.code(), pointer, format!("{pointer}: {e}")))
 }
 
 /// An optional EVM address input.
-pub fn optional_address(raw: Option<&str>, pointer: &str) -> Result<Option<Address>, CheckFailure> {
+pub(crate) fn optional_address(
+    raw: Option<&str>,
+    pointer: &str,
+) -> Result<Option<Address>, CheckFailure> {
     raw.map(|raw| address(raw, pointer)).transpose()
 }
 
 /// A token contract address: a valid address that is not the zero address.
-pub fn token_address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
+pub(crate) fn token_address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
     let token = address(raw, pointer)?;
     if token.is_zero() {
         return Err(CheckFailure::field(
@@ -66,13 +69,13 @@ pub fn token_address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> 
 }
 
 /// A uint256 decimal string.
-pub fn uint256(raw: &str, pointer: &str) -> Result<U256, CheckFailure> {
+pub(crate) fn uint256(raw: &str, pointer: &str) -> Result<U256, CheckFailure> {
     evm::parse_uint256(raw)
         .map_err(|e| CheckFailure::field(e.code(), pointer, format!("{pointer}: {e}")))
 }
 
 /// Every address in an array field.
-pub fn address_list(items: &[String], pointer: &str) -> Result<Vec<Address>, CheckFailure> {
+pub(crate) fn address_list(items: &[String], pointer: &str) -> Result<Vec<Address>, CheckFailure> {
     items
         .iter()
         .enumerate()
@@ -81,7 +84,7 @@ pub fn address_list(items: &[String], pointer: &str) -> Result<Vec<Address>, Che
 }
 
 /// The probe method rule of VM08–VM10: a GET probe never carries a body.
-pub fn no_body_for_get(method: &str, body: Option<&Value>) -> Result<(), CheckFailure> {
+pub(crate) fn no_body_for_get(method: &str, body: Option<&Value>) -> Result<(), CheckFailure> {
     if method == "GET" && body.is_some() {
         return Err(CheckFailure::field(
             "body_not_allowed_for_get",
@@ -93,13 +96,13 @@ pub fn no_body_for_get(method: &str, body: Option<&Value>) -> Result<(), CheckFa
 }
 
 /// Collapses runs of whitespace to one space and trims.
-pub fn normalize_query(query: &str) -> String {
+pub(crate) fn normalize_query(query: &str) -> String {
     query.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Normalizes the `queries` array: whitespace collapsed, each 2..=400 characters after
 /// normalization, ordered lexicographically, duplicates rejected.
-pub fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFailure> {
+pub(crate) fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFailure> {
     let mut queries = Vec::new();
     for (i, item) in raw.iter().enumerate() {
         let normalized = normalize_query(item);
@@ -127,7 +130,10 @@ pub fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFailure> {
 }
 
 /// A caller-held baseline must come from this machine's methodology.
-pub fn baseline_methodology(found: Option<&str>, expected: &str) -> Result<(), CheckFailure> {
+pub(crate) fn baseline_methodology(
+    found: Option<&str>,
+    expected: &str,
+) -> Result<(), CheckFailure> {
     match found {
         Some(found) if found != expected => Err(CheckFailure::field(
             "baseline_methodology_mismatch",
@@ -140,7 +146,7 @@ pub fn baseline_methodology(found: Option<&str>, expected: &str) -> Result<(), C
 
 /// A sealed value whose claimed hash (at `hash_pointer`) must equal the canonical sha256 of
 /// `sealed`.
-pub fn seal_matches(
+pub(crate) fn seal_matches(
     claimed: Option<&str>,
     hash_pointer: &str,
     sealed: &Value,
@@ -156,7 +162,7 @@ pub fn seal_matches(
 }
 
 /// An object without the keys listed, for hashing what a seal covers.
-pub fn without_keys(value: &Value, keys: &[&str]) -> Value {
+pub(crate) fn without_keys(value: &Value, keys: &[&str]) -> Value {
     let mut value = value.clone();
     if let Value::Object(map) = &mut value {
         for key in keys {
@@ -167,7 +173,7 @@ pub fn without_keys(value: &Value, keys: &[&str]) -> Value {
 }
 
 /// The string of a JSON value at a pointer, if present.
-pub fn text_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn text_at<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
     at(value, pointer).and_then(Value::as_str)
 }
 

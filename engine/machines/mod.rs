@@ -20,20 +20,20 @@ use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 use crate::support::ttl_cache::TtlCache;
 
-pub mod checks;
-pub mod listing;
-pub mod probe_reads;
+pub(crate) mod checks;
+pub(crate) mod listing;
+pub(crate) mod probe_reads;
 pub mod vm01;
-pub mod vm02;
-pub mod vm03;
-pub mod vm04;
-pub mod vm05;
-pub mod vm06;
-pub mod vm07;
-pub mod vm08;
-pub mod vm09;
-pub mod vm10;
-pub mod vm11;
+pub(crate) mod vm02;
+pub(crate) mod vm03;
+pub(crate) mod vm04;
+pub(crate) mod vm05;
+pub(crate) mod vm06;
+pub(crate) mod vm07;
+pub(crate) mod vm08;
+pub(crate) mod vm09;
+pub(crate) mod vm10;
+pub(crate) mod vm11;
 
 /// One machine of the catalog.
 pub trait Machine: Send + Sync + 'static {

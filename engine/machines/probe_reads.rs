@@ -15,7 +15,7 @@ use crate::support::evm;
 use crate::web::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
 
 /// Ready when the probe can run and the eip155:8453 RPC endpoint for the reads is configured.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+pub(crate) fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     probe_ready(machine, config)?;
     match config.rpc_url_eip155_8453 {
         Some(_) => Ok(()),
@@ -24,14 +24,14 @@ pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
 }
 
 /// Ready when the probe's limits are in the manifest and a fetcher can be built.
-pub fn probe_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+pub(crate) fn probe_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     x402_probe::ready(machine, config)
         .map_err(|e| NotReady::new("fetch_setup_failed", e.to_string()))
 }
 
 /// The fields every probing machine's request carries: what to probe and how.
 #[derive(Debug, serde::Deserialize)]
-pub struct ProbeRequest {
+pub(crate) struct ProbeRequest {
     /// The x402 resource to probe.
     pub resource_url: String,
     /// GET or POST.
@@ -42,13 +42,13 @@ pub struct ProbeRequest {
 
 impl ProbeRequest {
     /// The pre-payment checks every probing machine runs: a public HTTPS URL, no body on GET.
-    pub fn check(&self) -> Result<(), CheckFailure> {
+    pub(crate) fn check(&self) -> Result<(), CheckFailure> {
         rc::public_url(&self.resource_url, "/resource_url")?;
         rc::no_body_for_get(&self.method, self.body.as_ref())
     }
 
     /// The probe target of a checked request.
-    pub fn target(&self) -> Result<ProbeTarget, WorkError> {
+    pub(crate) fn target(&self) -> Result<ProbeTarget, WorkError> {
         Ok(ProbeTarget::new(
             &self.resource_url,
             &self.method,
@@ -58,7 +58,7 @@ impl ProbeRequest {
 }
 
 /// Sends the one unpaid probe of `target` with this machine's limits.
-pub async fn probe(
+pub(crate) async fn probe(
     context: &WorkContext,
     machine: &Machine,
     target: ProbeTarget,
@@ -67,7 +67,7 @@ pub async fn probe(
 }
 
 /// Probes the request's resource once and selects a requirement from the answer.
-pub async fn probe_and_select(
+pub(crate) async fn probe_and_select(
     context: &WorkContext,
     machine: &Machine,
     request: &ProbeRequest,
@@ -81,7 +81,7 @@ pub async fn probe_and_select(
 /// `spender(requirement)` names. None when nothing is to be read or the asset is not an
 /// address (the machines report that as a HOLD, not as our error). The payer address was
 /// checked before payment, so failing to parse it here is our bug.
-pub async fn read_payer(
+pub(crate) async fn read_payer(
     context: &WorkContext,
     machine: &Machine,
     payer_address: &str,

@@ -38,11 +38,11 @@ sol! {
 }
 
 /// VM02 allowance exposure.
-pub struct Vm02;
+pub(crate) struct Vm02;
 
 /// A VM02 request: three EVM addresses as the caller wrote them.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The token owner.
     pub owner: String,
     /// The ERC-20 contract.

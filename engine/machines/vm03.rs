@@ -27,11 +27,11 @@ use crate::support::decimal::Decimal;
 use crate::support::evm;
 
 /// VM03 portfolio preflight.
-pub struct Vm03;
+pub(crate) struct Vm03;
 
 /// A VM03 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The address whose holdings are discovered.
     pub address: String,
     /// The chains to read (default both).
@@ -43,7 +43,7 @@ pub struct Request {
 
 /// One caller-declared holding as written.
 #[derive(Debug, Deserialize)]
-pub struct DeclaredHolding {
+pub(crate) struct DeclaredHolding {
     /// Its chain (CAIP-2).
     pub chain: String,
     /// The ERC-20 contract.

@@ -26,11 +26,11 @@ use crate::support::decimal::Decimal;
 use crate::support::evm;
 
 /// VM04 productive venue snapshot.
-pub struct Vm04;
+pub(crate) struct Vm04;
 
 /// A VM04 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// EVM chain id (1 or 8453).
     pub chain_id: u64,
     /// The asset object, echoed as the caller wrote it; read through [`Request::asset_text`].

@@ -13,11 +13,11 @@ use crate::machines::checks as rc;
 use crate::support::timestamp;
 
 /// VM05 discovery visibility snapshot.
-pub struct Vm05;
+pub(crate) struct Vm05;
 
 /// A VM05 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The x402 resource URL: an identifier, never fetched.
     pub resource: String,
     /// The seller's payTo address.

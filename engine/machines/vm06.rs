@@ -37,11 +37,11 @@ use crate::support::units::format_units;
 const MAX_QUOTED_REVERT_BYTES: usize = 256;
 
 /// VM06 transaction gas preflight.
-pub struct Vm06;
+pub(crate) struct Vm06;
 
 /// A VM06 request: one unsigned transaction as the caller wrote it.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The analysis chain (CAIP-2).
     pub chain: String,
     /// The destination address.

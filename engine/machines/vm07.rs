@@ -15,7 +15,7 @@ use crate::web::extract::{Extracted, normalize_whitespace};
 use crate::web::page::{PageReading, Status};
 
 /// The six hashed components, in the order `changed_components` lists them.
-pub const COMPONENTS: [&str; 6] = [
+pub(crate) const COMPONENTS: [&str; 6] = [
     "final_url",
     "http",
     "metadata",
@@ -28,11 +28,11 @@ const COMPARISON_SCOPE: &str = "The comparison covers the bounded normalized rep
 const NOT_A_DIFF: &str = "Fingerprints are not exact historical text diffs.";
 
 /// VM07 web change snapshot.
-pub struct Vm07;
+pub(crate) struct Vm07;
 
 /// A VM07 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The page to read.
     pub url: String,
     /// The baseline of an earlier response, kept as sent: its seal covers its exact JSON.
@@ -79,7 +79,7 @@ impl super::Machine for Vm07 {
 
 /// A baseline: the six component hashes and the completeness flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     pub components: Map<String, Value>,
     pub content_truncated: bool,
     pub extraction_complete: bool,
@@ -125,7 +125,7 @@ impl Baseline {
 }
 
 /// The normalized value of each component (docs/hashing.md, "VM07 components").
-pub fn component_values(
+pub(crate) fn component_values(
     reading: &PageReading,
     extracted: &Extracted,
 ) -> Vec<(&'static str, Value)> {
@@ -164,7 +164,7 @@ pub fn component_values(
 /// `type/subtype` lowercased, plus `; charset=<lowercased>` when a charset is declared.
 /// Other parameters (boundary, …) are dropped; an unparseable value is kept trimmed and
 /// lowercased.
-pub fn normalize_content_type(raw: &str) -> String {
+pub(crate) fn normalize_content_type(raw: &str) -> String {
     match raw.parse::<mime::Mime>() {
         Ok(parsed) => {
             let essence = parsed.essence_str().to_ascii_lowercase();
@@ -181,7 +181,7 @@ pub fn normalize_content_type(raw: &str) -> String {
 }
 
 /// The current observation as a baseline; None when nothing was extracted.
-pub fn current_baseline(reading: &PageReading) -> Option<Baseline> {
+pub(crate) fn current_baseline(reading: &PageReading) -> Option<Baseline> {
     let extracted = reading.extracted.as_ref()?;
     if reading.status == Status::Hold {
         return None;
@@ -306,7 +306,7 @@ fn inconclusive(baseline: Baseline, limitations: Vec<String>) -> Comparison {
 }
 
 /// The VM07 response of a reading and an optional caller baseline.
-pub fn response(
+pub(crate) fn response(
     machine: &Machine,
     reading: &PageReading,
     prior: Option<&Baseline>,

@@ -17,15 +17,15 @@ use crate::support::evm;
 use crate::web::x402_probe::{Probe, ProbeOutcome, Requirement};
 
 /// Defaults when the caller sends no price_policy (or only one of its keys).
-pub const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
-pub const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
+pub(crate) const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
+pub(crate) const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
 
 /// VM08 x402 service change snapshot.
-pub struct Vm08;
+pub(crate) struct Vm08;
 
 /// A VM08 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// What to probe.
     #[serde(flatten)]
     pub probe: ProbeRequest,
@@ -39,7 +39,7 @@ pub struct Request {
 
 /// The caller's thresholds for amount increases, in basis points.
 #[derive(Debug, Deserialize)]
-pub struct PricePolicy {
+pub(crate) struct PricePolicy {
     /// Increases up to this are modest.
     pub modest_increase_bps: Option<u64>,
     /// Increases above this are beyond the caller's ceiling.
@@ -174,7 +174,7 @@ fn requirement_fingerprints(requirements: &[Requirement]) -> Option<Vec<(usize, 
 /// The contract fingerprint of the whole challenge: every requirement of `accepts`, in
 /// canonical order (so reordering `accepts` changes nothing), and their count. None when the
 /// challenge has no requirement or one lacks a contract field.
-pub fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
+pub(crate) fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
     let listed = requirement_fingerprints(requirements)?;
     Some(json!({
         "requirement_count": listed.len(),
@@ -197,7 +197,7 @@ fn price_policy(request: &Request) -> (u64, u64) {
 
 /// The amount class of a change from `old` to `new` under (modest, max) basis points.
 /// The increase in bps is rounded up, so any increase counts as at least 1 bps.
-pub fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'static str> {
+pub(crate) fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'static str> {
     let (Ok(old), Ok(new)) = (evm::parse_uint256(old), evm::parse_uint256(new)) else {
         return Some("AMOUNT_CHANGED");
     };
@@ -222,7 +222,7 @@ pub fn amount_class(old: &str, new: &str, modest: u64, max: u64) -> Option<&'sta
 }
 
 /// Material change classes between one baseline requirement and one live requirement.
-pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'static str> {
+pub(crate) fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'static str> {
     let differs = |key: &str| prior.get(key) != current.get(key);
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
     let mut classes = Vec::new();
@@ -264,7 +264,7 @@ pub fn changes(prior: &Value, current: &Value, policy: (u64, u64)) -> Vec<&'stat
 
 /// One requirement that differs between the baseline and the live challenge.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequirementChange {
+pub(crate) struct RequirementChange {
     /// Its index in the live challenge's `accepts`; None when it was removed.
     pub accepts_index: Option<usize>,
     /// Its position in the baseline fingerprint's `requirements`; None when it was added.
@@ -294,7 +294,7 @@ impl RequirementChange {
 /// Pairs the baseline's requirements with the live ones, independent of their order: equal
 /// requirements first, then each remaining live requirement with the remaining baseline one
 /// it differs from least; the rest were added or removed.
-pub fn requirement_changes(
+pub(crate) fn requirement_changes(
     prior: &[Value],
     current: &[(usize, Value)],
     policy: (u64, u64),
@@ -489,7 +489,12 @@ fn baseline_block(
 }
 
 /// The VM08 response of a probe and the caller's request.
-pub fn response(machine: &Machine, request: &Request, probe: &Probe, checked_at: &str) -> Value {
+pub(crate) fn response(
+    machine: &Machine,
+    request: &Request,
+    probe: &Probe,
+    checked_at: &str,
+) -> Value {
     let listed = requirement_fingerprints(probe.requirements());
     let current = fingerprint(probe.requirements());
     let prior = prior_requirements(request);

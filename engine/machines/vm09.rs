@@ -20,11 +20,11 @@ use crate::support::timestamp::millis as timestamp;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// VM09 x402 pre-sign handoff packet.
-pub struct Vm09;
+pub(crate) struct Vm09;
 
 /// A VM09 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// What to probe.
     #[serde(flatten)]
     pub probe: ProbeRequest,
@@ -237,7 +237,7 @@ fn decide(
 }
 
 /// The VM09 packet.
-pub fn response(
+pub(crate) fn response(
     machine: &Machine,
     request: &Request,
     probe: &Probe,

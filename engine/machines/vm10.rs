@@ -18,16 +18,17 @@ use crate::support::evm;
 use crate::web::x402_probe::{self, Probe, Requirement, Selection};
 
 /// Uniswap Permit2, the canonical token spender of the permit2 transfer method.
-pub const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
+pub(crate) const PERMIT2: Address = address!("0x000000000022D473030F116dDEE9F6B43aC78BA3");
 /// x402ExactPermit2Proxy, the contract the payer's Permit2 signature names as spender.
-pub const X402_PERMIT2_PROXY: Address = address!("0x402085c248EeA27D92E8b30b2C58ed07f9E20001");
+pub(crate) const X402_PERMIT2_PROXY: Address =
+    address!("0x402085c248EeA27D92E8b30b2C58ed07f9E20001");
 
 /// VM10 payment authority snapshot.
-pub struct Vm10;
+pub(crate) struct Vm10;
 
 /// A VM10 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// What to probe.
     #[serde(flatten)]
     pub probe: ProbeRequest,
@@ -100,7 +101,7 @@ fn payer_text(request: &Request) -> &str {
 }
 
 /// State, authority path and recovery path (docs/vm10-payment-authority.md).
-pub fn classify(
+pub(crate) fn classify(
     selection: &Selection,
     reads: Option<&TokenReads>,
 ) -> (&'static str, &'static str, &'static str) {
@@ -148,7 +149,7 @@ fn block(v: Option<u64>) -> Value {
 }
 
 /// The VM10 snapshot.
-pub fn response(
+pub(crate) fn response(
     machine: &Machine,
     request: &Request,
     probe: &Probe,

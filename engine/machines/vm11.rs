@@ -19,11 +19,11 @@ use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
 use crate::support::timestamp::now as now_iso;
 
 /// VM11 discovery visibility change snapshot.
-pub struct Vm11;
+pub(crate) struct Vm11;
 
 /// A VM11 request.
 #[derive(Debug, Deserialize)]
-pub struct Request {
+pub(crate) struct Request {
     /// The x402 resource URL: an identifier, never fetched.
     pub resource: String,
     /// The seller's payTo address.

@@ -18,7 +18,7 @@ use serde_json::{Map, Number, Value};
 
 /// The bounds an answer must stay within (all inclusive maxima).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JsonBounds {
+pub(crate) struct JsonBounds {
     pub max_depth: u64,
     pub max_object_keys: u64,
     pub max_array_length: u64,
@@ -27,7 +27,7 @@ pub struct JsonBounds {
 
 /// Why an answer was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum JsonRefusal {
+pub(crate) enum JsonRefusal {
     /// The answer broke a bound; `limit` is the manifest limit's name.
     #[error("the answer exceeds {limit} {value}")]
     LimitExceeded { limit: &'static str, value: u64 },
@@ -58,7 +58,7 @@ impl Budget {
 }
 
 /// Parses `bytes` as one JSON document within `bounds`.
-pub fn parse(bytes: &[u8], bounds: &JsonBounds) -> Result<Value, JsonRefusal> {
+pub(crate) fn parse(bytes: &[u8], bounds: &JsonBounds) -> Result<Value, JsonRefusal> {
     let budget = Budget {
         bounds: *bounds,
         nodes: Cell::new(0),

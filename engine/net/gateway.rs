@@ -29,6 +29,7 @@ fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::E
 }
 
 impl Gateway {
+    /// A gateway with its own HTTP client and a zero count.
     pub fn new() -> Result<Gateway, reqwest::Error> {
         Ok(Gateway {
             client: build_client(DEFAULT_CONNECT_TIMEOUT)?,

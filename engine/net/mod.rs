@@ -1,6 +1,6 @@
 //! Outbound network: the one counted gateway, bounded reads, and the URL policy.
 
-pub mod bounded_json;
+pub(crate) mod bounded_json;
 pub mod gateway;
-pub mod upstream;
+pub(crate) mod upstream;
 pub mod url_policy;

@@ -13,7 +13,7 @@ use crate::net::gateway::Gateway;
 /// Why a provider answer could not be used. The text never contains the URL, which is
 /// configuration and may identify an account.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UpstreamError {
+pub(crate) enum UpstreamError {
     #[error("the provider did not answer within {0} ms")]
     Timeout(u64),
     #[error("the provider could not be reached")]
@@ -34,7 +34,7 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     /// A stable code for `errors[]` entries.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Connect => "upstream_unreachable",
@@ -49,14 +49,14 @@ impl UpstreamError {
 
 /// Limits of one provider read.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     pub timeout: Duration,
     pub max_bytes: usize,
 }
 
 /// Appends path segments to a configured base URL, which may carry its own path prefix and
 /// query (kept: a provider may expect a key there).
-pub fn join(base: &url::Url, segments: &[&str]) -> Option<url::Url> {
+pub(crate) fn join(base: &url::Url, segments: &[&str]) -> Option<url::Url> {
     let mut url = base.clone();
     url.set_fragment(None);
     {
@@ -69,7 +69,7 @@ pub fn join(base: &url::Url, segments: &[&str]) -> Option<url::Url> {
 
 /// What one bounded GET got.
 #[derive(Debug)]
-pub enum Got {
+pub(crate) enum Got {
     /// The caller accepted the status; the whole body, within the size cap.
     Body(Vec<u8>),
     /// The caller did not accept this status; the body was not read.
@@ -78,7 +78,7 @@ pub enum Got {
 
 /// Why one bounded GET got nothing. No variant carries the URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum GetError {
+pub(crate) enum GetError {
     #[error("the request could not be built")]
     Build,
     /// The time budget of [`Bounds::timeout`] ran out (send and body read together).
@@ -99,7 +99,7 @@ pub enum GetError {
 /// application/json`, the whole exchange within `bounds.timeout`, the body read only when
 /// `accept(status)` holds and refused beyond `bounds.max_bytes`. Parsing is the caller's:
 /// the JSON bounds differ per provider.
-pub async fn get(
+pub(crate) async fn get(
     gateway: &Gateway,
     url: url::Url,
     bounds: Bounds,
@@ -115,7 +115,7 @@ pub async fn get(
 
 /// The same bounded exchange for a JSON POST: JSON-RPC providers whose answers must stay
 /// within a machine's own size limit rather than the RPC transport's general one.
-pub async fn post<T: serde::Serialize + ?Sized>(
+pub(crate) async fn post<T: serde::Serialize + ?Sized>(
     gateway: &Gateway,
     url: url::Url,
     body: &T,
@@ -151,7 +151,7 @@ async fn exchange(
 }
 
 /// GETs a JSON document (any 2xx; HTTP 429 told apart).
-pub async fn get_json(
+pub(crate) async fn get_json(
     gateway: &Gateway,
     url: url::Url,
     bounds: Bounds,
@@ -163,7 +163,7 @@ pub async fn get_json(
 }
 
 /// POSTs a JSON body and reads a JSON answer within the same bounds as [`get_json`].
-pub async fn post_json<T: serde::Serialize + ?Sized>(
+pub(crate) async fn post_json<T: serde::Serialize + ?Sized>(
     gateway: &Gateway,
     url: url::Url,
     body: &T,
@@ -217,7 +217,7 @@ fn describe(error: reqwest::Error) -> GetError {
 
 /// Provider-supplied text made safe to quote in a response: control characters dropped,
 /// at most `max_chars` characters.
-pub fn printable(text: &str, max_chars: usize) -> String {
+pub(crate) fn printable(text: &str, max_chars: usize) -> String {
     let clean: String = text.chars().filter(|c| !c.is_control()).collect();
     if clean.chars().count() <= max_chars {
         return clean;

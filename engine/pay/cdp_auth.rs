@@ -22,7 +22,7 @@ const VALIDITY_SECONDS: u64 = 120;
 
 /// Why an API key secret cannot sign. The messages describe the format, never the key.
 #[derive(Debug, thiserror::Error)]
-pub enum CdpKeyError {
+pub(crate) enum CdpKeyError {
     #[error(
         "the API key secret is neither a PEM EC P-256 private key nor base64 of a 64-byte Ed25519 key"
     )]
@@ -37,7 +37,7 @@ pub enum CdpKeyError {
 
 /// Signs CDP request tokens with one API key.
 #[derive(Clone)]
-pub struct CdpSigner {
+pub(crate) struct CdpSigner {
     key_id: String,
     algorithm: Algorithm,
     key: EncodingKey,
@@ -66,7 +66,7 @@ struct Claims<'a> {
 impl CdpSigner {
     /// Reads the key and signs one token with it, so a key that cannot sign stops start-up
     /// rather than the first paid call.
-    pub fn new(key_id: &str, secret: &str) -> Result<CdpSigner, CdpKeyError> {
+    pub(crate) fn new(key_id: &str, secret: &str) -> Result<CdpSigner, CdpKeyError> {
         let (algorithm, key) = if secret.contains("-----BEGIN") {
             (Algorithm::ES256, ec_key(secret)?)
         } else {
@@ -84,7 +84,7 @@ impl CdpSigner {
     }
 
     /// The algorithm the key signs with (`ES256` or `EdDSA`).
-    pub fn algorithm(&self) -> &'static str {
+    pub(crate) fn algorithm(&self) -> &'static str {
         match self.algorithm {
             Algorithm::ES256 => "ES256",
             _ => "EdDSA",
@@ -92,7 +92,12 @@ impl CdpSigner {
     }
 
     /// A fresh token for one request: `uris` is `"<METHOD> <host><path>"`.
-    pub fn token(&self, method: &str, host: &str, path: &str) -> Result<String, CdpKeyError> {
+    pub(crate) fn token(
+        &self,
+        method: &str,
+        host: &str,
+        path: &str,
+    ) -> Result<String, CdpKeyError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())

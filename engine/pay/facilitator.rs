@@ -17,7 +17,7 @@ use crate::support::metrics::{CallResult, metrics};
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, Clone)]
-pub struct FacilitatorClient {
+pub(crate) struct FacilitatorClient {
     gateway: Gateway,
     base: reqwest::Url,
     auth: Authorizer,
@@ -28,17 +28,15 @@ pub struct FacilitatorClient {
 /// The facilitator's verdict on a payment.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct VerifyResponse {
+pub(crate) struct VerifyResponse {
     pub is_valid: bool,
     #[serde(default)]
     pub invalid_reason: Option<String>,
-    #[serde(default)]
-    pub payer: Option<String>,
 }
 
 /// The outcome of a settlement, kept verbatim for the PAYMENT-RESPONSE header.
 #[derive(Debug, Clone)]
-pub struct SettleOutcome {
+pub(crate) struct SettleOutcome {
     pub success: bool,
     pub transaction: Option<String>,
     pub error_reason: Option<String>,
@@ -48,7 +46,7 @@ pub struct SettleOutcome {
 
 /// What each facilitator request carries to authenticate.
 #[derive(Debug, Clone)]
-pub enum Authorizer {
+pub(crate) enum Authorizer {
     None,
     Static(Secret),
     /// A fresh JWT per request, bound to its method, host and path.
@@ -57,7 +55,7 @@ pub enum Authorizer {
 
 impl Authorizer {
     /// The configured mode; a CDP key that cannot sign is refused here, at start-up.
-    pub fn from_config(auth: &FacilitatorAuth) -> Result<Authorizer, CdpKeyError> {
+    pub(crate) fn from_config(auth: &FacilitatorAuth) -> Result<Authorizer, CdpKeyError> {
         Ok(match auth {
             FacilitatorAuth::None => Authorizer::None,
             FacilitatorAuth::Static(value) => Authorizer::Static(value.clone()),
@@ -68,7 +66,7 @@ impl Authorizer {
     }
 
     /// The mode's name, for the start-up log line.
-    pub fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         match self {
             Authorizer::None => "none",
             Authorizer::Static(_) => "static",
@@ -100,7 +98,7 @@ impl Authorizer {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum FacilitatorError {
+pub(crate) enum FacilitatorError {
     #[error("facilitator unreachable or timed out: {0}")]
     Unavailable(String),
     #[error("facilitator refused our credentials ({status}); check facilitator_auth and its key")]
@@ -110,7 +108,7 @@ pub enum FacilitatorError {
 }
 
 impl FacilitatorClient {
-    pub fn new(
+    pub(crate) fn new(
         gateway: Gateway,
         base: reqwest::Url,
         auth: Authorizer,
@@ -203,7 +201,7 @@ impl FacilitatorClient {
     }
 
     /// `POST /verify` with our own requirement (never the client's copy).
-    pub async fn verify(
+    pub(crate) async fn verify(
         &self,
         payload: &Value,
         requirement: &Value,
@@ -221,7 +219,7 @@ impl FacilitatorClient {
     }
 
     /// `POST /settle`. A parseable verdict of failure is an `Ok` with `success: false`.
-    pub async fn settle(
+    pub(crate) async fn settle(
         &self,
         payload: &Value,
         requirement: &Value,
@@ -258,7 +256,11 @@ impl FacilitatorClient {
     }
 
     /// `GET /supported`; true when it lists `exact` on `network` for x402 v2.
-    pub async fn supports(&self, scheme: &str, network: &str) -> Result<bool, FacilitatorError> {
+    pub(crate) async fn supports(
+        &self,
+        scheme: &str,
+        network: &str,
+    ) -> Result<bool, FacilitatorError> {
         let (_, value) = self
             .call(reqwest::Method::GET, "supported", None, self.verify_timeout)
             .await?;

@@ -29,7 +29,7 @@ use crate::support::metrics::metrics;
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 
 /// The configured facilitator and ledger, and what the local check needs.
-pub struct PaymentRail {
+pub(crate) struct PaymentRail {
     /// The facilitator client (`/verify`, `/settle`, `/supported`).
     pub facilitator: FacilitatorClient,
     /// Where every paid attempt is recorded.
@@ -46,7 +46,7 @@ pub struct PaymentRail {
 }
 
 /// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
-pub struct PaidCall<'a> {
+pub(crate) struct PaidCall<'a> {
     /// The manifest entry of the machine sold.
     pub machine: &'a Machine,
     /// The PaymentRequirements a payment's `accepted` must equal.
@@ -63,7 +63,7 @@ pub struct PaidCall<'a> {
 
 /// A refusal of ours on the paid path: nothing was charged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The ledger cannot record the attempt.
     #[error("the settlement ledger is unavailable; nothing was charged")]
     LedgerUnavailable,
@@ -85,7 +85,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable error code of the refusal.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             Refusal::LedgerUnavailable => "ledger_unavailable",
             Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
@@ -97,7 +97,7 @@ impl Refusal {
 
 /// What the gate decided; the server turns it into HTTP.
 #[derive(Debug)]
-pub enum PaidOutcome {
+pub(crate) enum PaidOutcome {
     /// 200 with the result and the PAYMENT-RESPONSE header value.
     Delivered {
         body: Value,
@@ -218,7 +218,7 @@ fn ledger_failure(error: &LedgerError) -> PaidOutcome {
 
 /// Runs the whole paid path for one request. `work` is the machine's paid work, not yet
 /// started: it runs only after `/verify` accepted the payment and the ledger reserved it.
-pub async fn run<E: std::fmt::Display>(
+pub(crate) async fn run<E: std::fmt::Display>(
     rail: &PaymentRail,
     manifest: &Manifest,
     call: PaidCall<'_>,

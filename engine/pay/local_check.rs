@@ -37,7 +37,7 @@ const EOA_SIGNATURE_BYTES: usize = 65;
 
 /// Why a payment was refused locally; `reason()` is the x402 `invalidReason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum LocalRefusal {
+pub(crate) enum LocalRefusal {
     #[error("the authorization is not well formed")]
     Malformed,
     #[error("the signature does not recover to authorization.from")]
@@ -53,7 +53,7 @@ pub enum LocalRefusal {
 }
 
 impl LocalRefusal {
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             LocalRefusal::Malformed => "invalid_payload",
             LocalRefusal::Signature => "invalid_exact_evm_signature",
@@ -67,7 +67,7 @@ impl LocalRefusal {
 
 /// How far the local check got with a payment it did not refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalVerdict {
+pub(crate) enum LocalVerdict {
     /// An EOA signature that recovers to `from`, and every field as required.
     Checked,
     /// Every field as required; the (smart wallet) signature is left to the facilitator.
@@ -76,11 +76,11 @@ pub enum LocalVerdict {
 
 #[derive(Debug, thiserror::Error)]
 #[error("payment domain from the manifest: {0}")]
-pub struct DomainError(String);
+pub(crate) struct DomainError(String);
 
 /// The asset's EIP-712 domain, from the manifest's payment section: name and version as
 /// published in `extra`, the chain id of its CAIP-2 network, the asset as verifying contract.
-pub fn payment_domain(payment: &Payment) -> Result<Eip712Domain, DomainError> {
+pub(crate) fn payment_domain(payment: &Payment) -> Result<Eip712Domain, DomainError> {
     let chain = networks::by_caip2(&payment.network)
         .ok_or_else(|| DomainError(format!("unknown network {}", payment.network)))?;
     let asset = Address::from_str(&payment.asset)
@@ -95,7 +95,7 @@ pub fn payment_domain(payment: &Payment) -> Result<Eip712Domain, DomainError> {
 }
 
 /// What the payment must say.
-pub struct Expected<'a> {
+pub(crate) struct Expected<'a> {
     pub domain: &'a Eip712Domain,
     pub pay_to: Address,
     pub amount: U256,
@@ -105,7 +105,10 @@ pub struct Expected<'a> {
 
 /// Checks `payload` (the PaymentPayload's `payload`: `{signature, authorization}`) in the
 /// reference facilitator's order: signature, recipient, validBefore, validAfter, value.
-pub fn check(payload: &Value, expected: &Expected<'_>) -> Result<LocalVerdict, LocalRefusal> {
+pub(crate) fn check(
+    payload: &Value,
+    expected: &Expected<'_>,
+) -> Result<LocalVerdict, LocalRefusal> {
     let message = authorization(payload)?;
     let signature = payload
         .get("signature")

@@ -20,12 +20,19 @@ pub const NETWORK: &str = "eip155:8453";
 /// One examined row, as `--json` prints it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Examined {
+    /// The ledger row id.
     pub id: i64,
+    /// The machine id.
     pub machine: String,
+    /// The payer address.
     pub payer: String,
+    /// The EIP-3009 nonce, when the row kept it.
     pub nonce: Option<String>,
+    /// The row's state before reconciliation.
     pub state_before: String,
+    /// The row's state after (unchanged when the chain could not tell).
     pub state_after: String,
+    /// What the chain showed.
     pub evidence: String,
 }
 

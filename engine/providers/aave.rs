@@ -49,7 +49,7 @@ sol! {
 
 /// One reserve's rates at one block.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReserveObservation {
+pub(crate) struct ReserveObservation {
     pub block_number: u64,
     pub pool_addresses_provider: Address,
     pub pool: Address,
@@ -61,7 +61,7 @@ pub struct ReserveObservation {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AaveError {
+pub(crate) enum AaveError {
     #[error("the RPC endpoint could not be read ({0})")]
     Rpc(String),
     #[error("PoolAddressesProvider.getPool() could not be read at block {block} ({why})")]
@@ -75,7 +75,7 @@ pub enum AaveError {
 }
 
 impl AaveError {
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             AaveError::Rpc(_) | AaveError::ReserveUnreadable { .. } => "upstream_unavailable",
             AaveError::PoolUnreadable { .. } | AaveError::NoPool(_) => "pool_not_resolved",
@@ -86,7 +86,7 @@ impl AaveError {
 
 /// Reads one reserve at the latest block, resolving the Pool through the provider at that
 /// same block (3 RPC requests).
-pub async fn read_reserve(
+pub(crate) async fn read_reserve(
     rpc: &RootProvider,
     addresses_provider: Address,
     asset: Address,
@@ -133,7 +133,7 @@ pub async fn read_reserve(
 }
 
 /// A contract-call failure described without the URL.
-pub fn contract_error(error: &alloy::contract::Error) -> String {
+pub(crate) fn contract_error(error: &alloy::contract::Error) -> String {
     match error {
         alloy::contract::Error::TransportError(e) => describe_error(e),
         alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {

@@ -19,7 +19,7 @@ use crate::support::decimal::Decimal;
 
 /// The pair chosen for one token.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Quote {
+pub(crate) struct Quote {
     pub pair_address: Option<String>,
     pub pair_url: Option<String>,
     /// `priceUsd` as an exact decimal; None when absent or not a plain decimal.
@@ -32,7 +32,7 @@ pub struct Quote {
 
 /// What the API said about one token.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Pricing {
+pub(crate) enum Pricing {
     /// The best base-token pair (its price may still be below the floor or unreadable).
     Pair(Box<Quote>),
     /// No pair on this chain has the token as its base token.
@@ -43,14 +43,14 @@ pub enum Pricing {
 
 /// One batch request and how it went.
 #[derive(Debug, Clone)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub tokens: usize,
     pub error: Option<UpstreamError>,
 }
 
 /// Prices `tokens` on `chain_id` (DexScreener's chain name), batches of `batch_size`, the
 /// batches concurrently.
-pub async fn price(
+pub(crate) async fn price(
     gateway: &Gateway,
     base: &url::Url,
     chain_id: &str,

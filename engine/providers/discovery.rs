@@ -37,7 +37,7 @@ pub enum DiscoveryError {
 
 /// The manifest limits one observation runs under.
 #[derive(Debug, Clone, Copy)]
-pub struct DiscoveryLimits {
+pub(crate) struct DiscoveryLimits {
     pub merchant_limit: u64,
     pub merchant_offset: u64,
     pub search_limit: u64,
@@ -51,7 +51,7 @@ pub struct DiscoveryLimits {
 
 impl DiscoveryLimits {
     /// Reads every limit from the machine's manifest entry; none has a default here.
-    pub fn from_machine(machine: &Machine) -> Result<Self, DiscoveryError> {
+    pub(crate) fn from_machine(machine: &Machine) -> Result<Self, DiscoveryError> {
         let get = |name: &'static str| {
             machine
                 .limit(name)
@@ -81,13 +81,13 @@ impl DiscoveryLimits {
 
 /// Why one provider read produced no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadError {
+pub(crate) struct ReadError {
     pub code: &'static str,
     pub message: String,
 }
 
 impl ReadError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
         ReadError {
             code,
             message: message.into(),
@@ -95,18 +95,18 @@ impl ReadError {
     }
 
     /// The answer broke a size or JSON-shape bound (the message names the limit).
-    pub fn bound_exceeded(&self) -> bool {
+    pub(crate) fn bound_exceeded(&self) -> bool {
         matches!(self.code, "response_too_large" | "json_limit_exceeded")
     }
 
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({"code": self.code, "message": self.message})
     }
 }
 
 /// One reading of the provider: the merchant GET and one search GET per query, sent
 /// concurrently, as read (the machines interpret them).
-pub struct Reading {
+pub(crate) struct Reading {
     /// The merchant page GET.
     pub merchant: Fetched,
     /// The search GETs, in query order.
@@ -126,7 +126,7 @@ pub struct Reading {
 }
 
 /// Reads the provider once for `pay_to` and the normalized `queries`.
-pub async fn read(
+pub(crate) async fn read(
     gateway: &Gateway,
     base: Option<&Url>,
     machine: &Machine,
@@ -242,7 +242,7 @@ impl Provider {
 }
 
 /// A provider answer that passed the size and JSON bounds.
-pub enum Answer {
+pub(crate) enum Answer {
     /// A JSON answer (HTTP 200).
     Json(Value),
     /// HTTP 404: nothing is listed.
@@ -250,7 +250,7 @@ pub enum Answer {
 }
 
 /// One GET as read: its answer or why it failed, when it was read, and whether it was sent.
-pub struct Fetched {
+pub(crate) struct Fetched {
     /// The answer, or why there is none.
     pub answer: Result<Answer, ReadError>,
     /// When a usable answer arrived.

@@ -38,7 +38,7 @@ sol! {
 /// What one token answered at the block; None where its call failed or returned nothing
 /// decodable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TokenRead {
+pub(crate) struct TokenRead {
     pub balance: Option<U256>,
     pub decimals: Option<u8>,
     pub symbol: Option<String>,
@@ -46,7 +46,7 @@ pub struct TokenRead {
 
 /// Reads every token at `block` in one `eth_call`; Err describes why the call failed as a
 /// whole (never the URL).
-pub async fn read_at_block(
+pub(crate) async fn read_at_block(
     rpc: &RootProvider,
     multicall: Address,
     owner: Address,

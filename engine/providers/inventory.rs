@@ -21,11 +21,11 @@ use crate::config::Secret;
 use crate::net::gateway::Gateway;
 use crate::net::upstream::{self, Bounds, UpstreamError};
 
-pub const METHOD: &str = "alchemy_getTokenBalances";
+pub(crate) const METHOD: &str = "alchemy_getTokenBalances";
 
 /// How a pagination run ended early, if it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The time budget ran out while page `page` was awaited.
     Budget { budget_ms: u64, page: u32 },
     /// Page `page` failed (transport, HTTP, JSON-RPC error or unreadable shape).
@@ -37,7 +37,7 @@ pub enum Stop {
 }
 
 impl Stop {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Stop::Budget { budget_ms, page } => format!(
                 "the inventory budget of {budget_ms} ms ran out while page {page} was awaited; holdings on later pages are missing"
@@ -56,14 +56,14 @@ impl Stop {
 
     /// Whether every answer we asked for arrived complete (a cap is our choice, not a gap in
     /// the provider's answers).
-    pub fn provider_response_complete(&self) -> bool {
+    pub(crate) fn provider_response_complete(&self) -> bool {
         matches!(self, Stop::PageCap { .. })
     }
 }
 
 /// One discovery run.
 #[derive(Debug, Clone, Default)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     /// Non-zero balances in the provider's order, first occurrence of each token only.
     pub tokens: Vec<(Address, U256)>,
     pub pages_read: u32,
@@ -74,11 +74,11 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    pub fn pagination_complete(&self) -> bool {
+    pub(crate) fn pagination_complete(&self) -> bool {
         self.stop.is_none()
     }
 
-    pub fn provider_response_complete(&self) -> bool {
+    pub(crate) fn provider_response_complete(&self) -> bool {
         self.unreadable_entries == 0
             && self
                 .stop
@@ -89,7 +89,7 @@ impl Inventory {
 
 /// Where and within which bounds the pages are read. `bounds.timeout` is the budget of the
 /// whole pagination; `bounds.max_bytes` caps each page's answer.
-pub struct Endpoint<'a> {
+pub(crate) struct Endpoint<'a> {
     pub gateway: &'a Gateway,
     /// Usually carries the provider key: never quoted.
     pub url: &'a Secret,
@@ -104,7 +104,7 @@ enum PageError {
 }
 
 /// Follows the pages within the endpoint's budget.
-pub async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -> Inventory {
+pub(crate) async fn discover(endpoint: &Endpoint<'_>, owner: Address, max_pages: u32) -> Inventory {
     let budget = endpoint.bounds.timeout;
     let deadline = Instant::now() + budget;
     let mut inventory = Inventory::default();

@@ -8,12 +8,12 @@ use serde_json::Value;
 use crate::net::gateway::Gateway;
 use crate::net::upstream::{self, Bounds, UpstreamError};
 
-pub const SMA_PATH: [&str; 5] = ["v1", "protocol", "steth", "apr", "sma"];
+pub(crate) const SMA_PATH: [&str; 5] = ["v1", "protocol", "steth", "apr", "sma"];
 
 /// One read of the SMA endpoint, as the API stated it (percent values kept as their JSON
 /// number text so nothing is rounded before the caller states them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SmaObservation {
+pub(crate) struct SmaObservation {
     /// `data.smaApr`, percent.
     pub sma_apr_percent: f64,
     /// The newest entry of `data.aprs` (largest `timeUnix`), percent, if the API gave one.
@@ -22,7 +22,7 @@ pub struct SmaObservation {
     pub retrieved_at: String,
 }
 
-pub async fn read_sma(
+pub(crate) async fn read_sma(
     gateway: &Gateway,
     base: &url::Url,
     bounds: Bounds,

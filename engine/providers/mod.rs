@@ -8,9 +8,9 @@
 //! - `dexscreener`: DEX pair prices (VM03).
 //! - `erc20`: same-block balances and metadata of many tokens through Multicall3 (VM03).
 
-pub mod aave;
-pub mod dexscreener;
-pub mod discovery;
-pub mod erc20;
-pub mod inventory;
-pub mod lido;
+pub(crate) mod aave;
+pub(crate) mod dexscreener;
+pub(crate) mod discovery;
+pub(crate) mod erc20;
+pub(crate) mod inventory;
+pub(crate) mod lido;

@@ -15,7 +15,7 @@ const MAX_SCALE: u32 = 96;
 const MAX_TEXT: usize = 120;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decimal {
+pub(crate) struct Decimal {
     units: U512,
     scale: u32,
 }
@@ -25,13 +25,13 @@ fn pow10(exp: u32) -> Option<U512> {
 }
 
 impl Decimal {
-    pub const ZERO: Decimal = Decimal {
+    pub(crate) const ZERO: Decimal = Decimal {
         units: U512::ZERO,
         scale: 0,
     };
 
     /// `units` × 10^-scale, e.g. a raw token balance and its decimals, or a ray rate and 27.
-    pub fn from_units(units: U256, scale: u32) -> Option<Decimal> {
+    pub(crate) fn from_units(units: U256, scale: u32) -> Option<Decimal> {
         (scale <= MAX_SCALE).then(|| Decimal {
             units: U512::from(units),
             scale,
@@ -40,7 +40,7 @@ impl Decimal {
 
     /// Parses a plain non-negative decimal (`12`, `0.05`, `3000.020`); no sign, exponent or
     /// separators, since an upstream value in any other form is not one we can read exactly.
-    pub fn parse(text: &str) -> Option<Decimal> {
+    pub(crate) fn parse(text: &str) -> Option<Decimal> {
         if text.is_empty() || text.len() > MAX_TEXT {
             return None;
         }
@@ -62,7 +62,7 @@ impl Decimal {
 
     /// A finite non-negative f64 as the exact decimal of its shortest round-trip text
     /// (what the JSON document said, for the numbers providers send).
-    pub fn from_f64(value: f64) -> Option<Decimal> {
+    pub(crate) fn from_f64(value: f64) -> Option<Decimal> {
         if !value.is_finite() || value < 0.0 {
             return None;
         }
@@ -70,12 +70,12 @@ impl Decimal {
         Decimal::parse(&format!("{value}"))
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         self.units.is_zero()
     }
 
     /// Divides by 10^places exactly (e.g. percent to fraction with 2).
-    pub fn shift_down(self, places: u32) -> Option<Decimal> {
+    pub(crate) fn shift_down(self, places: u32) -> Option<Decimal> {
         let scale = self.scale.checked_add(places).filter(|s| *s <= MAX_SCALE)?;
         Some(Decimal {
             units: self.units,
@@ -88,13 +88,13 @@ impl Decimal {
         self.units.checked_mul(pow10(up)?)
     }
 
-    pub fn checked_add(self, other: Decimal) -> Option<Decimal> {
+    pub(crate) fn checked_add(self, other: Decimal) -> Option<Decimal> {
         let scale = self.scale.max(other.scale);
         let units = self.rescaled(scale)?.checked_add(other.rescaled(scale)?)?;
         Some(Decimal { units, scale })
     }
 
-    pub fn checked_mul(self, other: Decimal) -> Option<Decimal> {
+    pub(crate) fn checked_mul(self, other: Decimal) -> Option<Decimal> {
         let units = self.units.checked_mul(other.units)?;
         let scale = self.scale + other.scale;
         if scale <= MAX_SCALE {
@@ -104,7 +104,7 @@ impl Decimal {
     }
 
     /// Rounds half-up to `places` decimals (no change when it already has fewer).
-    pub fn round(self, places: u32) -> Decimal {
+    pub(crate) fn round(self, places: u32) -> Decimal {
         let Some(drop) = self.scale.checked_sub(places).filter(|d| *d > 0) else {
             return self;
         };
@@ -125,7 +125,7 @@ impl Decimal {
     }
 
     /// self / other, rounded half-up to `places` decimals; None when other is zero.
-    pub fn ratio(self, other: Decimal, places: u32) -> Option<Decimal> {
+    pub(crate) fn ratio(self, other: Decimal, places: u32) -> Option<Decimal> {
         if other.is_zero() {
             return None;
         }
@@ -145,7 +145,7 @@ impl Decimal {
     }
 
     /// The exact value with trailing zeros removed (`0.048213`, `1500`).
-    pub fn to_plain(&self) -> String {
+    pub(crate) fn to_plain(self) -> String {
         let text = self.unrounded_text();
         if text.contains('.') {
             text.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -155,7 +155,7 @@ impl Decimal {
     }
 
     /// Rounded half-up to exactly `places` decimals (`303.40`).
-    pub fn to_fixed(&self, places: u32) -> String {
+    pub(crate) fn to_fixed(self, places: u32) -> String {
         let rounded = self.round(places);
         let pad = places - rounded.scale.min(places);
         let text = rounded.unrounded_text();

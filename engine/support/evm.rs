@@ -5,7 +5,7 @@ use std::str::FromStr;
 use alloy_primitives::{Address, U256};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EvmValueError {
+pub(crate) enum EvmValueError {
     #[error("not a 0x-prefixed 20-byte hex address")]
     AddressFormat,
     #[error("mixed-case address with an invalid EIP-55 checksum")]
@@ -17,7 +17,7 @@ pub enum EvmValueError {
 }
 
 impl EvmValueError {
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             EvmValueError::AddressFormat => "invalid_address",
             EvmValueError::AddressChecksum => "invalid_address_checksum",
@@ -30,7 +30,7 @@ impl EvmValueError {
 /// Parses an address. All-lowercase and all-uppercase hex carry no checksum and are
 /// accepted; mixed case must be a valid EIP-55 checksum, since a wrong one usually means a
 /// mistyped address.
-pub fn parse_address(text: &str) -> Result<Address, EvmValueError> {
+pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     let hex = text
         .strip_prefix("0x")
         .ok_or(EvmValueError::AddressFormat)?;
@@ -47,7 +47,7 @@ pub fn parse_address(text: &str) -> Result<Address, EvmValueError> {
 }
 
 /// Parses a canonical decimal uint256 string (`0` or no leading zeros).
-pub fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
+pub(crate) fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
     let canonical = text == "0"
         || (!text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()));
     if !canonical {

@@ -44,7 +44,7 @@ struct BuildLabels {
 }
 
 /// Every metric of the process.
-pub struct Metrics {
+pub(crate) struct Metrics {
     requests: Family<RequestLabels, Counter>,
     payments: Family<PaymentLabels, Counter>,
     calls: Family<CallLabels, Counter>,
@@ -78,20 +78,20 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 });
 
 /// The process's metrics.
-pub fn metrics() -> &'static Metrics {
+pub(crate) fn metrics() -> &'static Metrics {
     &METRICS
 }
 
 /// The result label of an outbound call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallResult {
+pub(crate) enum CallResult {
     Ok,
     Error,
 }
 
 impl Metrics {
     /// One answered HTTP request; `machine` is a machine id, `free` or `none`.
-    pub fn request(&self, machine: &'static str, status: u16) {
+    pub(crate) fn request(&self, machine: &'static str, status: u16) {
         self.requests
             .get_or_create(&RequestLabels { machine, status })
             .inc();
@@ -99,7 +99,7 @@ impl Metrics {
 
     /// One payment event: `challenged`, `verified`, `rejected` (with its reason),
     /// `settled`, `settle_failed` or `work_failed`.
-    pub fn payment(&self, outcome: &'static str, reason: &str) {
+    pub(crate) fn payment(&self, outcome: &'static str, reason: &str) {
         // A facilitator's reason is a short code; anything longer is not a code.
         let reason = if reason.len() <= 80 { reason } else { "other" };
         self.payments
@@ -111,7 +111,7 @@ impl Metrics {
     }
 
     /// One outbound call to a provider (`facilitator`, …) endpoint and how long it took.
-    pub fn call(
+    pub(crate) fn call(
         &self,
         provider: &'static str,
         endpoint: &'static str,
@@ -135,13 +135,13 @@ impl Metrics {
     }
 
     /// Counts one paid call in flight until the guard is dropped.
-    pub fn paid_call_in_flight(&self) -> InFlight {
+    pub(crate) fn paid_call_in_flight(&self) -> InFlight {
         self.in_flight.inc();
         InFlight
     }
 
     /// The text exposition, with `extra` gauges (such as ledger rows by state) read at scrape.
-    pub fn encode(&self, ledger_rows: &[(String, i64)]) -> String {
+    pub(crate) fn encode(&self, ledger_rows: &[(String, i64)]) -> String {
         let mut registry = Registry::with_prefix("factomat");
         registry.register(
             "http_requests",
@@ -183,7 +183,7 @@ impl Metrics {
 }
 
 /// Decrements the in-flight gauge when dropped.
-pub struct InFlight;
+pub(crate) struct InFlight;
 
 impl Drop for InFlight {
     fn drop(&mut self) {

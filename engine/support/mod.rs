@@ -2,9 +2,9 @@
 //! parsing, token units, RFC 3339 timestamps, a TTL cache.
 
 pub mod canonical;
-pub mod decimal;
-pub mod evm;
-pub mod metrics;
-pub mod timestamp;
-pub mod ttl_cache;
-pub mod units;
+pub(crate) mod decimal;
+pub(crate) mod evm;
+pub(crate) mod metrics;
+pub(crate) mod timestamp;
+pub(crate) mod ttl_cache;
+pub(crate) mod units;

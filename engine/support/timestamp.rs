@@ -10,17 +10,17 @@ pub fn now() -> String {
 }
 
 /// The current time to the millisecond, e.g. `2026-01-02T03:04:05.678Z`.
-pub fn now_millis() -> String {
+pub(crate) fn now_millis() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 /// A time to the second.
-pub fn seconds(at: DateTime<Utc>) -> String {
+pub(crate) fn seconds(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// A time to the millisecond.
-pub fn millis(at: DateTime<Utc>) -> String {
+pub(crate) fn millis(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 

@@ -3,7 +3,7 @@
 use alloy_primitives::U256;
 
 /// Formats atomic units with `decimals` places, trimming trailing zeros.
-pub fn format_units(amount: U256, decimals: u32) -> String {
+pub(crate) fn format_units(amount: U256, decimals: u32) -> String {
     let text = amount.to_string();
     let decimals = decimals as usize;
     if decimals == 0 {

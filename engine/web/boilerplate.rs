@@ -75,7 +75,7 @@ const LINK_DENSE_PARAGRAPH: f64 = 0.8;
 const MAX_PRUNED_SHARE: f64 = 0.3;
 
 /// The whitespace-normalized text of the candidate's HTML after pruning.
-pub fn pruned_text(content_html: &str) -> String {
+pub(crate) fn pruned_text(content_html: &str) -> String {
     let document = kuchikiki::parse_html().one(content_html).document_node;
     let total = text_chars(&document).max(1);
     prune(&document, total, is_furniture);
@@ -85,7 +85,7 @@ pub fn pruned_text(content_html: &str) -> String {
 
 /// The text of the whole body with furniture, page headers and link lists pruned: the second
 /// opinion when the Readability method finds no candidate or a very short one.
-pub fn body_text(html: &str) -> String {
+pub(crate) fn body_text(html: &str) -> String {
     let document = kuchikiki::parse_html().one(html).document_node;
     let Ok(body) = document.select_first("body") else {
         return String::new();

@@ -81,7 +81,7 @@ pub struct Observation {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct ExtractOptions {
+pub(crate) struct ExtractOptions {
     /// The page URL (canonical links are resolved against it); None offline.
     pub page_url: Option<Url>,
     /// Character limit of the main text; None = unlimited.
@@ -113,7 +113,7 @@ pub struct Extracted {
 }
 
 /// Collapses every run of Unicode whitespace (NBSP included) to one space and trims.
-pub fn normalize_whitespace(text: &str) -> String {
+pub(crate) fn normalize_whitespace(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text.split(char::is_whitespace).filter(|w| !w.is_empty()) {
         if !out.is_empty() {
@@ -125,7 +125,7 @@ pub fn normalize_whitespace(text: &str) -> String {
 }
 
 /// The first `max` characters of `text` (a char boundary) and whether it was cut.
-pub fn truncate_chars(text: &str, max: usize) -> (&str, bool) {
+pub(crate) fn truncate_chars(text: &str, max: usize) -> (&str, bool) {
     match text.char_indices().nth(max) {
         Some((index, _)) => (&text[..index], true),
         None => (text, false),
@@ -137,7 +137,7 @@ fn bounded(text: &str, max: usize) -> String {
 }
 
 /// Whether a Content-Type names HTML (or is missing and the body looks like markup).
-pub fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
+pub(crate) fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
     match content_type.and_then(|c| c.parse::<mime::Mime>().ok()) {
         Some(m) => {
             (m.type_() == mime::TEXT && m.subtype() == mime::HTML)
@@ -154,7 +154,7 @@ pub fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
 }
 
 /// Decodes HTML bytes; returns the text, the encoding name and where it came from.
-pub fn decode(
+pub(crate) fn decode(
     bytes: &[u8],
     content_type: Option<&str>,
 ) -> (String, &'static str, CharsetSource, Vec<String>) {
@@ -243,7 +243,7 @@ fn meta_charset(prefix: &[u8]) -> Option<&'static encoding_rs::Encoding> {
 }
 
 /// Extracts everything from raw bytes (decoding first).
-pub fn extract_bytes(
+pub(crate) fn extract_bytes(
     bytes: &[u8],
     content_type: Option<&str>,
     options: &ExtractOptions,
@@ -259,7 +259,7 @@ pub fn extract_bytes(
 }
 
 /// Extracts everything from decoded HTML.
-pub fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
+pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let document = kuchikiki::parse_html().one(html).document_node;
     let mut notes = Vec::new();
     let base = document_base(&document, options.page_url.as_ref());

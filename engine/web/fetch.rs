@@ -70,7 +70,9 @@ pub struct FetchLimits {
     pub max_requests: u32,
     /// Body bytes kept after decompression; reading stops there.
     pub max_body_bytes: usize,
+    /// Budget of one request.
     pub per_request: Duration,
+    /// Budget of the whole fetch, redirects included.
     pub overall: Duration,
 }
 
@@ -123,6 +125,7 @@ impl FetchLimits {
 /// The method of the one logical request. No caller headers exist in this API on purpose.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FetchMethod {
+    /// GET.
     Get,
     /// POST with a JSON body (sent with `content-type: application/json`).
     PostJson(Value),
@@ -131,16 +134,22 @@ pub enum FetchMethod {
 /// Whether 3xx answers are followed or handed back as the final response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Redirects {
+    /// Follow up to the limit.
     Follow,
     /// The first response is final, 3xx included (for probes whose rules fail closed).
     Return,
 }
 
+/// One logical fetch.
 #[derive(Debug, Clone)]
 pub struct FetchRequest {
+    /// Where to start.
     pub url: Url,
+    /// GET or POST JSON.
     pub method: FetchMethod,
+    /// Whether redirects are followed.
     pub redirects: Redirects,
+    /// The machine's limits.
     pub limits: FetchLimits,
 }
 
@@ -160,7 +169,9 @@ pub enum BodyEnd {
 /// The final response of a fetch.
 #[derive(Debug, Clone)]
 pub struct FetchedResponse {
+    /// The URL that answered last.
     pub final_url: Url,
+    /// Its HTTP status.
     pub status: u16,
     /// Allowlisted headers, lowercase names; repeated headers joined with ", ".
     pub headers: BTreeMap<String, String>,
@@ -168,10 +179,12 @@ pub struct FetchedResponse {
     pub dropped_headers: Vec<String>,
     /// Decompressed body bytes, at most `max_body_bytes`.
     pub body: Vec<u8>,
+    /// How reading the body ended.
     pub body_end: BodyEnd,
 }
 
 impl FetchedResponse {
+    /// The answer's Content-Type, if any.
     pub fn content_type(&self) -> Option<&str> {
         self.headers.get("content-type").map(String::as_str)
     }
@@ -185,32 +198,46 @@ impl FetchedResponse {
 /// A refusal or failure of a fetch. Messages are safe to show a caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchRefusal {
+    /// The URL policy refuses the URL.
     #[error("{0}")]
     UrlPolicy(UrlPolicyError),
+    /// A redirect target is refused by the policy.
     #[error("a redirect pointed to a URL the policy refuses: {0}")]
     RedirectRefused(UrlPolicyError),
+    /// A redirect's Location is not a URL.
     #[error("a redirect carried a Location that is not a valid URL")]
     RedirectInvalid,
+    /// Too many redirects.
     #[error("more than {0} redirects")]
     TooManyRedirects(u32),
+    /// A redirect loop.
     #[error("the redirects form a loop")]
     RedirectLoop,
+    /// The request budget is used up.
     #[error("the per-call budget of {0} outbound requests is used up")]
     RequestBudget(u32),
+    /// DNS failed.
     #[error("the host name could not be resolved")]
     DnsFailed,
+    /// DNS gave a non-public address.
     #[error("the host name resolved to a non-public address; nothing was requested")]
     DnsNotPublic,
+    /// The test seam maps no address for the host.
     #[error("the host is not mapped by the test connect-to or DNS seam (system DNS is off)")]
     TestSeamUnmapped,
+    /// TLS failed.
     #[error("the TLS handshake failed: {0}")]
     Tls(String),
+    /// The connection failed.
     #[error("the connection failed")]
     Connect,
+    /// No response in time.
     #[error("no response before the deadline")]
     Timeout,
+    /// The HTTP exchange failed.
     #[error("the HTTP exchange failed")]
     Protocol,
+    /// The fetcher could not be built.
     #[error("the fetcher could not be set up: {0}")]
     Setup(String),
 }
@@ -240,6 +267,7 @@ impl FetchRefusal {
 /// Everything one fetch did.
 #[derive(Debug, Clone)]
 pub struct FetchOutcome {
+    /// The URL asked for.
     pub requested_url: Url,
     /// Outbound requests sent (redirect hops included).
     pub requests_sent: u32,

@@ -1,7 +1,7 @@
 //! The web: the bounded page fetcher, main-text extraction, and the x402 seller probe.
 
 mod boilerplate;
-pub mod extract;
+pub(crate) mod extract;
 pub mod fetch;
 pub mod page;
-pub mod x402_probe;
+pub(crate) mod x402_probe;

@@ -17,12 +17,16 @@ pub const WEAK_TEXT_CHARS: usize = 200;
 /// Product status of a reading (VM01 `status`, VM07 `completeness.product_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Everything was read.
     Ok,
+    /// Something was read, not everything.
     Partial,
+    /// Nothing usable was read.
     Hold,
 }
 
 impl Status {
+    /// The status as responses print it.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "OK",
@@ -35,23 +39,33 @@ impl Status {
 /// What one reading observed.
 #[derive(Debug, Clone)]
 pub struct PageReading {
+    /// The URL asked for.
     pub requested_url: String,
+    /// The URL that answered last.
     pub final_url: Option<String>,
+    /// Its HTTP status.
     pub http_status: Option<u16>,
+    /// Its Content-Type.
     pub content_type: Option<String>,
+    /// Redirects followed.
     pub redirect_count: u32,
+    /// Requests sent.
     pub requests_sent: u32,
     /// Allowlisted headers of the final response.
     pub headers: BTreeMap<String, String>,
+    /// Body bytes read.
     pub source_bytes_read: usize,
     /// None when the fetch failed before a response.
     pub body_end: Option<BodyEnd>,
     /// None when nothing was extracted (no response, non-2xx, non-HTML).
     pub extracted: Option<Extracted>,
+    /// Freshness observations (headers, metadata).
     pub observations: Vec<Observation>,
+    /// The reading's status.
     pub status: Status,
     /// Why the status is not OK, or what the reading does not cover. Caller-facing.
     pub limitations: Vec<String>,
+    /// Evidence notes.
     pub notes: Vec<String>,
 }
 

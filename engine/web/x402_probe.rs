@@ -21,7 +21,7 @@ use crate::web::fetch::{
 
 /// The request identity of a probe: method, URL and the POST body fingerprint.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ProbeTarget {
+pub(crate) struct ProbeTarget {
     pub url: Url,
     /// "GET" or "POST".
     pub method: &'static str,
@@ -31,7 +31,7 @@ pub struct ProbeTarget {
 
 impl ProbeTarget {
     /// The target of a request's `resource_url`, `method` and optional `body`.
-    pub fn new(
+    pub(crate) fn new(
         resource_url: &str,
         method: &str,
         body: Option<&Value>,
@@ -50,12 +50,12 @@ impl ProbeTarget {
     }
 
     /// sha256 of the canonical POST body; None for GET (docs/hashing.md).
-    pub fn body_sha256(&self) -> Option<String> {
+    pub(crate) fn body_sha256(&self) -> Option<String> {
         self.body.as_ref().map(canonical_sha256)
     }
 
     /// The `probe` object of the responses.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "method": self.method,
             "resource_url": self.url.as_str(),
@@ -67,7 +67,7 @@ impl ProbeTarget {
 /// One payment requirement of a challenge, in v2 terms (v1 `maxAmountRequired` is read as
 /// `amount`; v1 per-requirement `resource` as the resource URL).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     pub index: usize,
     pub scheme: Option<String>,
     pub network: Option<String>,
@@ -85,7 +85,7 @@ pub struct Requirement {
 impl Requirement {
     /// `extra.assetTransferMethod`, with the protocol default: absent means eip3009. A
     /// present value that is not a string is returned as "invalid".
-    pub fn asset_transfer_method(&self) -> String {
+    pub(crate) fn asset_transfer_method(&self) -> String {
         match self.extra.get("assetTransferMethod") {
             None => "eip3009".into(),
             Some(Value::String(s)) => s.clone(),
@@ -94,7 +94,7 @@ impl Requirement {
     }
 
     /// Every contract field present (scheme, network, asset, amount, payTo).
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.scheme.is_some()
             && self.network.is_some()
             && self.asset.is_some()
@@ -105,7 +105,7 @@ impl Requirement {
 
 /// What the one probe saw.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ProbeOutcome {
+pub(crate) enum ProbeOutcome {
     /// A readable x402 challenge.
     Challenge {
         x402_version: u64,
@@ -123,7 +123,7 @@ pub enum ProbeOutcome {
 
 /// The probe: its target and outcome.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Probe {
+pub(crate) struct Probe {
     pub target: ProbeTarget,
     /// When the probe's answer (or its failure) came back: the moment the contract was seen.
     pub received_at: chrono::DateTime<chrono::Utc>,
@@ -134,7 +134,7 @@ pub struct Probe {
 
 impl Probe {
     /// A limitation sentence describing a non-challenge outcome; None for a challenge.
-    pub fn limitation(&self) -> Option<String> {
+    pub(crate) fn limitation(&self) -> Option<String> {
         match &self.outcome {
             ProbeOutcome::Challenge { .. } => None,
             ProbeOutcome::UnreadableChallenge { detail } => Some(format!(
@@ -153,7 +153,7 @@ impl Probe {
     }
 
     /// The requirements of a readable challenge (empty otherwise).
-    pub fn requirements(&self) -> &[Requirement] {
+    pub(crate) fn requirements(&self) -> &[Requirement] {
         match &self.outcome {
             ProbeOutcome::Challenge { requirements, .. } => requirements,
             _ => &[],
@@ -163,7 +163,7 @@ impl Probe {
 
 /// The outcome of selecting one requirement for a payer (VM09, VM10; docs/x402-probe.md).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Selection {
+pub(crate) enum Selection {
     /// The first complete requirement on an allowed scheme, network and asset whose transfer
     /// method is allowed.
     Selected(Requirement),
@@ -179,7 +179,7 @@ pub enum Selection {
 }
 
 /// The allowlist `name` of a machine as strings; empty when the manifest has none.
-pub fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
+pub(crate) fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
     machine
         .allowlists
         .get(name)
@@ -196,7 +196,7 @@ pub fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
 /// Selects per the machine's allowlists (`schemes`, `networks`, `assets`,
 /// `asset_transfer_methods`; a missing list allows any value). Addresses compare
 /// case-insensitively.
-pub fn select(machine: &Machine, probe: &Probe) -> Selection {
+pub(crate) fn select(machine: &Machine, probe: &Probe) -> Selection {
     if !matches!(probe.outcome, ProbeOutcome::Challenge { .. }) {
         return Selection::NoChallenge;
     }
@@ -231,7 +231,7 @@ pub fn select(machine: &Machine, probe: &Probe) -> Selection {
 }
 
 /// The `selected_requirement` object of VM09 and VM10.
-pub fn requirement_json(requirement: &Requirement) -> Value {
+pub(crate) fn requirement_json(requirement: &Requirement) -> Value {
     json!({
         "index": requirement.index,
         "scheme": requirement.scheme,
@@ -259,7 +259,7 @@ pub enum ProbeError {
 }
 
 /// Readiness of the probe: the manifest limits and a fetcher can be built.
-pub fn ready(machine: &Machine, config: &crate::config::Config) -> Result<(), ProbeError> {
+pub(crate) fn ready(machine: &Machine, config: &crate::config::Config) -> Result<(), ProbeError> {
     FetchLimits::from_machine(machine)?;
     let gateway = Gateway::new().map_err(|e| ProbeError::Setup(e.to_string()))?;
     Fetcher::new(gateway, config)
@@ -268,7 +268,7 @@ pub fn ready(machine: &Machine, config: &crate::config::Config) -> Result<(), Pr
 }
 
 /// Sends the one unpaid probe with this machine's limits.
-pub async fn probe(
+pub(crate) async fn probe(
     gateway: &Gateway,
     config: &crate::config::Config,
     machine: &Machine,
@@ -323,7 +323,7 @@ pub async fn probe(
 }
 
 /// Classifies one answer (pure; unit-tested).
-pub fn read_answer(
+pub(crate) fn read_answer(
     status: u16,
     header: Option<&str>,
     body: &[u8],

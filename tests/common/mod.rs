@@ -1,4 +1,6 @@
 //! Shared harness of the black-box tests: the real server on loopback, a real HTTP client.
+// Each test crate includes this module with `mod common;`: its items are `pub` for that crate.
+#![allow(unreachable_pub)]
 #![allow(dead_code)]
 
 pub mod cdp;

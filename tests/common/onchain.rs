@@ -77,8 +77,7 @@ impl ChainRig {
 /// Asserts that a result validates against the machine's output schema in machines.yaml.
 pub fn assert_output_valid(id: &str, body: &Value) {
     let schema = machine(id)["output_schema"].clone();
-    let validator =
-        factomat::catalog::manifest::compile_schema(&schema).expect("output schema compiles");
+    let validator = factomat::catalog::compile_schema(&schema).expect("output schema compiles");
     let errors: Vec<String> = validator
         .iter_errors(body)
         .map(|e| format!("{} at {}", e, e.instance_path().as_str()))

@@ -52,7 +52,7 @@ fn catalog_machine(manifest: &Manifest, machine: &Machine) -> Value {
 }
 
 /// The catalog of Part 2.1.
-pub fn catalog(manifest: &Manifest) -> Value {
+pub(crate) fn catalog(manifest: &Manifest) -> Value {
     let p = &manifest.payment;
     json!({
         "service": manifest.service.name,
@@ -86,7 +86,7 @@ pub fn catalog(manifest: &Manifest) -> Value {
 }
 
 /// The orientation object served at `/`.
-pub fn orientation(manifest: &Manifest) -> Value {
+pub(crate) fn orientation(manifest: &Manifest) -> Value {
     let machines: Vec<Value> = manifest
         .machines
         .iter()
@@ -129,7 +129,7 @@ pub fn orientation(manifest: &Manifest) -> Value {
 
 /// The `/.well-known/x402` discovery document. Descriptive only: payTo and the binding
 /// terms come from each resource's 402 challenge.
-pub fn well_known(manifest: &Manifest) -> Value {
+pub(crate) fn well_known(manifest: &Manifest) -> Value {
     let resources: Vec<String> = manifest.machines.iter().map(|m| url(&m.path)).collect();
     let items: Vec<Value> = manifest
         .machines
@@ -167,7 +167,7 @@ pub fn well_known(manifest: &Manifest) -> Value {
 /// The free VM04 sample when nothing was captured: the manifest's output example, labelled an
 /// illustrative example (its values were never observed). A capture replaces it at start-up
 /// (catalog::sample).
-pub fn sample(manifest: &Manifest) -> Result<Value, String> {
+pub(crate) fn sample(manifest: &Manifest) -> Result<Value, String> {
     let machine = manifest
         .machine(SAMPLE_MACHINE)
         .ok_or_else(|| format!("{SAMPLE_MACHINE} missing for the sample"))?;

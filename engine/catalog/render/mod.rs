@@ -15,9 +15,9 @@ mod openapi;
 mod payment;
 mod templates;
 
-pub use documents::{catalog, orientation, sample, well_known};
-pub use openapi::{openapi, to_openapi30};
-pub use payment::{bazaar_extension, bazaar_header_extension, requirement};
+pub(crate) use documents::{catalog, orientation, sample, well_known};
+pub(crate) use openapi::{openapi, to_openapi30};
+pub(crate) use payment::{bazaar_extension, bazaar_header_extension, requirement};
 use templates::{generated_readme, llms_txt, machine_doc};
 
 use serde_json::{Value, json};
@@ -25,21 +25,21 @@ use serde_json::{Value, json};
 use super::manifest::{Machine, Manifest};
 
 /// Placeholder for the configured base URL in every render.
-pub const BASE_URL_TOKEN: &str = "{base_url}";
+pub(crate) const BASE_URL_TOKEN: &str = "{base_url}";
 
 /// Paths of the free documents, shared by renders and the router.
-pub const CATALOG_PATH: &str = "/v1/catalog";
-pub const OPENAPI_PATH: &str = "/openapi.json";
-pub const LLMS_PATH: &str = "/llms.txt";
-pub const HEALTH_PATH: &str = "/health";
-pub const WELL_KNOWN_PATH: &str = "/.well-known/x402";
-pub const SAMPLE_PATH: &str = "/samples/productive-venue-snapshot";
-pub const DOCS_PREFIX: &str = "/docs/machines/";
+pub(crate) const CATALOG_PATH: &str = "/v1/catalog";
+pub(crate) const OPENAPI_PATH: &str = "/openapi.json";
+pub(crate) const LLMS_PATH: &str = "/llms.txt";
+pub(crate) const HEALTH_PATH: &str = "/health";
+pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/x402";
+pub(crate) const SAMPLE_PATH: &str = "/samples/productive-venue-snapshot";
+pub(crate) const DOCS_PREFIX: &str = "/docs/machines/";
 /// The origin's icon, where indexes look for one.
-pub const FAVICON_PATH: &str = "/favicon.svg";
+pub(crate) const FAVICON_PATH: &str = "/favicon.svg";
 /// Free documents: (served path, committed render path, content type). The service serves
 /// each render from memory with the base URL substituted.
-pub const FREE_DOCUMENTS: [(&str, &str, &str); 7] = [
+pub(crate) const FREE_DOCUMENTS: [(&str, &str, &str); 7] = [
     ("/", "generated/index.json", "application/json"),
     (CATALOG_PATH, "generated/catalog.json", "application/json"),
     (OPENAPI_PATH, "generated/openapi.json", "application/json"),
@@ -58,7 +58,7 @@ pub const FREE_DOCUMENTS: [(&str, &str, &str); 7] = [
 ];
 
 /// The committed render path of a machine's documentation page.
-pub fn machine_doc_path(machine: &Machine) -> String {
+pub(crate) fn machine_doc_path(machine: &Machine) -> String {
     format!("docs/machines/{}.md", machine.machine)
 }
 
@@ -67,7 +67,7 @@ pub const SAMPLE_MACHINE: &str = "VM04";
 
 /// One rendered document and the repository path its committed copy lives at.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Render {
+pub(crate) struct Render {
     pub path: String,
     pub content: String,
 }
@@ -83,7 +83,7 @@ pub(crate) fn pretty(value: &Value) -> String {
 }
 
 /// Every render, in a stable order.
-pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
+pub(crate) fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
     let mut renders = vec![
         Render {
             path: "generated/catalog.json".into(),

@@ -6,7 +6,7 @@ use super::*;
 
 /// Converts a JSON Schema 2020-12 value of the manifest dialect to the OpenAPI 3.0 dialect:
 /// `type: [T, "null"]` becomes `type: T, nullable: true`, `const` becomes a one-value enum.
-pub fn to_openapi30(schema: &Value) -> Value {
+pub(crate) fn to_openapi30(schema: &Value) -> Value {
     match schema {
         Value::Object(map) => {
             let mut out = Map::new();
@@ -258,7 +258,7 @@ fn free_operation(operation_id: &str, summary: &str, content_type: &str, schema:
 }
 
 /// The OpenAPI 3.0.3 document.
-pub fn openapi(manifest: &Manifest) -> Value {
+pub(crate) fn openapi(manifest: &Manifest) -> Value {
     let mut paths = Map::new();
     let mut schemas = Map::new();
     for machine in &manifest.machines {

@@ -6,7 +6,7 @@ use super::{Machine, Manifest};
 
 /// The x402 v2 PaymentRequirements a machine advertises. `pay_to` is configuration, so the
 /// published descriptive documents leave it out; the 402 challenge always carries it.
-pub fn requirement(manifest: &Manifest, machine: &Machine, pay_to: Option<&str>) -> Value {
+pub(crate) fn requirement(manifest: &Manifest, machine: &Machine, pay_to: Option<&str>) -> Value {
     let p = &manifest.payment;
     let mut req = Map::new();
     req.insert("scheme".into(), json!(p.scheme));
@@ -26,7 +26,7 @@ pub fn requirement(manifest: &Manifest, machine: &Machine, pay_to: Option<&str>)
 
 /// The `extensions.bazaar` discovery extension in full: the input example and schema and the
 /// output example. The 402's JSON body carries it; the header carries [`bazaar_header_extension`].
-pub fn bazaar_extension(machine: &Machine) -> Value {
+pub(crate) fn bazaar_extension(machine: &Machine) -> Value {
     let output = json!({"type": "json", "example": machine.output_example});
     bazaar(machine, machine.input_schema.clone(), Some(output))
 }
@@ -34,7 +34,7 @@ pub fn bazaar_extension(machine: &Machine) -> Value {
 /// The bazaar extension as the `PAYMENT-REQUIRED` header carries it: the input example and
 /// an outline of the request schema, small enough for every machine's header to pass a
 /// proxy's default 4 KiB response-header buffer (docs/payment.md, "The 402 header budget").
-pub fn bazaar_header_extension(machine: &Machine) -> Value {
+pub(crate) fn bazaar_header_extension(machine: &Machine) -> Value {
     bazaar(machine, request_outline(machine), None)
 }
 

@@ -1,7 +1,7 @@
 //! What VM05 and VM11 share: their readiness, the request's inputs, and one interpreted
 //! reading of the configured discovery provider for them.
 
-pub mod model;
+pub(crate) mod model;
 
 use super::{NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
@@ -12,7 +12,7 @@ use model::{Inputs, Observation};
 
 /// A machine reading the provider can run: the provider is configured and every limit it
 /// runs under is in the manifest.
-pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
+pub(crate) fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     if config.discovery_url.is_none() {
         return super::provider_missing(machine, "the x402 discovery provider (discovery_url)");
     }
@@ -22,7 +22,11 @@ pub fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
 }
 
 /// The request's inputs, re-read after the pre-payment checks accepted them.
-pub fn inputs(resource: &str, pay_to: &str, queries: &[String]) -> Result<Inputs, WorkError> {
+pub(crate) fn inputs(
+    resource: &str,
+    pay_to: &str,
+    queries: &[String],
+) -> Result<Inputs, WorkError> {
     let unreadable = |what: &str| WorkError::unreadable(what);
     Ok(Inputs::new(
         rc::public_url(resource, "/resource").map_err(|_| unreadable("resource"))?,
@@ -33,7 +37,7 @@ pub fn inputs(resource: &str, pay_to: &str, queries: &[String]) -> Result<Inputs
 
 /// The paid read VM05 and VM11 share: the request's inputs and one reading of the
 /// configured provider for them.
-pub async fn observe(
+pub(crate) async fn observe(
     context: &WorkContext,
     machine: &Machine,
     resource: &str,

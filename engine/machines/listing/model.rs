@@ -12,11 +12,11 @@ use crate::providers::discovery::{Answer, DiscoveryLimits, Fetched, ReadError, R
 use crate::support::timestamp;
 
 /// The URL equality rule, as stated in every VM05 response's evidence.
-pub const URL_EQUALITY: &str = "https; host lowercased; default port 443; pathname plus query string compared exactly; fragments and userinfo rejected; query parameter order significant.";
+pub(crate) const URL_EQUALITY: &str = "https; host lowercased; default port 443; pathname plus query string compared exactly; fragments and userinfo rejected; query parameter order significant.";
 
 /// The request's inputs, re-read after the pre-payment checks accepted them.
 #[derive(Debug, Clone)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     pub resource: Url,
     pub pay_to: Address,
     /// Whitespace collapsed, sorted, unique (the pre-payment check rejects duplicates).
@@ -25,7 +25,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// The inputs of parsed values.
-    pub fn new(resource: Url, pay_to: Address, queries: Vec<String>) -> Inputs {
+    pub(crate) fn new(resource: Url, pay_to: Address, queries: Vec<String>) -> Inputs {
         Inputs {
             resource,
             pay_to,
@@ -36,7 +36,7 @@ impl Inputs {
 
 /// Whether the resource is listed in the merchant index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Presence {
+pub(crate) enum Presence {
     /// An entry of the merchant page equals the resource under the URL equality rule.
     Found,
     /// The index lists nothing for this payTo (HTTP 404, or an empty listing).
@@ -48,7 +48,7 @@ pub enum Presence {
 }
 
 impl Presence {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Presence::Found => "FOUND",
             Presence::NotFound => "NOT_FOUND",
@@ -60,14 +60,14 @@ impl Presence {
 
 /// Whether the resource appeared in the search window of one query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Visibility {
+pub(crate) enum Visibility {
     InTop20,
     NotInTop20,
     Unknown,
 }
 
 impl Visibility {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Visibility::InTop20 => "IN_TOP_20",
             Visibility::NotInTop20 => "NOT_IN_TOP_20",
@@ -78,7 +78,7 @@ impl Visibility {
 
 /// The merchant page as read.
 #[derive(Debug, Clone)]
-pub struct MerchantRead {
+pub(crate) struct MerchantRead {
     pub presence: Presence,
     pub limit: u64,
     pub offset: u64,
@@ -94,7 +94,7 @@ pub struct MerchantRead {
 
 /// One query's search window as read.
 #[derive(Debug, Clone)]
-pub struct SearchRead {
+pub(crate) struct SearchRead {
     pub query: String,
     pub visibility: Visibility,
     pub position: Option<u64>,
@@ -109,7 +109,7 @@ pub struct SearchRead {
 
 /// Where the answers came from and how many requests were sent.
 #[derive(Debug, Clone)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     pub host: String,
     pub origin: String,
     pub path_prefix: String,
@@ -119,7 +119,7 @@ pub struct Evidence {
 
 /// One complete or partial reading of the provider.
 #[derive(Debug, Clone)]
-pub struct Observation {
+pub(crate) struct Observation {
     pub merchant: MerchantRead,
     pub searches: Vec<SearchRead>,
     pub evidence: Evidence,
@@ -128,7 +128,7 @@ pub struct Observation {
 
 impl Observation {
     /// Every fact the machines report was observed: presence and every visibility are known.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.merchant.presence != Presence::Unknown
             && self
                 .searches
@@ -137,7 +137,7 @@ impl Observation {
     }
 
     /// Every read error, labelled with the read it belongs to.
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(error) = &self.merchant.error {
             out.push(format!("merchant read: {}: {}", error.code, error.message));
@@ -154,7 +154,7 @@ impl Observation {
     }
 
     /// The first answer that broke a size or JSON bound, if any.
-    pub fn bound_exceeded(&self) -> Option<&ReadError> {
+    pub(crate) fn bound_exceeded(&self) -> Option<&ReadError> {
         std::iter::once(&self.merchant.error)
             .chain(self.searches.iter().map(|s| &s.error))
             .flatten()
@@ -163,7 +163,7 @@ impl Observation {
 
     /// Product status: HOLD when the merchant read failed or any answer broke a bound (fail
     /// closed), PARTIAL when some fact is still unknown, OK otherwise.
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         if self.merchant.error.is_some() || self.bound_exceeded().is_some() {
             "HOLD"
         } else if !self.complete() {
@@ -174,7 +174,7 @@ impl Observation {
     }
 
     /// Human-readable limitations of this observation.
-    pub fn limitations(&self) -> Vec<String> {
+    pub(crate) fn limitations(&self) -> Vec<String> {
         let mut out: Vec<String> = self
             .failures()
             .into_iter()
@@ -207,7 +207,7 @@ impl Observation {
     }
 
     /// The VM05 `merchant` object.
-    pub fn merchant_json(&self) -> Value {
+    pub(crate) fn merchant_json(&self) -> Value {
         let m = &self.merchant;
         json!({
             "presence": m.presence.as_str(),
@@ -220,7 +220,7 @@ impl Observation {
     }
 
     /// The VM05 `searches` array.
-    pub fn searches_json(&self) -> Value {
+    pub(crate) fn searches_json(&self) -> Value {
         self.searches
             .iter()
             .map(|s| {
@@ -240,7 +240,7 @@ impl Observation {
     }
 
     /// The VM05 `evidence` object.
-    pub fn evidence_json(&self) -> Value {
+    pub(crate) fn evidence_json(&self) -> Value {
         let e = &self.evidence;
         json!({
             "provider": e.host,
@@ -257,7 +257,7 @@ impl Observation {
 }
 
 /// Interprets one reading of the provider for the request's inputs.
-pub fn interpret(reading: Reading, inputs: &Inputs) -> Observation {
+pub(crate) fn interpret(reading: Reading, inputs: &Inputs) -> Observation {
     let Reading {
         merchant,
         searches,
@@ -302,7 +302,7 @@ pub fn interpret(reading: Reading, inputs: &Inputs) -> Observation {
 /// same lowercased host, and the same path and query string, byte for byte (parameter order
 /// counts). Both sides are WHATWG-parsed first; an empty query (`?`) equals no query, as in
 /// the WHATWG `search` attribute.
-pub fn same_resource(submitted: &Url, listed: &str) -> bool {
+pub(crate) fn same_resource(submitted: &Url, listed: &str) -> bool {
     let Ok(listed) = Url::parse(listed) else {
         return false;
     };
@@ -611,7 +611,7 @@ fn quality(item: &Value) -> Value {
 }
 
 /// A listed entry in the VM05 `merchant.match` shape (snake_case, provider values as given).
-pub fn listing_summary(item: &Value) -> Value {
+pub(crate) fn listing_summary(item: &Value) -> Value {
     json!({
         "resource": text(item, "resource"),
         "type": text(item, "type"),

@@ -646,7 +646,7 @@ fn overall_limitations(
     out
 }
 
-pub fn respond(
+pub(super) fn respond(
     machine: &Machine,
     settings: &Settings,
     request: &Parsed,

@@ -20,7 +20,7 @@ use crate::support::timestamp::now_millis as now;
 
 /// Why a holding is in the list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(super) enum Origin {
     Native,
     /// Declared by the caller; `listed` when the inventory also discovered it.
     Declared {
@@ -32,7 +32,7 @@ pub enum Origin {
 
 /// One returned holding, before it is described.
 #[derive(Debug, Clone)]
-pub struct Holding {
+pub(super) struct Holding {
     pub chain: Chain,
     /// None: the native asset.
     pub token: Option<Address>,
@@ -47,13 +47,13 @@ pub struct Holding {
 
 /// A read and when it was made.
 #[derive(Debug, Clone)]
-pub struct Timed<T> {
+pub(super) struct Timed<T> {
     pub value: T,
     pub retrieved_at: String,
 }
 
 /// Everything read on one chain.
-pub struct ChainOutcome {
+pub(super) struct ChainOutcome {
     pub chain: Chain,
     pub block: Result<u64, String>,
     pub native: Option<Timed<Result<U256, String>>>,
@@ -71,11 +71,11 @@ pub struct ChainOutcome {
 }
 
 impl ChainOutcome {
-    pub fn discovery_capped(&self) -> bool {
+    pub(super) fn discovery_capped(&self) -> bool {
         self.holdings.len() < self.offered
     }
 
-    pub fn readable(&self) -> bool {
+    pub(super) fn readable(&self) -> bool {
         self.block.is_ok()
     }
 }
@@ -209,7 +209,7 @@ fn offered(outcome: &ChainOutcome, declared: &[Declared]) -> Vec<Holding> {
 
 /// Splits `cap` between chains: each gets an equal share of what is left, a chain needing
 /// less than its share gives the rest to the others (smallest need served first).
-pub fn allocate(needs: &[usize], cap: usize) -> Vec<usize> {
+pub(super) fn allocate(needs: &[usize], cap: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..needs.len()).collect();
     order.sort_by_key(|i| needs[*i]);
     let mut given = vec![0; needs.len()];
@@ -328,7 +328,7 @@ fn apply_token_reads(
 }
 
 /// All reads of a request.
-pub async fn run(
+pub(super) async fn run(
     context: &WorkContext,
     settings: &Settings,
     request: &Parsed,

@@ -19,18 +19,27 @@ pub use sqlite::SqliteLedger;
 /// What the payment gate knows when it reserves.
 #[derive(Debug, Clone)]
 pub struct NewAttempt {
+    /// The machine id.
     pub machine: String,
+    /// The machine's family.
     pub family: String,
+    /// The payer address.
     pub payer: String,
+    /// The price in atomic units.
     pub amount_atomic: String,
+    /// The payment asset.
     pub asset: String,
+    /// The payment network (CAIP-2).
     pub network: String,
+    /// Our payTo address.
     pub pay_to: String,
+    /// sha256 of the EIP-3009 nonce (the uniqueness key).
     pub nonce_sha256: String,
     /// The EIP-3009 nonce, 0x-prefixed hex.
     pub nonce: String,
     /// The authorization's `validBefore` (unix seconds, decimal).
     pub valid_before: String,
+    /// sha256 of the canonical request.
     pub request_sha256: String,
     /// The request's `x-request-id`: support goes from a buyer's complaint to the row and
     /// the request's log lines.
@@ -40,9 +49,21 @@ pub struct NewAttempt {
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Settled { transaction: String },
-    SettleFailed { reason: String },
-    WorkFailed { reason: String },
+    /// Settled on chain.
+    Settled {
+        /// The settlement transaction.
+        transaction: String,
+    },
+    /// The facilitator did not settle; the result was withheld.
+    SettleFailed {
+        /// Why.
+        reason: String,
+    },
+    /// The work failed; nothing was settled.
+    WorkFailed {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What reconciliation learned from the chain about a `reserved` or `settle_failed` row.
@@ -50,7 +71,10 @@ pub enum Outcome {
 pub enum Resolution {
     /// The authorization was used: the buyer paid. The transaction is None when the
     /// `AuthorizationUsed` event could not be found.
-    Settled { transaction: Option<String> },
+    Settled {
+        /// The transaction of the `AuthorizationUsed` event, when found.
+        transaction: Option<String>,
+    },
     /// Unused and past `validBefore`: nothing was or ever will be charged.
     Expired,
 }
@@ -58,35 +82,52 @@ pub enum Resolution {
 /// A row as stored (for reports, start-up recovery and reconciliation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRow {
+    /// The row id.
     pub id: i64,
+    /// The machine id.
     pub machine: String,
+    /// The machine's family.
     pub family: String,
+    /// The payer address.
     pub payer: String,
+    /// The price in atomic units.
     pub amount_atomic: String,
+    /// The payment asset.
     pub asset: String,
+    /// The payment network (CAIP-2).
     pub network: String,
+    /// One of `STATES`.
     pub state: String,
+    /// The settlement transaction, once settled.
     pub transaction_hash: Option<String>,
     /// The EIP-3009 nonce and `validBefore`: what `authorizationState(payer, nonce)` on the
     /// asset reconciles. None on rows written before they were kept.
     pub nonce: Option<String>,
+    /// The authorization's validBefore, when recorded.
     pub valid_before: Option<String>,
+    /// Why the settlement or the work failed.
     pub failure_reason: Option<String>,
     /// What reconciliation saw on chain, when it changed the row.
     pub evidence: Option<String>,
+    /// When the attempt was reserved (RFC 3339).
     pub created_at: String,
     /// The request's `x-request-id`; None on rows written before it was kept.
     pub request_id: Option<String>,
 }
 
+/// A ledger failure.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The nonce was already recorded.
     #[error("this payment authorization was already presented")]
     Duplicate,
+    /// The storage failed.
     #[error("ledger storage failed: {0}")]
     Storage(String),
+    /// The database did not answer in time or the connection is gone.
     #[error("the ledger database is unreachable: {0}")]
     Unavailable(String),
+    /// The database URL names no supported backend.
     #[error("{0} is neither sqlite:PATH nor postgres://…")]
     UnknownUrl(String),
 }
@@ -163,7 +204,9 @@ pub fn redacted(database_url: &str) -> String {
 
 /// The configured ledger backend.
 pub enum Ledger {
+    /// One process per `sqlite:PATH` file.
     Sqlite(SqliteLedger),
+    /// Any number of replicas sharing one database.
     Postgres(PostgresLedger),
 }
 
