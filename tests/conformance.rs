@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::devstack::DevStack;
-use common::{TestServer, manifest, repo_root, temp_path};
+use common::{ALL_PROVIDERS, TestServer, manifest, repo_root, temp_path};
 use serde_json::{Value, json};
 
 /// Every machine's id, path and input example, from the manifest.
@@ -206,19 +206,22 @@ fn decode_402s(requests: &Value) -> Vec<Value> {
 async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
     let stack = DevStack::start();
     let pay_to = stack.field("pay_to");
-    let server = TestServer::with_env(&[
+    let facilitator_url = stack.field("facilitator_url");
+    let rpc_url = stack.field("rpc_url");
+    // Every machine must be for sale (a machine without providers answers 503, not 402); the
+    // Base RPC is the dev stack's, for the paid call.
+    let mut env: Vec<(&str, &str)> = ALL_PROVIDERS
+        .iter()
+        .copied()
+        .filter(|(key, _)| *key != "FACTOMAT_RPC_URL_EIP155_8453")
+        .collect();
+    env.extend([
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
-        (
-            "FACTOMAT_FACILITATOR_URL",
-            stack.field("facilitator_url").as_str(),
-        ),
-        (
-            "FACTOMAT_RPC_URL_EIP155_8453",
-            stack.field("rpc_url").as_str(),
-        ),
+        ("FACTOMAT_FACILITATOR_URL", facilitator_url.as_str()),
+        ("FACTOMAT_RPC_URL_EIP155_8453", rpc_url.as_str()),
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
-    ])
-    .await;
+    ]);
+    let server = TestServer::with_env(&env).await;
     let nginx = Nginx::start(&server.url);
 
     let requests: Vec<Value> = machines()
