@@ -377,11 +377,21 @@ pub struct TestCa {
 }
 
 impl Config {
-    /// The ledger's connection pool settings.
-    pub fn ledger_pool(&self) -> crate::pay::ledger::PoolOptions {
-        crate::pay::ledger::PoolOptions {
-            max_size: self.database_pool_size,
-            connect_timeout: std::time::Duration::from_millis(self.database_connect_timeout_ms),
+    /// The configured JSON-RPC URL of a CAIP-2 chain.
+    pub fn rpc_url(&self, chain: &str) -> Option<&Secret> {
+        match chain {
+            "eip155:8453" => self.rpc_url_eip155_8453.as_ref(),
+            "eip155:1" => self.rpc_url_eip155_1.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The configured inventory provider (alchemy_getTokenBalances) of a CAIP-2 chain.
+    pub fn inventory_url(&self, chain: &str) -> Option<&Secret> {
+        match chain {
+            "eip155:8453" => self.inventory_url_eip155_8453.as_ref(),
+            "eip155:1" => self.inventory_url_eip155_1.as_ref(),
+            _ => None,
         }
     }
 

@@ -130,20 +130,9 @@ fn main() -> ExitCode {
 }
 
 fn serve(config_path: Option<&Path>) -> ExitCode {
-    let config = match Config::load(config_path, std::env::vars()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("factomat: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    init_logging(&config);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("factomat: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match configured_runtime(config_path) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     runtime.block_on(async move {
         let running = match server::start(config).await {
@@ -207,32 +196,39 @@ fn ledger_command<F>(config_path: Option<&Path>, command: impl FnOnce(Config) ->
 where
     F: std::future::Future<Output = ExitCode>,
 {
-    let config = match Config::load(config_path, std::env::vars()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("factomat: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    init_logging(&config);
-    match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime.block_on(command(config)),
-        Err(error) => {
-            eprintln!("factomat: cannot start the async runtime: {error}");
-            ExitCode::FAILURE
-        }
+    match configured_runtime(config_path) {
+        Ok((config, runtime)) => runtime.block_on(command(config)),
+        Err(code) => code,
     }
+}
+
+/// The configuration (exit 2 when it is unusable), logging started by it, and a runtime
+/// (exit 1 when none can be built).
+fn configured_runtime(
+    config_path: Option<&Path>,
+) -> Result<(Config, tokio::runtime::Runtime), ExitCode> {
+    let config = Config::load(config_path, std::env::vars()).map_err(|error| {
+        eprintln!("factomat: {error}");
+        ExitCode::from(2)
+    })?;
+    init_logging(&config);
+    let runtime = tokio::runtime::Runtime::new().map_err(|error| {
+        eprintln!("factomat: cannot start the async runtime: {error}");
+        ExitCode::FAILURE
+    })?;
+    Ok((config, runtime))
 }
 
 fn open_ledger(config: &Config) -> Result<factomat::pay::ledger::Ledger, ExitCode> {
     let url = config.database_url.expose();
-    factomat::pay::ledger::open(url, config.ledger_pool()).map_err(|error| {
-        eprintln!(
-            "factomat: ledger {}: {error}",
-            factomat::pay::ledger::redacted(url)
-        );
-        ExitCode::FAILURE
-    })
+    factomat::pay::ledger::open(url, factomat::pay::ledger::PoolOptions::from_config(config))
+        .map_err(|error| {
+            eprintln!(
+                "factomat: ledger {}: {error}",
+                factomat::pay::ledger::redacted(url)
+            );
+            ExitCode::FAILURE
+        })
 }
 
 async fn ledger_report(config: Config, json: bool) -> ExitCode {
@@ -393,20 +389,9 @@ fn generate(out_dir: &Path, check: bool) -> ExitCode {
 /// `factomat sample capture`: one real VM04 observation, stored for the free sample endpoint.
 /// Only a complete or partial observation is stored; a HOLD is not a useful sample.
 fn sample_capture(config_path: Option<&Path>, request: Option<&str>) -> ExitCode {
-    let config = match Config::load(config_path, std::env::vars()) {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("factomat: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    init_logging(&config);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("factomat: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
+    let (config, runtime) = match configured_runtime(config_path) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     match runtime.block_on(capture_vm04(&config, request)) {
         Ok(stored) => {

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::manifest::{Family, Machine, Manifest};
-use super::render::{BASE_URL_TOKEN, Render};
+use super::render::{BASE_URL_TOKEN, Render, environment_of};
 
 /// Where the storefront is served.
 pub const PREFIX: &str = "/storefront/";
@@ -95,23 +95,12 @@ pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
 }
 
 fn environment() -> Result<Environment<'static>, String> {
-    let mut env = Environment::new();
-    let syntax = minijinja::syntax::SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .keep_trailing_newline(true)
-        .build()
-        .map_err(|e| e.to_string())?;
-    env.set_syntax(syntax);
     // Names ending in .html turn on minijinja's HTML auto-escaping.
-    for (name, source) in [
+    environment_of(&[
         ("layout.html", LAYOUT),
         ("index.html", INDEX),
         ("machine.html", MACHINE),
-    ] {
-        env.add_template(name, source).map_err(|e| e.to_string())?;
-    }
-    Ok(env)
+    ])
 }
 
 fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Result<String, String> {

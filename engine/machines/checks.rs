@@ -130,11 +130,8 @@ pub(crate) fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFai
 }
 
 /// A caller-held baseline must come from this machine's methodology.
-pub(crate) fn baseline_methodology(
-    found: Option<&str>,
-    expected: &str,
-) -> Result<(), CheckFailure> {
-    match found {
+pub(crate) fn baseline_methodology(baseline: &Value, expected: &str) -> Result<(), CheckFailure> {
+    match text_at(baseline, "/methodology_version") {
         Some(found) if found != expected => Err(CheckFailure::field(
             "baseline_methodology_mismatch",
             "/baseline/methodology_version",
@@ -159,6 +156,16 @@ pub(crate) fn seal_matches(
         ));
     }
     Ok(())
+}
+
+/// A baseline sealed by its own hash: the value at `key` must be the canonical sha256 of the
+/// baseline without that key.
+pub(crate) fn self_sealed(baseline: &Value, key: &str) -> Result<(), CheckFailure> {
+    seal_matches(
+        baseline.get(key).and_then(Value::as_str),
+        &format!("/baseline/{key}"),
+        &without_keys(baseline, &[key]),
+    )
 }
 
 /// An object without the keys listed, for hashing what a seal covers.

@@ -42,18 +42,41 @@ pub trait Machine: Send + Sync + 'static {
     /// The request body, deserialized once after the manifest's input schema accepted it.
     type Request: DeserializeOwned + Send + Sync + 'static;
 
+    /// What the paid work reads, in the order readiness asks for it.
+    const NEEDS: &'static [Need];
+
     /// Pre-payment semantic checks on the typed request; no I/O.
     fn check(spec: &Spec, request: &Self::Request) -> Result<(), CheckFailure>;
 
-    /// Whether this deployment can take paid calls for the machine (providers configured).
-    fn readiness(spec: &Spec, config: &Config) -> Result<(), NotReady>;
+    /// Whether this deployment can take paid calls for the machine: the first of
+    /// [`Machine::NEEDS`] it lacks refuses.
+    fn readiness(spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        Self::NEEDS
+            .iter()
+            .try_for_each(|need| need.ready(spec, config))
+    }
 
     /// The paid work. Upstream failures are truthful HOLD/PARTIAL results, not errors.
     fn observe(
-        context: &WorkContext,
-        spec: &'static Spec,
-        request: &Self::Request,
+        call: Call<'_, Self::Request>,
     ) -> impl Future<Output = Result<Value, WorkError>> + Send;
+}
+
+/// One paid call as a machine's `observe` receives it.
+pub struct Call<'a, R> {
+    /// The server's context: gateway, configuration, cache.
+    pub context: &'a WorkContext,
+    /// The machine's manifest entry.
+    pub spec: &'static Spec,
+    /// The typed request the pre-payment checks accepted.
+    pub request: &'a R,
+}
+
+impl<'a, R> Call<'a, R> {
+    /// The context, the manifest entry and the request, in that order.
+    pub fn parts(self) -> (&'a WorkContext, &'static Spec, &'a R) {
+        (self.context, self.spec, self.request)
+    }
 }
 
 /// A machine as the registry holds it: the typed request erased behind [`Work`].
@@ -141,7 +164,14 @@ struct Accepted<M: Machine> {
 
 impl<M: Machine> PaidWork for Accepted<M> {
     fn observe<'a>(self: Box<Self>, context: &'a WorkContext) -> Observation<'a> {
-        Box::pin(async move { M::observe(context, self.spec, &self.request).await })
+        Box::pin(async move {
+            let call = Call {
+                context,
+                spec: self.spec,
+                request: &self.request,
+            };
+            M::observe(call).await
+        })
     }
 }
 
@@ -216,20 +246,12 @@ pub struct WorkContext {
 impl WorkContext {
     /// The configured JSON-RPC URL of a CAIP-2 chain.
     pub fn rpc_url(&self, chain: &str) -> Option<&Secret> {
-        match chain {
-            "eip155:8453" => self.config.rpc_url_eip155_8453.as_ref(),
-            "eip155:1" => self.config.rpc_url_eip155_1.as_ref(),
-            _ => None,
-        }
+        self.config.rpc_url(chain)
     }
 
     /// The configured inventory provider (alchemy_getTokenBalances) of a CAIP-2 chain.
     pub fn inventory_url(&self, chain: &str) -> Option<&Secret> {
-        match chain {
-            "eip155:8453" => self.config.inventory_url_eip155_8453.as_ref(),
-            "eip155:1" => self.config.inventory_url_eip155_1.as_ref(),
-            _ => None,
-        }
+        self.config.inventory_url(chain)
     }
 }
 
@@ -282,6 +304,53 @@ impl WorkError {
         WorkError::Manifest {
             machine: machine.to_string(),
             what: what.into(),
+        }
+    }
+}
+
+/// Something a machine's paid work reads, which this deployment must provide before a caller
+/// pays for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The JSON-RPC endpoint of a CAIP-2 chain.
+    Rpc(&'static str),
+    /// The token inventory provider of a CAIP-2 chain (the URL usually carries the credential).
+    Inventory(&'static str),
+    /// The DEX pricing API.
+    Pricing,
+    /// The Lido API.
+    Lido,
+    /// The x402 discovery index, and the machine's discovery limits in the manifest.
+    Discovery,
+    /// The page fetcher, and the machine's fetch and text limits in the manifest.
+    Fetch,
+    /// The unpaid x402 probe, and its limits in the manifest.
+    Probe,
+}
+
+impl Need {
+    /// Whether this deployment provides it for the machine.
+    fn ready(self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        let configured = |present: bool, what: &str| match present {
+            true => Ok(()),
+            false => provider_missing(spec, what),
+        };
+        match self {
+            Need::Rpc(chain) => configured(
+                config.rpc_url(chain).is_some(),
+                &format!("the {chain} RPC endpoint"),
+            ),
+            Need::Inventory(chain) => configured(
+                config.inventory_url(chain).is_some(),
+                &format!("the {chain} inventory provider (credential)"),
+            ),
+            Need::Pricing => {
+                configured(config.dexscreener_url.is_some(), "the DEX pricing API URL")
+            }
+            Need::Lido => configured(config.lido_api_url.is_some(), "the Lido API URL"),
+            Need::Discovery => listing::readiness(spec, config),
+            Need::Fetch => vm01::fetch_ready(spec, config),
+            Need::Probe => probe_reads::probe_ready(spec, config),
         }
     }
 }

@@ -14,15 +14,6 @@ use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::web::x402_probe::{self, Probe, ProbeTarget, Requirement, Selection};
 
-/// Ready when the probe can run and the eip155:8453 RPC endpoint for the reads is configured.
-pub(crate) fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-    probe_ready(machine, config)?;
-    match config.rpc_url_eip155_8453 {
-        Some(_) => Ok(()),
-        None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-    }
-}
-
 /// Ready when the probe's limits are in the manifest and a fetcher can be built.
 pub(crate) fn probe_ready(machine: &Machine, config: &Config) -> Result<(), NotReady> {
     x402_probe::ready(machine, config)

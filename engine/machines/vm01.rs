@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
@@ -24,21 +24,15 @@ pub struct Request {
 impl super::Machine for Vm01 {
     const ID: &'static str = "VM01";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Fetch];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         rc::public_url(&request.url, "/url")?;
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        fetch_ready(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let reading = read_requested_page(context, machine, &request.url).await?;
         Ok(response(machine, &reading, &now()))
     }

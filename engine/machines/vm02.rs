@@ -18,10 +18,9 @@ use alloy::transports::TransportError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::rpc::{CountedRpc, describe_error};
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::support::units::format_units;
@@ -54,6 +53,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm02 {
     const ID: &'static str = "VM02";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Rpc(CHAIN)];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         rc::address(&request.owner, "/owner")?;
@@ -62,19 +62,18 @@ impl super::Machine for Vm02 {
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        match config.rpc_url_eip155_8453 {
-            Some(_) => Ok(()),
-            None => super::provider_missing(machine, "the eip155:8453 RPC endpoint"),
-        }
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
-        observe(context, machine, request).await
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
+        let owner = address_field(&request.owner, "owner")?;
+        let token = address_field(&request.token, "token")?;
+        let spender = address_field(&request.spender, "spender")?;
+        let url = context
+            .rpc_url(CHAIN)
+            .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
+        let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+        let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
+        let reads = read_at_one_block(&provider, owner, token, spender).await;
+        Ok(respond(machine, request, reads))
     }
 }
 
@@ -96,23 +95,6 @@ struct Reads {
 
 fn address_field(text: &str, field: &str) -> Result<Address, WorkError> {
     evm::parse_address(text).map_err(|_| WorkError::unreadable(field))
-}
-
-async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Request,
-) -> Result<Value, WorkError> {
-    let owner = address_field(&request.owner, "owner")?;
-    let token = address_field(&request.token, "token")?;
-    let spender = address_field(&request.spender, "spender")?;
-    let url = context
-        .rpc_url(CHAIN)
-        .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
-    let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
-    let reads = read_at_one_block(&provider, owner, token, spender).await;
-    Ok(respond(machine, request, reads))
 }
 
 async fn read_at_one_block(

@@ -17,10 +17,9 @@ use alloy::primitives::{Address, U256};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::net::upstream::Bounds;
 use crate::support::decimal::Decimal;
@@ -55,83 +54,53 @@ pub(crate) struct DeclaredHolding {
 impl super::Machine for Vm03 {
     const ID: &'static str = "VM03";
     type Request = Request;
+    /// Every provider VM03 reads must be configured: both chains' RPC and inventory endpoints
+    /// (the inventory URL usually carries the credential) and the pricing API.
+    const NEEDS: &'static [Need] = &[
+        Need::Inventory("eip155:1"),
+        Need::Inventory("eip155:8453"),
+        Need::Rpc("eip155:1"),
+        Need::Rpc("eip155:8453"),
+        Need::Pricing,
+    ];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        check(machine, request)
+        rc::address(&request.address, "/address")?;
+        let holdings = &request.declared_holdings;
+        if let Some(max) = machine.limit("max_declared_holdings")
+            && holdings.len() as u64 > max
+        {
+            return Err(CheckFailure::field(
+                "too_many_declared_holdings",
+                "/declared_holdings",
+                format!("at most {max} declared holdings"),
+            ));
+        }
+        for (i, holding) in holdings.iter().enumerate() {
+            let at = format!("/declared_holdings/{i}");
+            rc::token_address(&holding.token, &format!("{at}/token"))?;
+            rc::uint256(&holding.quantity_raw, &format!("{at}/quantity_raw"))?;
+            if request
+                .chains
+                .as_ref()
+                .is_some_and(|chains| !chains.contains(&holding.chain))
+            {
+                return Err(CheckFailure::field(
+                    "declared_holding_chain_not_requested",
+                    format!("{at}/chain"),
+                    format!("{} is not in the requested chains", holding.chain),
+                ));
+            }
+        }
+        Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        readiness(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let settings = Settings::from(machine)?;
         let request = parse_request(request)?;
         let outcomes = collect::run(context, &settings, &request).await?;
         Ok(assemble::respond(machine, &settings, &request, &outcomes))
-    }
-}
-
-fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-    rc::address(&request.address, "/address")?;
-    let holdings = &request.declared_holdings;
-    if let Some(max) = machine.limit("max_declared_holdings")
-        && holdings.len() as u64 > max
-    {
-        return Err(CheckFailure::field(
-            "too_many_declared_holdings",
-            "/declared_holdings",
-            format!("at most {max} declared holdings"),
-        ));
-    }
-    for (i, holding) in holdings.iter().enumerate() {
-        let at = format!("/declared_holdings/{i}");
-        rc::token_address(&holding.token, &format!("{at}/token"))?;
-        rc::uint256(&holding.quantity_raw, &format!("{at}/quantity_raw"))?;
-        if request
-            .chains
-            .as_ref()
-            .is_some_and(|chains| !chains.contains(&holding.chain))
-        {
-            return Err(CheckFailure::field(
-                "declared_holding_chain_not_requested",
-                format!("{at}/chain"),
-                format!("{} is not in the requested chains", holding.chain),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Every provider VM03 reads must be configured: both chains' RPC and inventory endpoints
-/// (the inventory URL usually carries the credential) and the pricing API.
-fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-    let missing = [
-        (
-            config.inventory_url_eip155_1.is_none(),
-            "the eip155:1 inventory provider (credential)",
-        ),
-        (
-            config.inventory_url_eip155_8453.is_none(),
-            "the eip155:8453 inventory provider (credential)",
-        ),
-        (
-            config.rpc_url_eip155_1.is_none(),
-            "the eip155:1 RPC endpoint",
-        ),
-        (
-            config.rpc_url_eip155_8453.is_none(),
-            "the eip155:8453 RPC endpoint",
-        ),
-        (config.dexscreener_url.is_none(), "the DEX pricing API URL"),
-    ];
-    match missing.iter().find(|(absent, _)| *absent) {
-        Some((_, what)) => super::provider_missing(machine, what),
-        None => Ok(()),
     }
 }
 

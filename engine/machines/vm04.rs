@@ -17,10 +17,9 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::decimal::Decimal;
 use crate::support::evm;
@@ -55,79 +54,128 @@ impl Request {
 impl super::Machine for Vm04 {
     const ID: &'static str = "VM04";
     type Request = Request;
+    /// Both chains' RPC endpoints and the Lido API must be configured: the frozen set spans them,
+    /// and a caller must not pay for venues this deployment cannot read.
+    const NEEDS: &'static [Need] = &[Need::Rpc("eip155:1"), Need::Rpc("eip155:8453"), Need::Lido];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        check(machine, request)
-    }
-
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        readiness(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
-        observe(context, machine, request).await
-    }
-}
-
-fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-    let kind = request.asset_text("kind").unwrap_or_default();
-    let has = |name: &str| request.asset.get(name).is_some();
-    match kind {
-        "native" => {
-            for extra in ["address", "symbol"] {
-                if has(extra) {
-                    return Err(CheckFailure::field(
-                        "asset_field_not_allowed",
-                        format!("/asset/{extra}"),
-                        format!("asset kind native takes no {extra}"),
-                    ));
+        let kind = request.asset_text("kind").unwrap_or_default();
+        let has = |name: &str| request.asset.get(name).is_some();
+        match kind {
+            "native" => {
+                for extra in ["address", "symbol"] {
+                    if has(extra) {
+                        return Err(CheckFailure::field(
+                            "asset_field_not_allowed",
+                            format!("/asset/{extra}"),
+                            format!("asset kind native takes no {extra}"),
+                        ));
+                    }
                 }
             }
-        }
-        "erc20" => {
-            if !has("address") {
-                return Err(CheckFailure::field(
-                    "missing_field",
+            "erc20" => {
+                if !has("address") {
+                    return Err(CheckFailure::field(
+                        "missing_field",
+                        "/asset/address",
+                        "asset kind erc20 requires address",
+                    ));
+                }
+                if has("symbol") {
+                    return Err(CheckFailure::field(
+                        "asset_field_not_allowed",
+                        "/asset/symbol",
+                        "asset kind erc20 is identified by address only",
+                    ));
+                }
+                rc::token_address(
+                    request.asset_text("address").unwrap_or_default(),
                     "/asset/address",
-                    "asset kind erc20 requires address",
-                ));
+                )?;
             }
-            if has("symbol") {
-                return Err(CheckFailure::field(
-                    "asset_field_not_allowed",
-                    "/asset/symbol",
-                    "asset kind erc20 is identified by address only",
-                ));
+            "symbol" => {
+                let Some(symbol) = request.asset_text("symbol") else {
+                    return Err(CheckFailure::field(
+                        "missing_field",
+                        "/asset/symbol",
+                        "asset kind symbol requires symbol",
+                    ));
+                };
+                if has("address") {
+                    return Err(CheckFailure::field(
+                        "asset_field_not_allowed",
+                        "/asset/address",
+                        "asset kind symbol is identified by symbol only",
+                    ));
+                }
+                check_symbol_on_chain(machine, request, symbol)?;
             }
-            rc::token_address(
-                request.asset_text("address").unwrap_or_default(),
-                "/asset/address",
-            )?;
+            _ => {}
         }
-        "symbol" => {
-            let Some(symbol) = request.asset_text("symbol") else {
-                return Err(CheckFailure::field(
-                    "missing_field",
-                    "/asset/symbol",
-                    "asset kind symbol requires symbol",
-                ));
-            };
-            if has("address") {
-                return Err(CheckFailure::field(
-                    "asset_field_not_allowed",
-                    "/asset/address",
-                    "asset kind symbol is identified by symbol only",
-                ));
-            }
-            check_symbol_on_chain(machine, request, symbol)?;
-        }
-        _ => {}
+        Ok(())
     }
-    Ok(())
+
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
+        let frozen = frozen(machine)?;
+        let query = query(machine, &frozen, request)?;
+        let (candidates, mut omissions) = select(&frozen, &query);
+        let reads = read(context, machine, &frozen, query.chain, &candidates).await;
+        let ceiling = Decimal::from_units(
+            alloy::primitives::U256::from(
+                machine.limit("max_plausible_apr_percent").unwrap_or(1000),
+            ),
+            2,
+        )
+        .unwrap_or(Decimal::ZERO);
+        let mut results: Vec<VenueResult> = candidates
+            .iter()
+            .filter_map(
+                |spec| match (spec.protocol.as_str(), &reads.aave, &reads.lido) {
+                    ("aave_v3", Some(read), _) => {
+                        Some(aave_venue(spec, &frozen, query.chain, read, ceiling))
+                    }
+                    ("lido", _, Some(read)) => {
+                        Some(lido_venue(spec, &frozen, query.chain, read, ceiling))
+                    }
+                    _ => None,
+                },
+            )
+            .collect();
+        for result in &mut results {
+            result.item["attempted_at"] = Value::String(reads.attempted_at.clone());
+        }
+        let (status, classification) = classify(&results);
+        sort(&mut results, &query.sort);
+        let truncated = results.len() > query.limit;
+        for cut in results.iter().skip(query.limit) {
+            omissions.push(format!(
+                "{} omitted by limit {}.",
+                cut.venue_id, query.limit
+            ));
+        }
+        let errors: Vec<Value> = results.iter().flat_map(|r| r.errors.clone()).collect();
+        let venues: Vec<Value> = results
+            .into_iter()
+            .take(query.limit)
+            .map(|r| r.item)
+            .collect();
+        Ok(respond(
+            machine,
+            &frozen,
+            request,
+            &query,
+            &reads,
+            Decision {
+                status,
+                classification,
+                truncated,
+                omissions,
+                errors,
+                venues,
+            },
+        ))
+    }
 }
 
 /// The manifest's per-chain symbol allowlist (`allowlists.symbols.<chain_id>`).
@@ -156,21 +204,6 @@ fn check_symbol_on_chain(
             ),
         ))
     }
-}
-
-/// Both chains' RPC endpoints and the Lido API must be configured: the frozen set spans them,
-/// and a caller must not pay for venues this deployment cannot read.
-fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-    if config.rpc_url_eip155_1.is_none() {
-        return super::provider_missing(machine, "the eip155:1 RPC endpoint");
-    }
-    if config.rpc_url_eip155_8453.is_none() {
-        return super::provider_missing(machine, "the eip155:8453 RPC endpoint");
-    }
-    if config.lido_api_url.is_none() {
-        return super::provider_missing(machine, "the Lido API URL");
-    }
-    Ok(())
 }
 
 mod items;
@@ -250,69 +283,6 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Request) -> Result<Query,
 }
 
 // ---------------------------------------------------------------- observe
-
-async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Request,
-) -> Result<Value, WorkError> {
-    let frozen = frozen(machine)?;
-    let query = query(machine, &frozen, request)?;
-    let (candidates, mut omissions) = select(&frozen, &query);
-    let reads = read(context, machine, &frozen, query.chain, &candidates).await;
-    let ceiling = Decimal::from_units(
-        alloy::primitives::U256::from(machine.limit("max_plausible_apr_percent").unwrap_or(1000)),
-        2,
-    )
-    .unwrap_or(Decimal::ZERO);
-    let mut results: Vec<VenueResult> = candidates
-        .iter()
-        .filter_map(
-            |spec| match (spec.protocol.as_str(), &reads.aave, &reads.lido) {
-                ("aave_v3", Some(read), _) => {
-                    Some(aave_venue(spec, &frozen, query.chain, read, ceiling))
-                }
-                ("lido", _, Some(read)) => {
-                    Some(lido_venue(spec, &frozen, query.chain, read, ceiling))
-                }
-                _ => None,
-            },
-        )
-        .collect();
-    for result in &mut results {
-        result.item["attempted_at"] = Value::String(reads.attempted_at.clone());
-    }
-    let (status, classification) = classify(&results);
-    sort(&mut results, &query.sort);
-    let truncated = results.len() > query.limit;
-    for cut in results.iter().skip(query.limit) {
-        omissions.push(format!(
-            "{} omitted by limit {}.",
-            cut.venue_id, query.limit
-        ));
-    }
-    let errors: Vec<Value> = results.iter().flat_map(|r| r.errors.clone()).collect();
-    let venues: Vec<Value> = results
-        .into_iter()
-        .take(query.limit)
-        .map(|r| r.item)
-        .collect();
-    Ok(respond(
-        machine,
-        &frozen,
-        request,
-        &query,
-        &reads,
-        Decision {
-            status,
-            classification,
-            truncated,
-            omissions,
-            errors,
-            venues,
-        },
-    ))
-}
 
 /// What `observe` decided, handed to `respond`.
 #[cfg(test)]

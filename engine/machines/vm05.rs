@@ -6,9 +6,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
+use super::{Call, CheckFailure, Need, WorkError, listing};
 use crate::catalog::manifest::Machine;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::timestamp;
 
@@ -29,6 +28,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm05 {
     const ID: &'static str = "VM05";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         rc::public_url(&request.resource, "/resource")?;
@@ -37,15 +37,8 @@ impl super::Machine for Vm05 {
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        listing::readiness(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let (_, observation) = listing::observe(
             context,
             machine,

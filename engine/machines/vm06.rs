@@ -23,11 +23,10 @@ use alloy::rpc::types::{FeeHistory, TransactionRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, CallFailure, CountedRpc};
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::support::timestamp::now;
@@ -57,54 +56,45 @@ pub(crate) struct Request {
 impl super::Machine for Vm06 {
     const ID: &'static str = "VM06";
     type Request = Request;
+    /// Both analysis chains must be readable: the machine offers both, and a caller must not pay
+    /// for a chain this deployment cannot read.
+    const NEEDS: &'static [Need] = &[Need::Rpc("eip155:1"), Need::Rpc("eip155:8453")];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        check(machine, request)
+        rc::address(&request.to, "/to")?;
+        rc::optional_address(request.from.as_deref(), "/from")?;
+        if let Some(value) = &request.value_wei {
+            rc::uint256(value, "/value_wei")?;
+        }
+        let data = request.data.as_deref().unwrap_or("0x");
+        let calldata_bytes = (data.len().saturating_sub(2) / 2) as u64;
+        if let Some(max) = machine.limit("max_calldata_bytes")
+            && calldata_bytes > max
+        {
+            return Err(CheckFailure::field(
+                "calldata_too_large",
+                "/data",
+                format!("calldata holds {calldata_bytes} bytes; at most {max}"),
+            ));
+        }
+        Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        readiness(machine, config)
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
+        let intent = intent(request)?;
+        let url = context.rpc_url(intent.chain.caip2).ok_or_else(|| {
+            WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
+        })?;
+        let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+        let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
+        let query = history_query(machine);
+        let (estimate, history) = read(&provider, &intent, &query).await;
+        let endpoint = rpc::public_endpoint(url);
+        Ok(respond(
+            machine, &intent, &query, estimate, history, &endpoint,
+        ))
     }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
-        observe(context, machine, request).await
-    }
-}
-
-fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-    rc::address(&request.to, "/to")?;
-    rc::optional_address(request.from.as_deref(), "/from")?;
-    if let Some(value) = &request.value_wei {
-        rc::uint256(value, "/value_wei")?;
-    }
-    let data = request.data.as_deref().unwrap_or("0x");
-    let calldata_bytes = (data.len().saturating_sub(2) / 2) as u64;
-    if let Some(max) = machine.limit("max_calldata_bytes")
-        && calldata_bytes > max
-    {
-        return Err(CheckFailure::field(
-            "calldata_too_large",
-            "/data",
-            format!("calldata holds {calldata_bytes} bytes; at most {max}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Both analysis chains must be readable: the machine offers both, and a caller must not pay
-/// for a chain this deployment cannot read.
-fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-    if config.rpc_url_eip155_1.is_none() {
-        return super::provider_missing(machine, "the eip155:1 RPC endpoint");
-    }
-    if config.rpc_url_eip155_8453.is_none() {
-        return super::provider_missing(machine, "the eip155:8453 RPC endpoint");
-    }
-    Ok(())
 }
 
 /// The unsigned transaction of a validated request.
@@ -158,25 +148,6 @@ fn history_query(machine: &Machine) -> HistoryQuery {
         block_count: machine.limit("fee_history_block_count").unwrap_or(5),
         percentiles,
     }
-}
-
-async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Request,
-) -> Result<Value, WorkError> {
-    let intent = intent(request)?;
-    let url = context
-        .rpc_url(intent.chain.caip2)
-        .ok_or_else(|| WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2)))?;
-    let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-    let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
-    let query = history_query(machine);
-    let (estimate, history) = read(&provider, &intent, &query).await;
-    let endpoint = rpc::public_endpoint(url);
-    Ok(respond(
-        machine, &intent, &query, estimate, history, &endpoint,
-    ))
 }
 
 async fn read(

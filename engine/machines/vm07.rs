@@ -6,9 +6,8 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{CheckFailure, NotReady, WorkContext, WorkError, vm01};
+use super::{Call, CheckFailure, Need, WorkError, vm01};
 use crate::catalog::manifest::Machine;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::web::extract::{Extracted, normalize_whitespace};
@@ -42,35 +41,21 @@ pub(crate) struct Request {
 impl super::Machine for Vm07 {
     const ID: &'static str = "VM07";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Fetch];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         rc::public_url(&request.url, "/url")?;
         if let Some(baseline) = &request.baseline {
-            rc::baseline_methodology(
-                rc::text_at(baseline, "/methodology_version"),
-                &machine.methodology_version,
-            )?;
+            rc::baseline_methodology(baseline, &machine.methodology_version)?;
             // The seal binds the completeness flags too: they decide whether the baseline is
             // known-good, so an edited flag must not pass as an intact baseline.
-            let sealed = rc::without_keys(baseline, &["page_sha256"]);
-            rc::seal_matches(
-                rc::text_at(baseline, "/page_sha256"),
-                "/baseline/page_sha256",
-                &sealed,
-            )?;
+            rc::self_sealed(baseline, "page_sha256")?;
         }
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        vm01::fetch_ready(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let reading = vm01::read_requested_page(context, machine, &request.url).await?;
         let prior = request.baseline.as_ref().map(Baseline::from_request);
         Ok(response(machine, &reading, prior.as_ref(), &vm01::now()))

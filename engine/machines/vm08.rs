@@ -8,9 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::probe_reads::{self, ProbeRequest};
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::{canonical_json, canonical_sha256};
 use crate::support::evm;
@@ -49,65 +48,48 @@ pub(crate) struct PricePolicy {
 impl super::Machine for Vm08 {
     const ID: &'static str = "VM08";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Probe];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        check(machine, request)
+        request.probe.check()?;
+        if let Some(PricePolicy {
+            modest_increase_bps: Some(modest),
+            max_increase_bps: Some(max),
+        }) = &request.price_policy
+            && modest > max
+        {
+            return Err(CheckFailure::field(
+                "invalid_price_policy",
+                "/price_policy",
+                "modest_increase_bps must not exceed max_increase_bps",
+            ));
+        }
+        if let Some(baseline) = &request.baseline {
+            rc::baseline_methodology(baseline, &machine.methodology_version)?;
+            rc::seal_matches(
+                rc::text_at(baseline, "/fingerprint_sha256"),
+                "/baseline/fingerprint_sha256",
+                baseline.get("fingerprint").unwrap_or(&Value::Null),
+            )?;
+            rc::self_sealed(baseline, "baseline_sha256")?;
+            if baseline.get("reusable") != Some(&Value::Bool(true)) {
+                return Err(CheckFailure::field(
+                    "baseline_not_reusable",
+                    "/baseline/reusable",
+                    "only a baseline returned with reusable: true can be compared against",
+                ));
+            }
+            baseline_binding(request, baseline)?;
+        }
+        Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        probe_reads::probe_ready(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let target = request.probe.target()?;
         let probe = probe_reads::probe(context, machine, target).await?;
         Ok(response(machine, request, &probe, &super::vm01::now()))
     }
-}
-
-fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-    request.probe.check()?;
-    if let Some(PricePolicy {
-        modest_increase_bps: Some(modest),
-        max_increase_bps: Some(max),
-    }) = &request.price_policy
-        && modest > max
-    {
-        return Err(CheckFailure::field(
-            "invalid_price_policy",
-            "/price_policy",
-            "modest_increase_bps must not exceed max_increase_bps",
-        ));
-    }
-    if let Some(baseline) = &request.baseline {
-        rc::baseline_methodology(
-            rc::text_at(baseline, "/methodology_version"),
-            &machine.methodology_version,
-        )?;
-        rc::seal_matches(
-            rc::text_at(baseline, "/fingerprint_sha256"),
-            "/baseline/fingerprint_sha256",
-            baseline.get("fingerprint").unwrap_or(&Value::Null),
-        )?;
-        rc::seal_matches(
-            rc::text_at(baseline, "/baseline_sha256"),
-            "/baseline/baseline_sha256",
-            &rc::without_keys(baseline, &["baseline_sha256"]),
-        )?;
-        if baseline.get("reusable") != Some(&Value::Bool(true)) {
-            return Err(CheckFailure::field(
-                "baseline_not_reusable",
-                "/baseline/reusable",
-                "only a baseline returned with reusable: true can be compared against",
-            ));
-        }
-        baseline_binding(request, baseline)?;
-    }
-    Ok(())
 }
 
 /// A baseline is bound to the method, URL and POST body fingerprint it was made for; a

@@ -9,10 +9,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::probe_reads::{self, ProbeRequest};
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::token_reads::TokenReads;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
@@ -41,6 +40,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm09 {
     const ID: &'static str = "VM09";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Probe, Need::Rpc("eip155:8453")];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         request.probe.check()?;
@@ -56,15 +56,8 @@ impl super::Machine for Vm09 {
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        probe_reads::readiness(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let (probe, selection) =
             probe_reads::probe_and_select(context, machine, &request.probe).await?;
         // The packet's 60 s run from when the challenge was received, not from when our

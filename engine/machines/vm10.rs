@@ -8,10 +8,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::probe_reads::{self, ProbeRequest};
-use super::{CheckFailure, NotReady, WorkContext, WorkError};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::token_reads::TokenReads;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::canonical_sha256;
 use crate::support::evm;
@@ -41,34 +40,20 @@ pub(crate) struct Request {
 impl super::Machine for Vm10 {
     const ID: &'static str = "VM10";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Probe, Need::Rpc("eip155:8453")];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
         request.probe.check()?;
         rc::address(&request.payer_address, "/payer_address")?;
         if let Some(baseline) = &request.baseline {
-            rc::baseline_methodology(
-                rc::text_at(baseline, "/methodology_version"),
-                &machine.methodology_version,
-            )?;
-            let sealed = rc::without_keys(baseline, &["baseline_sha256"]);
-            rc::seal_matches(
-                rc::text_at(baseline, "/baseline_sha256"),
-                "/baseline/baseline_sha256",
-                &sealed,
-            )?;
+            rc::baseline_methodology(baseline, &machine.methodology_version)?;
+            rc::self_sealed(baseline, "baseline_sha256")?;
         }
         Ok(())
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        probe_reads::readiness(machine, config)
-    }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
         let (probe, selection) =
             probe_reads::probe_and_select(context, machine, &request.probe).await?;
         let requirement = match &selection {

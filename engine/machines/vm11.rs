@@ -11,9 +11,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::listing::model::{self, Inputs, Observation, Presence, Visibility};
-use super::{CheckFailure, NotReady, WorkContext, WorkError, listing};
+use super::{Call, CheckFailure, Need, WorkError, listing};
 use crate::catalog::manifest::Machine;
-use crate::config::Config;
 use crate::machines::checks as rc;
 use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
 use crate::support::timestamp::now as now_iso;
@@ -38,49 +37,43 @@ pub(crate) struct Request {
 impl super::Machine for Vm11 {
     const ID: &'static str = "VM11";
     type Request = Request;
+    const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        check(machine, request)
+        rc::public_url(&request.resource, "/resource")?;
+        rc::address(&request.pay_to, "/pay_to")?;
+        let queries = rc::normalized_queries(&request.queries)?;
+        let Some(baseline) = &request.baseline else {
+            return Ok(());
+        };
+        rc::baseline_methodology(baseline, &machine.methodology_version)?;
+        let observation = baseline.get("observation").cloned().unwrap_or(Value::Null);
+        rc::seal_matches(
+            rc::text_at(baseline, "/observation_sha256"),
+            "/baseline/observation_sha256",
+            &observation,
+        )?;
+        rc::self_sealed(baseline, "baseline_sha256")?;
+        check_binding(request, baseline, &queries)?;
+        check_reusable(baseline)
     }
 
-    fn readiness(machine: &Machine, config: &Config) -> Result<(), NotReady> {
-        listing::readiness(machine, config)
+    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+        let (context, machine, request) = call.parts();
+        let (inputs, reading) = listing::observe(
+            context,
+            machine,
+            &request.resource,
+            &request.pay_to,
+            &request.queries,
+        )
+        .await?;
+        let limits = Vm11Limits::from_machine(machine)?;
+        let observation = sealed_observation(&reading, &limits);
+        let (baseline, oversize) = seal(machine, request, &inputs, observation, &reading, &limits);
+        let outcome = decide(request.baseline.as_ref(), &baseline, &reading, oversize);
+        Ok(respond(machine, request, &inputs, baseline, outcome))
     }
-
-    async fn observe(
-        context: &WorkContext,
-        machine: &'static Machine,
-        request: &Request,
-    ) -> Result<Value, WorkError> {
-        observe(context, machine, request).await
-    }
-}
-
-fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-    rc::public_url(&request.resource, "/resource")?;
-    rc::address(&request.pay_to, "/pay_to")?;
-    let queries = rc::normalized_queries(&request.queries)?;
-    let Some(baseline) = &request.baseline else {
-        return Ok(());
-    };
-    rc::baseline_methodology(
-        rc::text_at(baseline, "/methodology_version"),
-        &machine.methodology_version,
-    )?;
-    let observation = baseline.get("observation").cloned().unwrap_or(Value::Null);
-    rc::seal_matches(
-        rc::text_at(baseline, "/observation_sha256"),
-        "/baseline/observation_sha256",
-        &observation,
-    )?;
-    let sealed = rc::without_keys(baseline, &["baseline_sha256"]);
-    rc::seal_matches(
-        rc::text_at(baseline, "/baseline_sha256"),
-        "/baseline/baseline_sha256",
-        &sealed,
-    )?;
-    check_binding(request, baseline, &queries)?;
-    check_reusable(baseline)
 }
 
 fn check_binding(
@@ -145,26 +138,6 @@ fn foreign(field: &str, what: &str) -> CheckFailure {
         field,
         format!("the baseline is bound to a different {what} than this request"),
     )
-}
-
-async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    request: &Request,
-) -> Result<Value, WorkError> {
-    let (inputs, reading) = listing::observe(
-        context,
-        machine,
-        &request.resource,
-        &request.pay_to,
-        &request.queries,
-    )
-    .await?;
-    let limits = Vm11Limits::from_machine(machine)?;
-    let observation = sealed_observation(&reading, &limits);
-    let (baseline, oversize) = seal(machine, request, &inputs, observation, &reading, &limits);
-    let outcome = decide(request.baseline.as_ref(), &baseline, &reading, oversize);
-    Ok(respond(machine, request, &inputs, baseline, outcome))
 }
 
 /// VM11's own manifest limits beyond the provider's.

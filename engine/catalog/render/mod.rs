@@ -18,6 +18,7 @@ mod templates;
 pub(crate) use documents::{catalog, orientation, sample, well_known};
 pub(crate) use openapi::{openapi, to_openapi30};
 pub(crate) use payment::{bazaar_extension, bazaar_header_extension, requirement};
+pub(crate) use templates::environment_of;
 use templates::{generated_readme, llms_txt, machine_doc};
 
 use serde_json::{Value, json};

@@ -15,7 +15,11 @@ const MACHINE_TEMPLATE: &str = include_str!("../../../templates/machine.md.j2");
 const LLMS_TEMPLATE: &str = include_str!("../../../templates/llms.txt.j2");
 const GENERATED_README_TEMPLATE: &str = include_str!("../../../templates/generated-readme.md.j2");
 
-fn environment() -> Result<Environment<'static>, String> {
+/// A minijinja environment over these templates (name, source) with the project's block
+/// whitespace rules. A name ending in `.html` turns on minijinja's HTML auto-escaping.
+pub(crate) fn environment_of(
+    templates: &[(&'static str, &'static str)],
+) -> Result<Environment<'static>, String> {
     let mut env = Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
@@ -24,14 +28,18 @@ fn environment() -> Result<Environment<'static>, String> {
         .build()
         .map_err(|e| e.to_string())?;
     env.set_syntax(syntax);
-    for (name, source) in [
-        ("machine.md", MACHINE_TEMPLATE),
-        ("llms.txt", LLMS_TEMPLATE),
-        ("generated-readme.md", GENERATED_README_TEMPLATE),
-    ] {
+    for (name, source) in templates {
         env.add_template(name, source).map_err(|e| e.to_string())?;
     }
     Ok(env)
+}
+
+fn environment() -> Result<Environment<'static>, String> {
+    environment_of(&[
+        ("machine.md", MACHINE_TEMPLATE),
+        ("llms.txt", LLMS_TEMPLATE),
+        ("generated-readme.md", GENERATED_README_TEMPLATE),
+    ])
 }
 
 fn render_template(name: &str, ctx: minijinja::Value) -> Result<String, String> {

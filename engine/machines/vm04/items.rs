@@ -31,6 +31,40 @@ pub(super) struct VenueResult {
 }
 
 /// An APR we state, or the reason we refuse to: above the manifest's plausibility ceiling.
+impl VenueResult {
+    /// A venue not read yet: failed until a reading says otherwise.
+    fn unread(spec: &VenueSpec, item: Value) -> VenueResult {
+        VenueResult {
+            venue_id: spec.venue_id.clone(),
+            protocol: spec.protocol.clone(),
+            apr: None,
+            outcome: Outcome::Failed,
+            item,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The venue's primary rate, or its refusal as implausible (`field` names the upstream's
+    /// field in the error).
+    fn set_primary(&mut self, spec: &VenueSpec, rate: Result<Decimal, String>, field: &str) {
+        match rate {
+            Ok(apr) => {
+                self.item["primary_apr"] = json!(apr.to_plain());
+                self.apr = Some(apr);
+                self.outcome = Outcome::Observed;
+            }
+            Err(why) => {
+                self.outcome = Outcome::Refused;
+                self.errors.push(error_entry(
+                    spec,
+                    "rate_refused_implausible",
+                    format!("{field}: {why}."),
+                ));
+            }
+        }
+    }
+}
+
 pub(super) fn plausible(apr: Decimal, ceiling: Decimal) -> Result<Decimal, String> {
     if apr > ceiling {
         Err(format!(
@@ -93,14 +127,7 @@ pub(super) fn aave_venue(
     if let Some(provider) = frozen.aave_providers.get(&chain.chain_id.to_string()) {
         item["contracts"]["pool_addresses_provider"] = json!(provider);
     }
-    let mut result = VenueResult {
-        venue_id: spec.venue_id.clone(),
-        protocol: spec.protocol.clone(),
-        apr: None,
-        outcome: Outcome::Failed,
-        item,
-        errors: Vec::new(),
-    };
+    let mut result = VenueResult::unread(spec, item);
     let served = match read {
         Ok(served) => served,
         Err(error) => {
@@ -125,21 +152,8 @@ pub(super) fn aave_venue(
         "apr": borrow.map(|b| b.to_plain()),
         "basis": "APR",
     }]);
-    match plausible(ray(observation.liquidity_rate_ray), ceiling) {
-        Ok(apr) => {
-            item["primary_apr"] = json!(apr.to_plain());
-            result.apr = Some(apr);
-            result.outcome = Outcome::Observed;
-        }
-        Err(why) => {
-            result.outcome = Outcome::Refused;
-            result.errors.push(error_entry(
-                spec,
-                "rate_refused_implausible",
-                format!("currentLiquidityRate: {why}."),
-            ));
-        }
-    }
+    let primary = plausible(ray(observation.liquidity_rate_ray), ceiling);
+    result.set_primary(spec, primary, "currentLiquidityRate");
     result
 }
 
@@ -156,14 +170,7 @@ pub(super) fn lido_venue(
 ) -> VenueResult {
     let mut item = venue_base(spec, frozen, chain);
     item["source"] = json!(LIDO_SOURCE);
-    let mut result = VenueResult {
-        venue_id: spec.venue_id.clone(),
-        protocol: spec.protocol.clone(),
-        apr: None,
-        outcome: Outcome::Failed,
-        item,
-        errors: Vec::new(),
-    };
+    let mut result = VenueResult::unread(spec, item);
     let served = match read {
         Ok(served) => served,
         Err(error) => {
@@ -197,21 +204,7 @@ pub(super) fn lido_venue(
             )
         })
         .and_then(|apr| plausible(apr, ceiling));
-    match primary {
-        Ok(apr) => {
-            item["primary_apr"] = json!(apr.to_plain());
-            result.apr = Some(apr);
-            result.outcome = Outcome::Observed;
-        }
-        Err(why) => {
-            result.outcome = Outcome::Refused;
-            result.errors.push(error_entry(
-                spec,
-                "rate_refused_implausible",
-                format!("smaApr: {why}."),
-            ));
-        }
-    }
+    result.set_primary(spec, primary, "smaApr");
     result
 }
 

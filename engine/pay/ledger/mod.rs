@@ -150,6 +150,16 @@ impl Default for PoolOptions {
     }
 }
 
+impl PoolOptions {
+    /// The configured pool settings (`database_pool_size`, `database_connect_timeout_ms`).
+    pub fn from_config(config: &crate::config::Config) -> PoolOptions {
+        PoolOptions {
+            max_size: config.database_pool_size,
+            connect_timeout: Duration::from_millis(config.database_connect_timeout_ms),
+        }
+    }
+}
+
 /// The columns every backend selects, in `AttemptRow` order.
 const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, state,
     transaction_hash, nonce, valid_before, failure_reason, evidence, created_at, request_id";
@@ -164,6 +174,38 @@ pub const STATES: [&str; 5] = [
 ];
 
 use crate::support::timestamp::now_millis as now;
+
+/// The payment_attempts table and its state index, both backends; `id_type` is the backend's
+/// auto-incrementing key type.
+fn schema(id_type: &str) -> String {
+    format!(
+        "
+CREATE TABLE IF NOT EXISTS payment_attempts (
+    id               {id_type} PRIMARY KEY,
+    machine          TEXT NOT NULL,
+    family           TEXT NOT NULL,
+    payer            TEXT NOT NULL,
+    amount_atomic    TEXT NOT NULL,
+    asset            TEXT NOT NULL,
+    network          TEXT NOT NULL,
+    pay_to           TEXT NOT NULL,
+    nonce_sha256     TEXT NOT NULL UNIQUE,
+    nonce            TEXT,
+    valid_before     TEXT,
+    request_sha256   TEXT NOT NULL,
+    request_id       TEXT,
+    state            TEXT NOT NULL CHECK (state IN
+                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
+    transaction_hash TEXT,
+    failure_reason   TEXT,
+    evidence         TEXT,
+    created_at       TEXT NOT NULL,
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
+"
+    )
+}
 
 fn outcome_columns(outcome: &Outcome) -> (&'static str, Option<&str>, Option<&str>) {
     match outcome {

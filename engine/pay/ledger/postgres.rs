@@ -15,38 +15,15 @@ use tokio_postgres::{NoTls, Row};
 
 use super::{
     AttemptRow, LedgerError, NewAttempt, Outcome, PoolOptions, Resolution, now, outcome_columns,
-    redacted, resolution_columns,
+    redacted, resolution_columns, schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6661_6374_6f6d_6174;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS payment_attempts (
-    id               BIGSERIAL PRIMARY KEY,
-    machine          TEXT NOT NULL,
-    family           TEXT NOT NULL,
-    payer            TEXT NOT NULL,
-    amount_atomic    TEXT NOT NULL,
-    asset            TEXT NOT NULL,
-    network          TEXT NOT NULL,
-    pay_to           TEXT NOT NULL,
-    nonce_sha256     TEXT NOT NULL UNIQUE,
-    nonce            TEXT,
-    valid_before     TEXT,
-    request_sha256   TEXT NOT NULL,
-    request_id       TEXT,
-    state            TEXT NOT NULL CHECK (state IN
-                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
-    transaction_hash TEXT,
-    failure_reason   TEXT,
-    evidence         TEXT,
-    created_at       TEXT NOT NULL,
-    updated_at       TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
-ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;
-";
+/// Ledgers created before `request_id` gain it.
+const ADD_REQUEST_ID: &str =
+    "ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;\n";
 
 /// A pooled PostgreSQL ledger.
 pub struct PostgresLedger {
@@ -145,7 +122,9 @@ impl PostgresLedger {
         transaction
             .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
-        transaction.batch_execute(SCHEMA).await?;
+        transaction
+            .batch_execute(&(schema("BIGSERIAL") + ADD_REQUEST_ID))
+            .await?;
         transaction.commit().await?;
         tracing::info!("PostgreSQL ledger schema is current");
         Ok(())

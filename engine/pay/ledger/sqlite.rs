@@ -7,7 +7,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     AttemptRow, LedgerError, NewAttempt, Outcome, Resolution, now, outcome_columns,
-    resolution_columns,
+    resolution_columns, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -26,32 +26,6 @@ impl From<rusqlite::Error> for LedgerError {
 pub struct SqliteLedger {
     connection: Mutex<Connection>,
 }
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS payment_attempts (
-    id               INTEGER PRIMARY KEY,
-    machine          TEXT NOT NULL,
-    family           TEXT NOT NULL,
-    payer            TEXT NOT NULL,
-    amount_atomic    TEXT NOT NULL,
-    asset            TEXT NOT NULL,
-    network          TEXT NOT NULL,
-    pay_to           TEXT NOT NULL,
-    nonce_sha256     TEXT NOT NULL UNIQUE,
-    nonce            TEXT,
-    valid_before     TEXT,
-    request_sha256   TEXT NOT NULL,
-    request_id       TEXT,
-    state            TEXT NOT NULL CHECK (state IN
-                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
-    transaction_hash TEXT,
-    failure_reason   TEXT,
-    evidence         TEXT,
-    created_at       TEXT NOT NULL,
-    updated_at       TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
-";
 
 /// Columns added after the first release; a ledger file created before them gains them.
 const ADDED_COLUMNS: [&str; 4] = ["nonce", "valid_before", "request_id", "evidence"];
@@ -87,10 +61,11 @@ fn allow_expired_state(connection: &Connection) -> Result<(), rusqlite::Error> {
     if table_sql.contains("'expired'") || !table_sql.contains("CHECK") {
         return Ok(());
     }
+    let schema = schema("INTEGER");
     connection.execute_batch(&format!(
         "ALTER TABLE payment_attempts RENAME TO payment_attempts_before_expired;
          DROP INDEX IF EXISTS payment_attempts_state;
-         {SCHEMA}
+         {schema}
          INSERT INTO payment_attempts ({COPIED_COLUMNS})
              SELECT {COPIED_COLUMNS} FROM payment_attempts_before_expired;
          DROP TABLE payment_attempts_before_expired;"
@@ -112,7 +87,7 @@ impl SqliteLedger {
         // try to migrate it.
         let migration =
             connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        migration.execute_batch(SCHEMA)?;
+        migration.execute_batch(&schema("INTEGER"))?;
         add_missing_columns(&migration)?;
         allow_expired_state(&migration)?;
         migration.commit()?;
