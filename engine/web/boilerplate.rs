@@ -80,6 +80,7 @@ const PROSE_CHARS: usize = 80;
 pub(crate) fn pruned_text(content_html: &str) -> String {
     let document = kuchikiki::parse_html().one(content_html).document_node;
     let total = text_chars(&document).max(1);
+    prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
     prune(&document, total, is_link_dense);
     block_text(&document)
@@ -106,7 +107,8 @@ fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
     if matches!(
         element.name.local.as_ref(),
         "header" | "iframe" | "object" | "embed" | "svg" | "noscript" | "script" | "style"
-    ) {
+    ) || is_control(_node, element)
+    {
         return true;
     }
     let attributes = element.attributes.borrow();
@@ -120,6 +122,15 @@ fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
                 .to_ascii_lowercase();
             style.contains("display:none") || style.contains("visibility:hidden")
         })
+}
+
+/// Form controls, whose text (option lists, button labels) is never running text, however
+/// much of the page it is.
+fn is_control(_node: &NodeRef, element: &ElementData) -> bool {
+    matches!(
+        element.name.local.as_ref(),
+        "select" | "option" | "datalist" | "button" | "textarea"
+    )
 }
 
 /// Detaches every element `rule` marks (outermost first), with the heading that introduces it.
@@ -479,5 +490,18 @@ mod tests {
             ..Block::default()
         };
         assert!(!latin.is_prose());
+    }
+
+    #[test]
+    fn form_controls_go_however_large() {
+        let options = "<option>Afghanistan</option><option>Albania</option>".repeat(40);
+        let html = format!(
+            "<body><p>A short paragraph of the page, the only running text it has.</p>\
+             <form><select>{options}</select><button>Send</button></form></body>"
+        );
+        assert_eq!(
+            body_text(&html),
+            "A short paragraph of the page, the only running text it has."
+        );
     }
 }

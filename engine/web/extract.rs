@@ -34,7 +34,7 @@ const CONTAINMENT: f64 = 0.9;
 /// A Readability result shorter than this (characters) is checked against the pruned body
 /// text, which replaces it when more than twice as long: the method misses pages whose text is
 /// not in one container (short posts, forum threads, text split over table cells).
-const SECOND_OPINION_BELOW: usize = 500;
+const SECOND_OPINION_BELOW: usize = 1500;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
