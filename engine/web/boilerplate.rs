@@ -102,12 +102,13 @@ pub(crate) fn body_text(html: &str) -> String {
     block_text(&body)
 }
 
-/// Site headers and embedded frames, which the Readability method drops before scoring.
-fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
+/// Site headers, embedded frames and form controls, which the Readability method drops before
+/// scoring.
+fn is_page_chrome(node: &NodeRef, element: &ElementData) -> bool {
     if matches!(
         element.name.local.as_ref(),
         "header" | "iframe" | "object" | "embed" | "svg" | "noscript" | "script" | "style"
-    ) || is_control(_node, element)
+    ) || is_control(node, element)
     {
         return true;
     }
