@@ -377,14 +377,6 @@ pub struct TestCa {
 }
 
 impl Config {
-    /// The ledger's connection pool settings.
-    pub fn ledger_pool(&self) -> crate::pay::ledger::PoolOptions {
-        crate::pay::ledger::PoolOptions {
-            max_size: self.database_pool_size,
-            connect_timeout: std::time::Duration::from_millis(self.database_connect_timeout_ms),
-        }
-    }
-
     /// Whether any test-only network seam is switched on.
     pub fn unsafe_test_seams_active(&self) -> bool {
         !self.unsafe_test_connect_to.is_empty()

@@ -226,13 +226,14 @@ where
 
 fn open_ledger(config: &Config) -> Result<factomat::pay::ledger::Ledger, ExitCode> {
     let url = config.database_url.expose();
-    factomat::pay::ledger::open(url, config.ledger_pool()).map_err(|error| {
-        eprintln!(
-            "factomat: ledger {}: {error}",
-            factomat::pay::ledger::redacted(url)
-        );
-        ExitCode::FAILURE
-    })
+    factomat::pay::ledger::open(url, factomat::pay::ledger::PoolOptions::from_config(config))
+        .map_err(|error| {
+            eprintln!(
+                "factomat: ledger {}: {error}",
+                factomat::pay::ledger::redacted(url)
+            );
+            ExitCode::FAILURE
+        })
 }
 
 async fn ledger_report(config: Config, json: bool) -> ExitCode {

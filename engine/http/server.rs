@@ -309,9 +309,10 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         return Ok(None);
     };
     let database_url = config.database_url.expose();
-    let ledger = ledger::open(database_url, config.ledger_pool()).map_err(|e| {
-        StartError::Prepare(format!("ledger {}: {e}", ledger::redacted(database_url)))
-    })?;
+    let ledger =
+        ledger::open(database_url, ledger::PoolOptions::from_config(config)).map_err(|e| {
+            StartError::Prepare(format!("ledger {}: {e}", ledger::redacted(database_url)))
+        })?;
     tracing::info!(facilitator_auth = auth.mode(), "facilitator authentication");
     let facilitator = FacilitatorClient::new(
         gateway.clone(),
