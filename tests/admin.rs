@@ -1,6 +1,7 @@
 //! The admin listener: Prometheus metrics that count exactly what happened in a scripted run
-//! (parsed by the prometheus-client Python package's parsers), /livez, and /readyz following
-//! the facilitator as it stops and returns. One test per binary: the metrics are the
+//! (parsed by the prometheus-client Python package's parsers), upstream calls by provider
+//! (a loopback RPC that answers, a loopback discovery index that fails), /livez, and /readyz
+//! following the facilitator as it stops and returns. One test per binary: the metrics are the
 //! process's.
 
 mod common;
@@ -14,7 +15,29 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
 const VM02: &str = "/v1/allowance-exposure";
+const VM05: &str = "/v1/discovery-visibility";
 const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+
+/// A loopback HTTP upstream that answers every request `503`: a provider that is down.
+async fn failing_upstream() -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 8192];
+                let _ = stream.read(&mut request).await;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    )
+                    .await;
+            });
+        }
+    });
+    addr
+}
 
 /// A TCP relay in front of the official facilitator that can be stopped and restarted on the
 /// same port: "the facilitator is down" without touching the dev stack.
@@ -148,11 +171,14 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     let pay_to = stack.field("pay_to");
     let rpc = stack.field("rpc_url");
     let ledger = format!("sqlite:{}", temp_path("ledger.db").display());
+    let discovery = failing_upstream().await;
+    let discovery_url = format!("http://{discovery}/platform/v2/x402");
     let server = TestServer::with_env(&[
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
         ("FACTOMAT_FACILITATOR_URL", relay_url.as_str()),
         ("FACTOMAT_RPC_URL_EIP155_8453", rpc.as_str()),
         ("FACTOMAT_DATABASE_URL", ledger.as_str()),
+        ("FACTOMAT_DISCOVERY_URL", discovery_url.as_str()),
         ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
         ("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", "2000"),
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
@@ -179,12 +205,8 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
             .expect("ascii")
             .to_string()
     };
-    let send = |header: String| {
-        let (client, url, body) = (
-            client.clone(),
-            format!("{}{VM02}", server.url),
-            request.clone(),
-        );
+    let send_to = |path: &'static str, body: Value, header: String| {
+        let (client, url) = (client.clone(), format!("{}{path}", server.url));
         async move {
             client
                 .post(url)
@@ -198,6 +220,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
                 .as_u16()
         }
     };
+    let send = |header: String| send_to(VM02, request.clone(), header);
     // 2 challenges, 1 bad request.
     let required = challenge(server.post_json(VM02, &request).await);
     challenge(server.post_json(VM02, &request).await);
@@ -220,6 +243,18 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         pay_to,
         "the challenge is ours"
     );
+    // 1 paid VM05 call whose discovery index is down: a truthful HOLD, settled.
+    let listing = json!({
+        "resource": "https://api.seller.example/v1/weather",
+        "pay_to": "0x7d9e3a1c5b2f4e6a8c0d1e2f3a4b5c6d7e8f9a0b",
+        "queries": ["weather api"],
+    });
+    let listing_terms = challenge(server.post_json(VM05, &listing).await);
+    let paid = stack.sign(&listing_terms, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    assert_eq!(send_to(VM05, listing, paid).await, 200);
     // The facilitator goes away: 1 paid attempt answers 503, and /readyz turns not-ready.
     relay.stop();
     let stranded = stack.sign(&required, &[])["header"]
@@ -267,9 +302,9 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
             json!({"outcome": outcome}),
         )
     };
-    assert_eq!(payments("challenged"), 2.0, "{text}");
-    assert_eq!(payments("verified"), 1.0);
-    assert_eq!(payments("settled"), 1.0);
+    assert_eq!(payments("challenged"), 3.0, "2 VM02 + 1 VM05\n{text}");
+    assert_eq!(payments("verified"), 2.0);
+    assert_eq!(payments("settled"), 2.0);
     assert_eq!(payments("rejected"), 2.0);
     assert_eq!(payments("settle_failed"), 0.0);
     assert_eq!(payments("work_failed"), 0.0);
@@ -290,9 +325,9 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     };
     // verify: the paid call (the corrupt signature is refused locally before /verify);
     // settle: the paid call; the stranded verify failed; supported: one readiness check failed.
-    assert_eq!(calls("verify", "ok"), 1.0, "{text}");
+    assert_eq!(calls("verify", "ok"), 2.0, "{text}");
     assert_eq!(calls("verify", "error"), 1.0);
-    assert_eq!(calls("settle", "ok"), 1.0);
+    assert_eq!(calls("settle", "ok"), 2.0);
     assert_eq!(calls("supported", "error"), 1.0);
     assert_eq!(
         value(
@@ -300,15 +335,49 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
             "factomat_provider_call_duration_seconds_count",
             json!({"provider": "facilitator", "endpoint": "settle"})
         ),
-        1.0
+        2.0
     );
+    // Every upstream is counted at the gateway under its provider name: VM02's reads reached
+    // the loopback RPC (anvil) as rpc_base; VM05's merchant and search reads hit the failing
+    // index as discovery_index errors.
+    let provider_calls = |provider: &str, result: &str| {
+        value(
+            &samples,
+            "factomat_provider_calls_total",
+            json!({"provider": provider, "result": result}),
+        )
+    };
+    let rpc_ok = provider_calls("rpc_base", "ok");
+    assert!(rpc_ok >= 1.0, "VM02 read the RPC\n{text}");
+    assert_eq!(provider_calls("rpc_base", "error"), 0.0);
+    assert_eq!(
+        value(
+            &samples,
+            "factomat_provider_call_duration_seconds_count",
+            json!({"provider": "rpc_base", "endpoint": "json_rpc"})
+        ),
+        rpc_ok,
+        "one latency observation per RPC call"
+    );
+    for endpoint in ["merchant", "search"] {
+        assert_eq!(
+            value(
+                &samples,
+                "factomat_provider_calls_total",
+                json!({"provider": "discovery_index", "endpoint": endpoint, "result": "error"})
+            ),
+            1.0,
+            "{endpoint}\n{text}"
+        );
+    }
+    assert_eq!(provider_calls("discovery_index", "ok"), 0.0);
     assert_eq!(
         value(
             &samples,
             "factomat_ledger_rows",
             json!({"state": "settled"})
         ),
-        1.0
+        2.0
     );
     assert_eq!(
         value(&samples, "factomat_paid_calls_in_flight", json!({})),
@@ -322,11 +391,27 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         ),
         1.0
     );
+    let rpc_port = url::Url::parse(&rpc)
+        .expect("rpc url")
+        .port()
+        .expect("port");
+    let ports = [
+        relay.addr.port(),
+        upstream.port(),
+        discovery.port(),
+        rpc_port,
+    ];
     for (_, labels, _) in &samples {
         let text = labels.to_string();
         assert!(
-            !text.contains("127.0.0.1") && !text.contains("http"),
-            "no URL in a label: {text}"
+            !text.contains("127.0.0.1") && !text.contains("http") && !text.contains("localhost"),
+            "no URL or host in a label: {text}"
         );
+        for port in ports {
+            assert!(
+                !text.contains(&port.to_string()),
+                "no port in a label: {text}"
+            );
+        }
     }
 }

@@ -272,7 +272,7 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
 
 /// The 400 codes of rules JSON Schema cannot state (docs/decisions.md, "Rules the request
 /// schemas cannot state"): a schema-valid request may still be refused with one of these.
-const INEXPRESSIBLE: [&str; 12] = [
+const INEXPRESSIBLE: [&str; 11] = [
     "invalid_address_checksum",
     "uint256_out_of_range",
     "baseline_tampered",
@@ -283,7 +283,6 @@ const INEXPRESSIBLE: [&str; 12] = [
     "declared_holding_chain_not_requested",
     "invalid_query",
     "duplicate_query",
-    "body_not_allowed_for_get",
     "url_*",
 ];
 

@@ -68,6 +68,20 @@ fn broken_manifests_name_machine_and_field() {
         "VM06.path: \"/v1/url-context\" collides with VM01",
     );
 
+    // VM04's per-chain symbols: the allowlist and the published schema cannot drift apart.
+    let mut symbols = committed();
+    machine_mut(&mut symbols, "VM04")["allowlists"]["symbols"]["8453"] =
+        json!(["ETH", "WETH", "USDC", "wstETH", "cbETH"]);
+    assert_reports(
+        &symbols,
+        "VM04.allowlists.symbols: chain 8453: lists [\"ETH\", \"WETH\", \"USDC\", \"wstETH\", \"cbETH\"] but input_schema's chain_id 8453 case states",
+    );
+    assert_reports(&symbols, "allowlists.assets names");
+    let mut narrowed = committed();
+    machine_mut(&mut narrowed, "VM04")["input_schema"]["oneOf"][1]["properties"]["asset"]["properties"]
+        ["symbol"]["enum"] = json!(["ETH", "USDC"]);
+    assert_reports(&narrowed, "VM04.allowlists.symbols: chain 8453: lists");
+
     let mut op_clash = committed();
     machine_mut(&mut op_clash, "VM09")["operationId"] = json!("postVm08X402ServiceChangeSnapshot");
     assert_reports(&op_clash, "VM09.operationId:");

@@ -168,6 +168,36 @@ async fn three_replicas_run_one_payment_once_when_50_copies_race() {
     assert_eq!(family["unique_paying_wallets"], 1);
 }
 
+/// An admin endpoint's status and body.
+async fn admin_get(admin: &str, path: &str) -> (u16, String) {
+    let response = client()
+        .get(format!("{admin}{path}"))
+        .send()
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("text"))
+}
+
+/// `/readyz` once its cached verdict has expired.
+async fn fresh_readiness(admin: &str) -> (u16, Value) {
+    tokio::time::sleep(factomat::http::READY_CACHE).await;
+    let (status, body) = admin_get(admin, "/readyz").await;
+    (status, serde_json::from_str(&body).expect("json"))
+}
+
+/// The `factomat_ledger_rows` sample of one state in an exposition.
+fn ledger_rows(exposition: &str, state: &str) -> Option<f64> {
+    let prefix = format!("factomat_ledger_rows{{state=\"{state}\"}} ");
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+/// The PostgreSQL ledger under an outage, with what an operator sees of it: the paid call's
+/// row keeps its x-request-id, /metrics counts rows by state and /readyz's write check
+/// follow the database down and back up. One cluster for all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart() {
     let stack = DevStack::start();
@@ -181,19 +211,55 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     );
     let mut env = env;
     env.push(("FACTOMAT_DATABASE_CONNECT_TIMEOUT_MS", "1000".into()));
+    env.push(("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0".into()));
     let server = TestServer::with_env(&pairs(&env)).await;
+    let admin = format!(
+        "http://{}",
+        server.server.admin_addr.expect("admin listener")
+    );
+    let (status, ready) = fresh_readiness(&admin).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["ledger"], "ok");
     let body = vm02_body(&stack);
     let required = challenge(&server.url, &body).await;
     let first = stack.sign(&required, &[])["header"]
         .as_str()
         .expect("h")
         .to_string();
+    let first_paid = client()
+        .post(format!("{}{VM02}", server.url))
+        .header("PAYMENT-SIGNATURE", &first)
+        .header("x-request-id", "buyer-support-7f3a")
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(first_paid.status().as_u16(), 200);
+    assert_eq!(first_paid.headers()["x-request-id"], "buyer-support-7f3a");
+    let rows = rows_of(&database).await;
     assert_eq!(
-        paid(&server.url, &body, &first).await.status().as_u16(),
-        200
+        rows[0].request_id.as_deref(),
+        Some("buyer-support-7f3a"),
+        "the PostgreSQL row keeps the request id: {rows:?}"
+    );
+    let (status, exposition) = admin_get(&admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        ledger_rows(&exposition, "settled"),
+        Some(1.0),
+        "ledger rows by state, read from PostgreSQL\n{exposition}"
+    );
+    assert_eq!(
+        ledger_rows(&exposition, "reserved"),
+        Some(0.0),
+        "every state is a series: {exposition}"
     );
 
     cluster.halt();
+    let (status, ready) = fresh_readiness(&admin).await;
+    assert_eq!(status, 503, "not ready while PostgreSQL is down: {ready}");
+    assert_eq!(ready["ledger"], "not_writable");
+    assert_eq!(ready["facilitator"], "ok");
     let before = buyer_balance(&stack);
     let outbound = server.outbound();
     let header = stack.sign(&required, &[])["header"]
@@ -209,6 +275,8 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     assert_eq!(buyer_balance(&stack), before, "nothing charged");
 
     cluster.resume();
+    let (status, ready) = fresh_readiness(&admin).await;
+    assert_eq!(status, 200, "ready again once PostgreSQL is back: {ready}");
     let healed = paid(&server.url, &body, &header).await;
     assert_eq!(healed.status().as_u16(), 200, "the same payment now runs");
     assert_eq!(before - buyer_balance(&stack), PRICE);

@@ -307,6 +307,9 @@ impl Manifest {
                 ),
             );
         }
+        for problem in symbols_per_chain_problems(machine) {
+            push("allowlists.symbols", problem);
+        }
         if machine.method != "POST" {
             push(
                 "method",
@@ -377,6 +380,94 @@ impl Manifest {
             }
         }
     }
+}
+
+/// A machine that allowlists symbols per chain (`allowlists.symbols`, VM04) states the same
+/// lists in its request schema — a top-level `oneOf` case per `chain_id` narrowing
+/// `asset.symbol`, the field's own enum being their union — and names a contract (or null
+/// for the native asset) for each in `allowlists.assets`. The server checks the allowlist;
+/// the published schema must not drift from it.
+fn symbols_per_chain_problems(machine: &Machine) -> Vec<String> {
+    let Some(allowed) = machine.allowlists.get("symbols") else {
+        return Vec::new();
+    };
+    let Some(allowed) = allowed.as_object() else {
+        return vec!["must map each chain id to its symbols".into()];
+    };
+    let schema = &machine.input_schema;
+    let symbol_enum = |at: &Value| -> Option<Vec<String>> {
+        let names = at
+            .pointer("/properties/asset/properties/symbol/enum")?
+            .as_array()?;
+        Some(
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect(),
+        )
+    };
+    let sorted = |mut names: Vec<String>| {
+        names.sort();
+        names.dedup();
+        names
+    };
+    let Some(all) = symbol_enum(schema) else {
+        return vec!["is set but input_schema has no asset.symbol enum".into()];
+    };
+    let cases = schema
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut problems = Vec::new();
+    let mut union = Vec::new();
+    for (chain, symbols) in allowed {
+        let listed: Vec<String> = symbols
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        union.extend(listed.clone());
+        let case = cases.iter().find(|case| {
+            case.pointer("/properties/chain_id/const")
+                .map(Value::to_string)
+                .is_some_and(|id| id.trim_matches('"') == chain)
+        });
+        let Some(case) = case else {
+            problems.push(format!(
+                "chain {chain}: input_schema has no oneOf case with chain_id const {chain}"
+            ));
+            continue;
+        };
+        let stated = symbol_enum(case).unwrap_or_else(|| all.clone());
+        if sorted(stated.clone()) != sorted(listed.clone()) {
+            problems.push(format!(
+                "chain {chain}: lists {listed:?} but input_schema's chain_id {chain} case states {stated:?}"
+            ));
+        }
+        let contracts = machine
+            .allowlists
+            .get("assets")
+            .and_then(|assets| assets.get(chain))
+            .and_then(Value::as_object);
+        if let Some(contracts) = contracts {
+            let named: Vec<String> = contracts.keys().cloned().collect();
+            if sorted(named.clone()) != sorted(listed.clone()) {
+                problems.push(format!(
+                    "chain {chain}: lists {listed:?} but allowlists.assets names {named:?}"
+                ));
+            }
+        }
+    }
+    if sorted(all.clone()) != sorted(union) {
+        problems.push(format!(
+            "input_schema's asset.symbol enum {all:?} is not the union of the per-chain lists"
+        ));
+    }
+    problems
 }
 
 fn display_path(pointer: &str) -> &str {

@@ -163,6 +163,8 @@ fn machine_context(manifest: &Manifest, machine: &Machine) -> minijinja::Value {
             freshness => Serde(machine.freshness.as_object().map(pairs).unwrap_or_default()),
             allowlists => Serde(pairs(&machine.allowlists)),
             schema_rows => Serde(schema_rows(&machine.input_schema)),
+            body_rules => Serde(sentences(combined_rules(&machine.input_schema, ""))),
+            schema_note => machine.input_schema.get("description").and_then(Value::as_str),
             input_example_json => pretty(&machine.input_example),
             output_example_json => pretty(&machine.output_example),
             example_compact => example.clone(),
@@ -209,7 +211,9 @@ struct SchemaRow {
 }
 
 /// The request schema flattened into rows: nested objects as `a.b`, array items as `a[]`,
-/// alternatives (`oneOf`/`anyOf`) as `a (variant n)`.
+/// alternative shapes (`oneOf`/`anyOf` variants with a `type`) as `a (variant n)`. Variants
+/// that only constrain the fields already listed become a sentence in the field's rules
+/// ([`combined_rules`]).
 fn schema_rows(schema: &Value) -> Vec<SchemaRow> {
     let mut rows = Vec::new();
     visit(schema, "", true, &mut rows);
@@ -230,7 +234,10 @@ fn visit(schema: &Value, field: &str, required: bool, rows: &mut Vec<SchemaRow>)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
-            rules: rules(object),
+            rules: rules(object)
+                .into_iter()
+                .chain(combined_rules(schema, field))
+                .collect(),
         });
     }
     let required_names: Vec<&str> = object
@@ -257,7 +264,9 @@ fn visit(schema: &Value, field: &str, required: bool, rows: &mut Vec<SchemaRow>)
         visit(items, &format!("{field}[]"), true, rows);
     }
     for keyword in ["oneOf", "anyOf"] {
-        if let Some(variants) = object.get(keyword).and_then(Value::as_array) {
+        if let Some(variants) = object.get(keyword).and_then(Value::as_array)
+            && !constraints_only(variants)
+        {
             for (n, variant) in variants.iter().enumerate() {
                 let label = if field.is_empty() { "body" } else { field };
                 visit(variant, &format!("{label} (variant {})", n + 1), true, rows);
@@ -314,13 +323,272 @@ fn rules(object: &Map<String, Value>) -> Vec<String> {
     if object.get("uniqueItems") == Some(&Value::Bool(true)) {
         rules.push("no duplicates".into());
     }
-    if let Some(Value::Object(not)) = object.get("not") {
-        rules.push(format!("never {}", Value::Object(not.clone())));
+    if let Some(Value::Object(not)) = object.get("not")
+        && let Some(value) = not.get("const").filter(|_| not.len() == 1)
+    {
+        rules.push(format!("never {}", display(value)));
     }
     if object.get("additionalProperties") == Some(&Value::Bool(false)) {
         rules.push("no other fields".into());
     }
     rules
+}
+
+// ---------------------------------------------------------------------------------------
+// Rules across fields (`oneOf`, `anyOf`, `not` over properties) as sentences
+
+/// Whether alternatives only constrain fields the schema lists anyway (no shape of their own).
+fn constraints_only(variants: &[Value]) -> bool {
+    variants
+        .iter()
+        .all(|variant| variant.as_object().is_some_and(|v| !v.contains_key("type")))
+}
+
+/// An object schema's combined rules as clauses, with field names under `at`: its
+/// constraint-only `oneOf`/`anyOf` and a `not` over several fields. (A `not` on one value is
+/// a plain rule of that field.)
+fn combined_rules(schema: &Value, at: &str) -> Vec<String> {
+    let Some(object) = schema.as_object() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if let Some(variants) = object.get("oneOf").and_then(Value::as_array)
+        && constraints_only(variants)
+    {
+        found.push(cases(variants, at, "exactly one of these holds"));
+    }
+    if let Some(variants) = object.get("anyOf").and_then(Value::as_array)
+        && constraints_only(variants)
+    {
+        found.push(cases(variants, at, "at least one of these holds"));
+    }
+    if let Some(not) = object.get("not")
+        && !not
+            .as_object()
+            .is_some_and(|n| n.len() == 1 && n.contains_key("const"))
+    {
+        found.push(negation(not, at));
+    }
+    found
+}
+
+/// Rules as sentences of their own (the body's rules, listed under the table).
+fn sentences(rules: Vec<String>) -> Vec<String> {
+    rules
+        .iter()
+        .map(|rule| format!("{}.", capitalized(rule)))
+        .collect()
+}
+
+/// Alternatives as one clause. When every variant picks its case by one field's constant
+/// (a discriminator such as `kind`), "by kind: when native, …; when erc20, …"; otherwise the
+/// variants' conditions in turn.
+fn cases(variants: &[Value], at: &str, otherwise: &str) -> String {
+    let selectors: Vec<Option<(String, String)>> =
+        variants.iter().map(|v| selector(v, at)).collect();
+    let discriminator = selectors
+        .first()
+        .and_then(|first| first.as_ref().map(|(field, _)| field.clone()))
+        .filter(|field| {
+            selectors
+                .iter()
+                .all(|s| s.as_ref().is_some_and(|(f, _)| f == field))
+        });
+    match discriminator {
+        Some(field) => {
+            let parts: Vec<String> = variants
+                .iter()
+                .zip(&selectors)
+                .map(|(variant, selected)| {
+                    let value = selected.as_ref().map(|(_, v)| v.as_str()).unwrap_or("");
+                    let rest = clauses(&without_selector(variant), at);
+                    if rest.is_empty() {
+                        format!("when {value}, no further rule")
+                    } else {
+                        format!("when {value}, {}", rest.join(" and "))
+                    }
+                })
+                .collect();
+            format!("by {field}: {}", parts.join("; "))
+        }
+        None => {
+            let parts: Vec<String> = variants
+                .iter()
+                .map(|variant| clauses(variant, at).join(" and "))
+                .collect();
+            format!("{otherwise}: {}", parts.join("; or "))
+        }
+    }
+}
+
+/// The one property a variant pins with `const`, as (field, value).
+fn selector(variant: &Value, at: &str) -> Option<(String, String)> {
+    let properties = variant.get("properties")?.as_object()?;
+    let mut pinned = properties.iter().filter_map(|(name, property)| {
+        let property = property.as_object()?;
+        let value = property.get("const").filter(|_| property.len() == 1)?;
+        Some((joined(at, name), display(value)))
+    });
+    let first = pinned.next()?;
+    pinned.next().is_none().then_some(first)
+}
+
+/// The variant without its discriminating `const` property.
+fn without_selector(variant: &Value) -> Value {
+    let mut variant = variant.clone();
+    if let Some(properties) = variant.get_mut("properties").and_then(Value::as_object_mut) {
+        properties.retain(|_, property| {
+            property
+                .as_object()
+                .is_none_or(|p| !(p.len() == 1 && p.contains_key("const")))
+        });
+    }
+    variant
+}
+
+/// What a constraint schema requires of the fields under `at`, clause by clause.
+fn clauses(schema: &Value, at: &str) -> Vec<String> {
+    let Some(object) = schema.as_object() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    if let Some(value) = object.get("const") {
+        found.push(format!("{} is {}", subject(at), display(value)));
+    }
+    if let Some(Value::Array(values)) = object.get("enum") {
+        let values: Vec<String> = values.iter().map(display).collect();
+        found.push(format!("{} is one of {}", subject(at), values.join(", ")));
+    }
+    if let Some(properties) = object.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            found.extend(clauses_of_field(property, &joined(at, name)));
+        }
+    }
+    if let Some(names) = object.get("required").and_then(Value::as_array) {
+        let names: Vec<String> = names
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|name| joined(at, name))
+            .collect();
+        match names.as_slice() {
+            [] => {}
+            [one] => found.push(format!("{one} is given")),
+            many => found.push(format!("{} are given", and_list(many))),
+        }
+    }
+    if let Some(not) = object.get("not") {
+        found.push(negation(not, at));
+    }
+    for (keyword, joiner) in [("anyOf", " or "), ("oneOf", " or else ")] {
+        if let Some(variants) = object.get(keyword).and_then(Value::as_array) {
+            let parts: Vec<String> = variants
+                .iter()
+                .map(|variant| clauses(variant, at).join(" and "))
+                .collect();
+            found.push(format!("({})", parts.join(joiner)));
+        }
+    }
+    found
+}
+
+/// A field's own value rules as clauses ("asset.symbol is one of …"), its nested rules
+/// under its name.
+fn clauses_of_field(property: &Value, field: &str) -> Vec<String> {
+    let mut found = clauses(property, field);
+    if let Some(object) = property.as_object() {
+        let plain: Map<String, Value> = object
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "const" | "enum" | "properties" | "required" | "not" | "anyOf" | "oneOf"
+                )
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        found.extend(
+            rules(&plain)
+                .into_iter()
+                .map(|rule| format!("{field}: {rule}")),
+        );
+    }
+    found
+}
+
+/// The negation of a constraint schema as a clause.
+fn negation(schema: &Value, at: &str) -> String {
+    let Some(object) = schema.as_object() else {
+        return String::new();
+    };
+    // "not required [a]" and "not anyOf [required a, required b]": fields that are absent.
+    let absent = |schema: &Value| -> Option<Vec<String>> {
+        let object = schema.as_object()?;
+        if object.len() != 1 {
+            return None;
+        }
+        let names = object.get("required")?.as_array()?;
+        Some(
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|name| joined(at, name))
+                .collect(),
+        )
+    };
+    if let Some(names) = absent(schema) {
+        return match names.as_slice() {
+            [one] => format!("{one} is not given"),
+            many => format!("not all of {} are given", and_list(many)),
+        };
+    }
+    if object.len() == 1
+        && let Some(variants) = object.get("anyOf").and_then(Value::as_array)
+        && let Some(names) = variants
+            .iter()
+            .map(|v| absent(v).filter(|n| n.len() == 1))
+            .collect::<Option<Vec<Vec<String>>>>()
+    {
+        let names: Vec<String> = names.into_iter().flatten().collect();
+        return match names.as_slice() {
+            [one] => format!("{one} is not given"),
+            [a, b] => format!("neither {a} nor {b} is given"),
+            many => format!("none of {} is given", many.join(", ")),
+        };
+    }
+    let inner = clauses(schema, at);
+    match inner.as_slice() {
+        [one] => format!("never {one}"),
+        [a, b] => format!("never both {a} and {b}"),
+        many => format!("never all of: {}", many.join(", ")),
+    }
+}
+
+fn subject(at: &str) -> &str {
+    if at.is_empty() { "the body" } else { at }
+}
+
+fn joined(at: &str, name: &str) -> String {
+    if at.is_empty() {
+        name.to_string()
+    } else {
+        format!("{at}.{name}")
+    }
+}
+
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -364,6 +632,66 @@ mod tests {
         assert_eq!(rows[2].rules, ["one of: a, b"]);
         assert_eq!(rows[5].rules, ["always erc20"]);
         assert_eq!(rows[6].kind, "string or null");
+    }
+
+    #[test]
+    fn rules_across_fields_read_as_sentences() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "chain_id": {"type": "integer", "enum": [1, 8453]},
+                "asset": {
+                    "type": "object",
+                    "properties": {
+                        "kind": {"type": "string", "enum": ["native", "erc20"]},
+                        "address": {"type": "string", "not": {"const": "0x00"}},
+                        "symbol": {"type": "string"},
+                    },
+                    "oneOf": [
+                        {"properties": {"kind": {"const": "native"}},
+                         "not": {"anyOf": [{"required": ["address"]}, {"required": ["symbol"]}]}},
+                        {"properties": {"kind": {"const": "erc20"}},
+                         "required": ["address"], "not": {"required": ["symbol"]}},
+                    ],
+                },
+                "method": {"type": "string", "enum": ["GET", "POST"]},
+                "body": {"type": "object"},
+            },
+            "oneOf": [
+                {"properties": {"chain_id": {"const": 1}}},
+                {"properties": {"chain_id": {"const": 8453},
+                    "asset": {"properties": {"symbol": {"enum": ["ETH", "USDC"]}}}}},
+            ],
+            "not": {"properties": {"method": {"const": "GET"}}, "required": ["body"]},
+        });
+        let rows = schema_rows(&schema);
+        assert!(
+            rows.iter().all(|r| !r.field.contains("variant")),
+            "constraint-only variants are no rows: {rows:?}"
+        );
+        let asset = rows.iter().find(|r| r.field == "asset").expect("asset row");
+        assert_eq!(
+            asset.rules,
+            [
+                "by asset.kind: when native, neither asset.address nor asset.symbol is given; \
+                 when erc20, asset.address is given and asset.symbol is not given"
+            ]
+        );
+        let address = rows
+            .iter()
+            .find(|r| r.field == "asset.address")
+            .expect("row");
+        assert_eq!(address.rules, ["never 0x00"]);
+        assert_eq!(
+            sentences(combined_rules(&schema, "")),
+            [
+                "By chain_id: when 1, no further rule; when 8453, asset.symbol is one of ETH, USDC.",
+                "Never both method is GET and body is given.",
+            ]
+        );
+        for rule in rows.iter().flat_map(|r| &r.rules) {
+            assert!(!rule.contains('{'), "no raw JSON: {rule}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ use alloy::rpc::types::Filter;
 use alloy::sol;
 use alloy::sol_types::SolEvent;
 
+use crate::chain::networks::BASE;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Secret;
 use crate::net::gateway::Gateway;
@@ -61,7 +62,7 @@ impl AuthorizationReader {
     /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`.
     pub fn new(gateway: Gateway, rpc_url: &Secret, response_timeout: Duration) -> Self {
         AuthorizationReader {
-            provider: CountedRpc::new(gateway, rpc_url, response_timeout).provider(),
+            provider: CountedRpc::new(gateway, BASE.rpc, rpc_url, response_timeout).provider(),
         }
     }
 

@@ -3,6 +3,8 @@
 //! Provider-specific identifiers (DexScreener chain ids, contract addresses) are not here:
 //! they are facts of the providers and live in machines.yaml.
 
+use crate::net::gateway::Upstream;
+
 /// One observed chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Chain {
@@ -14,6 +16,10 @@ pub(crate) struct Chain {
     /// Short lowercase label used in provider names and evidence ids (`base-rpc`,
     /// `src-base-native`).
     pub slug: &'static str,
+    /// The metrics label of the chain's JSON-RPC endpoint.
+    pub rpc: Upstream,
+    /// The metrics label of the chain's token-inventory provider.
+    pub inventory: Upstream,
 }
 
 pub(crate) const ETHEREUM: Chain = Chain {
@@ -21,6 +27,8 @@ pub(crate) const ETHEREUM: Chain = Chain {
     chain_id: 1,
     name: "Ethereum",
     slug: "ethereum",
+    rpc: Upstream::new("rpc_ethereum", "json_rpc"),
+    inventory: Upstream::new("inventory_ethereum", "get_token_balances"),
 };
 
 pub(crate) const BASE: Chain = Chain {
@@ -28,12 +36,20 @@ pub(crate) const BASE: Chain = Chain {
     chain_id: 8453,
     name: "Base",
     slug: "base",
+    rpc: Upstream::new("rpc_base", "json_rpc"),
+    inventory: Upstream::new("inventory_base", "get_token_balances"),
 };
 
 pub(crate) const ALL: [Chain; 2] = [ETHEREUM, BASE];
 
 pub(crate) fn by_caip2(caip2: &str) -> Option<Chain> {
     ALL.into_iter().find(|c| c.caip2 == caip2)
+}
+
+/// The metrics label of a chain's JSON-RPC endpoint (`rpc_other` for a chain we do not
+/// observe, which no configuration key can name today).
+pub(crate) fn rpc_upstream(caip2: &str) -> Upstream {
+    by_caip2(caip2).map_or(Upstream::new("rpc_other", "json_rpc"), |chain| chain.rpc)
 }
 
 pub(crate) fn by_id(chain_id: u64) -> Option<Chain> {

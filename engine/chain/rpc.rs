@@ -16,7 +16,7 @@ use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
 use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
 
 use crate::config::Secret;
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
 
 /// Bytes of an RPC answer we read at most; a larger answer is an error.
 const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -25,6 +25,7 @@ const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub(crate) struct CountedRpc {
     gateway: Gateway,
+    upstream: Upstream,
     url: SecretUrl,
     response_timeout: Duration,
 }
@@ -41,9 +42,16 @@ impl fmt::Debug for SecretUrl {
 }
 
 impl CountedRpc {
-    pub(crate) fn new(gateway: Gateway, url: &Secret, response_timeout: Duration) -> Self {
+    /// An endpoint at `url`, measured under `upstream` (the chain's RPC label).
+    pub(crate) fn new(
+        gateway: Gateway,
+        upstream: Upstream,
+        url: &Secret,
+        response_timeout: Duration,
+    ) -> Self {
         CountedRpc {
             gateway,
+            upstream,
             url: SecretUrl(reqwest::Url::parse(url.expose()).ok()),
             response_timeout,
         }
@@ -68,7 +76,7 @@ impl CountedRpc {
             .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
         let response = self
             .gateway
-            .send(request)
+            .send(self.upstream, request)
             .await
             .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
         let status = response.status();

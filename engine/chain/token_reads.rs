@@ -9,6 +9,7 @@ use alloy::providers::Provider;
 use alloy::sol;
 
 use crate::catalog::manifest::Machine;
+use crate::chain::networks::rpc_upstream;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::config::Secret;
 use crate::net::gateway::Gateway;
@@ -59,7 +60,7 @@ pub(crate) async fn read(
         .limit("rpc_response_timeout_ms")
         .map(Duration::from_millis)
         .ok_or_else(|| TokenReadError::NoTimeout(machine.machine.clone()))?;
-    let provider = CountedRpc::new(gateway.clone(), url, timeout).provider();
+    let provider = CountedRpc::new(gateway.clone(), rpc_upstream(CHAIN), url, timeout).provider();
     let mut reads = TokenReads::default();
     let block = match provider.get_block_number().await {
         Ok(block) => block,

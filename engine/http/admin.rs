@@ -15,6 +15,7 @@ use warp::Filter;
 
 use crate::catalog::embedded::MANIFEST;
 use crate::http::server::AppState;
+use crate::pay::ledger::STATES;
 use crate::support::metrics::metrics;
 
 /// How long a readiness verdict is reused.
@@ -56,7 +57,7 @@ async fn answer(state: &AppState, cache: &ReadyCache, path: &str) -> Response<By
     match path {
         "/metrics" => {
             let rows = match &state.rail {
-                Some(rail) => rail.ledger.counts_by_state().await.unwrap_or_default(),
+                Some(rail) => every_state(rail.ledger.counts_by_state().await.ok()),
                 None => Vec::new(),
             };
             respond(StatusCode::OK, PROMETHEUS_TEXT, metrics().encode(&rows))
@@ -73,6 +74,25 @@ async fn answer(state: &AppState, cache: &ReadyCache, path: &str) -> Response<By
         }
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
+}
+
+/// Every ledger state with its count (0 when it has no row), so `reserved` is a series from
+/// the first scrape on; nothing when the ledger cannot be read (an absent series, not a
+/// false zero).
+fn every_state(counts: Option<Vec<(String, i64)>>) -> Vec<(String, i64)> {
+    let Some(counts) = counts else {
+        return Vec::new();
+    };
+    STATES
+        .iter()
+        .map(|state| {
+            let count = counts
+                .iter()
+                .find(|(counted, _)| counted == state)
+                .map_or(0, |(_, count)| *count);
+            (state.to_string(), count)
+        })
+        .collect()
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Bytes> {

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
+use crate::chain::networks::rpc_upstream;
 use crate::chain::rpc::{CountedRpc, describe_error};
 use crate::machines::checks as rc;
 use crate::support::evm;
@@ -71,7 +72,8 @@ impl super::Machine for Vm02 {
             .rpc_url(CHAIN)
             .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
         let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-        let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
+        let provider =
+            CountedRpc::new(context.gateway.clone(), rpc_upstream(CHAIN), url, timeout).provider();
         let reads = read_at_one_block(&provider, owner, token, spender).await;
         Ok(respond(machine, request, reads))
     }

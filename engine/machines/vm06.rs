@@ -87,7 +87,8 @@ impl super::Machine for Vm06 {
             WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
         })?;
         let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-        let provider = CountedRpc::new(context.gateway.clone(), url, timeout).provider();
+        let provider =
+            CountedRpc::new(context.gateway.clone(), intent.chain.rpc, url, timeout).provider();
         let query = history_query(machine);
         let (estimate, history) = read(&provider, &intent, &query).await;
         let endpoint = rpc::public_endpoint(url);

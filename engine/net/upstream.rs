@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
 
 /// Why a provider answer could not be used. The text never contains the URL, which is
 /// configuration and may identify an account.
@@ -101,6 +101,7 @@ pub(crate) enum GetError {
 /// the JSON bounds differ per provider.
 pub(crate) async fn get(
     gateway: &Gateway,
+    upstream: Upstream,
     url: url::Url,
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
@@ -110,13 +111,14 @@ pub(crate) async fn get(
         .header(reqwest::header::ACCEPT, "application/json")
         .build()
         .map_err(|_| GetError::Build)?;
-    exchange(gateway, request, bounds, accept).await
+    exchange(gateway, upstream, request, bounds, accept).await
 }
 
 /// The same bounded exchange for a JSON POST: JSON-RPC providers whose answers must stay
 /// within a machine's own size limit rather than the RPC transport's general one.
 pub(crate) async fn post<T: serde::Serialize + ?Sized>(
     gateway: &Gateway,
+    upstream: Upstream,
     url: url::Url,
     body: &T,
     bounds: Bounds,
@@ -128,17 +130,18 @@ pub(crate) async fn post<T: serde::Serialize + ?Sized>(
         .json(body)
         .build()
         .map_err(|_| GetError::Build)?;
-    exchange(gateway, request, bounds, accept).await
+    exchange(gateway, upstream, request, bounds, accept).await
 }
 
 async fn exchange(
     gateway: &Gateway,
+    upstream: Upstream,
     request: reqwest::Request,
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
 ) -> Result<Got, GetError> {
     let exchange = async {
-        let response = gateway.send(request).await.map_err(describe)?;
+        let response = gateway.send(upstream, request).await.map_err(describe)?;
         let status = response.status();
         if !accept(status) {
             return Ok(Got::Refused(status));
@@ -153,11 +156,12 @@ async fn exchange(
 /// GETs a JSON document (any 2xx; HTTP 429 told apart).
 pub(crate) async fn get_json(
     gateway: &Gateway,
+    upstream: Upstream,
     url: url::Url,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
     json_answer(
-        get(gateway, url, bounds, |status| status.is_success()).await,
+        get(gateway, upstream, url, bounds, |status| status.is_success()).await,
         bounds,
     )
 }
@@ -165,12 +169,16 @@ pub(crate) async fn get_json(
 /// POSTs a JSON body and reads a JSON answer within the same bounds as [`get_json`].
 pub(crate) async fn post_json<T: serde::Serialize + ?Sized>(
     gateway: &Gateway,
+    upstream: Upstream,
     url: url::Url,
     body: &T,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
     json_answer(
-        post(gateway, url, body, bounds, |status| status.is_success()).await,
+        post(gateway, upstream, url, body, bounds, |status| {
+            status.is_success()
+        })
+        .await,
         bounds,
     )
 }

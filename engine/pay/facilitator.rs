@@ -10,9 +10,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::{FacilitatorAuth, Secret};
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
 use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
-use crate::support::metrics::{CallResult, metrics};
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 
@@ -138,23 +137,6 @@ impl FacilitatorClient {
         body: Option<&Value>,
         timeout: Duration,
     ) -> Result<(u16, Value), FacilitatorError> {
-        let started = std::time::Instant::now();
-        let answer = self.call_uncounted(method, name, body, timeout).await;
-        let result = match answer {
-            Ok(_) => CallResult::Ok,
-            Err(_) => CallResult::Error,
-        };
-        metrics().call("facilitator", name, result, started.elapsed());
-        answer
-    }
-
-    async fn call_uncounted(
-        &self,
-        method: reqwest::Method,
-        name: &str,
-        body: Option<&Value>,
-        timeout: Duration,
-    ) -> Result<(u16, Value), FacilitatorError> {
         let url = self.endpoint(name);
         let authorization = self.auth.value(&method, &url);
         let mut builder = self
@@ -173,7 +155,7 @@ impl FacilitatorClient {
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let mut response = self
             .gateway
-            .send(request)
+            .send(Upstream::new("facilitator", name), request)
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();

@@ -13,7 +13,10 @@ use alloy::primitives::Address;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
+
+/// The metrics label of DexScreener's token-pairs endpoint.
+const UPSTREAM: Upstream = Upstream::new("dexscreener", "tokens");
 use crate::net::upstream::{self, Bounds, UpstreamError};
 use crate::support::decimal::Decimal;
 
@@ -97,7 +100,7 @@ async fn fetch(
     let url = upstream::join(base, &["tokens", "v1", chain_id, &joined]).ok_or_else(|| {
         UpstreamError::Shape("the configured pricing URL cannot take a path".into())
     })?;
-    match upstream::get_json(gateway, url, bounds).await? {
+    match upstream::get_json(gateway, UPSTREAM, url, bounds).await? {
         Value::Array(pairs) => Ok(pairs),
         _ => Err(UpstreamError::Shape(
             "the answer is not an array of pairs".into(),

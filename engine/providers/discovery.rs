@@ -16,7 +16,11 @@ use url::Url;
 
 use crate::catalog::manifest::Machine;
 use crate::net::bounded_json::{self, JsonBounds, JsonRefusal};
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
+
+/// The metrics labels of the discovery index's two endpoints.
+const MERCHANT: Upstream = Upstream::new("discovery_index", "merchant");
+const SEARCH: Upstream = Upstream::new("discovery_index", "search");
 use crate::net::upstream::{self, Bounds, GetError, Got};
 use crate::support::timestamp;
 
@@ -156,8 +160,10 @@ pub(crate) async fn read(
         .collect::<Result<Vec<Url>, DiscoveryError>>()?;
     let (merchant_path, search_path) = (provider.path("merchant"), provider.path("search"));
     let (merchant, searches) = tokio::join!(
-        reader.fetch(merchant_url),
-        futures_util::future::join_all(search_urls.into_iter().map(|url| reader.fetch(url))),
+        reader.fetch(MERCHANT, merchant_url),
+        futures_util::future::join_all(
+            search_urls.into_iter().map(|url| reader.fetch(SEARCH, url))
+        ),
     );
     Ok(Reading {
         merchant,
@@ -267,7 +273,7 @@ struct Reader {
 
 impl Reader {
     /// One GET: bounded by the response timeout and by what is left of the overall one.
-    async fn fetch(&self, url: Url) -> Fetched {
+    async fn fetch(&self, endpoint: Upstream, url: Url) -> Fetched {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let (budget, limit_name) = if remaining < self.limits.response_timeout {
             (remaining, "overall_timeout_ms")
@@ -295,7 +301,7 @@ impl Reader {
             timeout: budget,
             max_bytes: usize::try_from(self.limits.max_response_bytes).unwrap_or(usize::MAX),
         };
-        let got = upstream::get(&self.gateway, url, bounds, |status| {
+        let got = upstream::get(&self.gateway, endpoint, url, bounds, |status| {
             status == reqwest::StatusCode::OK
         })
         .await;

@@ -18,7 +18,7 @@ use alloy::rpc::json_rpc::{Id, Request, Response, ResponsePayload};
 use serde_json::{Value, json};
 
 use crate::config::Secret;
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
 use crate::net::upstream::{self, Bounds, UpstreamError};
 
 pub(crate) const METHOD: &str = "alchemy_getTokenBalances";
@@ -91,6 +91,8 @@ impl Inventory {
 /// whole pagination; `bounds.max_bytes` caps each page's answer.
 pub(crate) struct Endpoint<'a> {
     pub gateway: &'a Gateway,
+    /// The chain's inventory label in the metrics.
+    pub upstream: Upstream,
     /// Usually carries the provider key: never quoted.
     pub url: &'a Secret,
     pub bounds: Bounds,
@@ -190,7 +192,13 @@ async fn read_page(
     let call = Request::new(METHOD, Id::Number(u64::from(page)), params);
     let answer = tokio::time::timeout(
         remaining,
-        upstream::post_json(endpoint.gateway, url.clone(), &call, bounds),
+        upstream::post_json(
+            endpoint.gateway,
+            endpoint.upstream,
+            url.clone(),
+            &call,
+            bounds,
+        ),
     )
     .await;
     let answer = match answer {

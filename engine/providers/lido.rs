@@ -5,7 +5,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
+
+/// The metrics label of the Lido API's stETH APR endpoint.
+const UPSTREAM: Upstream = Upstream::new("lido", "steth_apr_sma");
 use crate::net::upstream::{self, Bounds, UpstreamError};
 
 pub(crate) const SMA_PATH: [&str; 5] = ["v1", "protocol", "steth", "apr", "sma"];
@@ -30,7 +33,7 @@ pub(crate) async fn read_sma(
     let url = upstream::join(base, &SMA_PATH).ok_or_else(|| {
         UpstreamError::Shape("the configured Lido API URL cannot take a path".into())
     })?;
-    let document = upstream::get_json(gateway, url, bounds).await?;
+    let document = upstream::get_json(gateway, UPSTREAM, url, bounds).await?;
     parse(&document)
 }
 

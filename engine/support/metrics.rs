@@ -1,7 +1,8 @@
 //! The process's Prometheus metrics (the `prometheus-client` crate's registry and text
 //! encoder), served only on the admin listener. Labels are low-cardinality by construction:
-//! machine ids, HTTP status codes, payment outcomes and reasons, facilitator endpoints —
-//! never a URL, a key, a payer or a request id.
+//! machine ids, HTTP status codes, payment outcomes and reasons, provider and endpoint names
+//! fixed in code (the gateway's `Upstream`) — never a URL, a host, a key, a payer or a
+//! request id.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -110,7 +111,8 @@ impl Metrics {
             .inc();
     }
 
-    /// One outbound call to a provider (`facilitator`, …) endpoint and how long it took.
+    /// One outbound call to a provider (`facilitator`, `rpc_base`, …) endpoint and how long
+    /// it took to answer; recorded by the outbound gateway for every call.
     pub(crate) fn call(
         &self,
         provider: &'static str,

@@ -73,11 +73,14 @@ const LINK_DENSE_PARAGRAPH: f64 = 0.8;
 /// A node holding more than this share of the candidate's text is never pruned: the signal
 /// that marked it is wrong about the page, not the node.
 const MAX_PRUNED_SHARE: f64 = 0.3;
+/// A block of at least this many non-whitespace characters (and not link-dense) is prose.
+const PROSE_CHARS: usize = 80;
 
 /// The whitespace-normalized text of the candidate's HTML after pruning.
 pub(crate) fn pruned_text(content_html: &str) -> String {
     let document = kuchikiki::parse_html().one(content_html).document_node;
     let total = text_chars(&document).max(1);
+    prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
     prune(&document, total, is_link_dense);
     block_text(&document)
@@ -99,12 +102,14 @@ pub(crate) fn body_text(html: &str) -> String {
     block_text(&body)
 }
 
-/// Site headers and embedded frames, which the Readability method drops before scoring.
-fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
+/// Site headers, embedded frames and form controls, which the Readability method drops before
+/// scoring.
+fn is_page_chrome(node: &NodeRef, element: &ElementData) -> bool {
     if matches!(
         element.name.local.as_ref(),
         "header" | "iframe" | "object" | "embed" | "svg" | "noscript" | "script" | "style"
-    ) {
+    ) || is_control(node, element)
+    {
         return true;
     }
     let attributes = element.attributes.borrow();
@@ -118,6 +123,15 @@ fn is_page_chrome(_node: &NodeRef, element: &ElementData) -> bool {
                 .to_ascii_lowercase();
             style.contains("display:none") || style.contains("visibility:hidden")
         })
+}
+
+/// Form controls, whose text (option lists, button labels) is never running text, however
+/// much of the page it is.
+fn is_control(_node: &NodeRef, element: &ElementData) -> bool {
+    matches!(
+        element.name.local.as_ref(),
+        "select" | "option" | "datalist" | "button" | "textarea"
+    )
 }
 
 /// Detaches every element `rule` marks (outermost first), with the heading that introduces it.
@@ -275,39 +289,133 @@ fn is_block(name: &str) -> bool {
     )
 }
 
-/// The text of `root` with a space at every block boundary, whitespace normalized.
-fn block_text(root: &NodeRef) -> String {
+/// One run of text between block boundaries, as read in document order.
+#[derive(Debug, Default)]
+struct Block {
+    text: String,
+    /// Non-whitespace characters of `text` that sit inside links.
+    link_chars: usize,
+    /// Whether the block is a heading (h1–h6).
+    heading: bool,
+}
+
+impl Block {
+    /// Non-whitespace characters, each ideograph or syllable of the wide East Asian scripts
+    /// counted as three: one such character carries about as much as a short word.
+    fn weight(&self) -> usize {
+        self.text
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .map(|c| if is_wide_script(c) { 3 } else { 1 })
+            .sum()
+    }
+
+    fn is_link_dense(&self) -> bool {
+        let chars = self.text.chars().filter(|c| !c.is_whitespace()).count();
+        chars > 0 && (self.link_chars as f64) >= LINK_DENSE_BLOCK * chars as f64
+    }
+
+    /// Running prose: long enough to be a sentence or more, and not mostly link text.
+    fn is_prose(&self) -> bool {
+        self.weight() >= PROSE_CHARS && !self.is_link_dense()
+    }
+}
+
+/// The blocks of `root` in document order (empty ones skipped).
+fn blocks(root: &NodeRef) -> Vec<Block> {
+    let mut reader = BlockReader::default();
+    reader.read(root, false);
+    reader.flush();
+    reader.blocks
+}
+
+#[derive(Default)]
+struct BlockReader {
+    blocks: Vec<Block>,
+    current: Block,
+}
+
+impl BlockReader {
+    fn flush(&mut self) {
+        let block = std::mem::take(&mut self.current);
+        if !block.text.trim().is_empty() {
+            self.blocks.push(block);
+        }
+    }
+
+    fn read(&mut self, node: &NodeRef, in_link: bool) {
+        if let Some(text) = node.as_text() {
+            let text = text.borrow();
+            if in_link {
+                self.current.link_chars += text.chars().filter(|c| !c.is_whitespace()).count();
+            }
+            self.current.text.push_str(&text);
+            return;
+        }
+        let (block, link, heading) = match node.as_element() {
+            Some(element) => {
+                let name = element.name.local.as_ref();
+                if matches!(name, "script" | "style" | "template" | "noscript") {
+                    return;
+                }
+                (is_block(name), name == "a", is_heading(name))
+            }
+            None => (false, false, false),
+        };
+        if block {
+            self.flush();
+        }
+        if heading {
+            self.current.heading = true;
+        }
+        for child in node.children() {
+            self.read(&child, in_link || link);
+        }
+        if block {
+            self.flush();
+        }
+    }
+}
+
+/// Drops the short blocks after the last prose block: an article ends with prose, and what
+/// follows it in the same container (share prompts, "read more" teasers, dates, credits,
+/// comment counts) is furniture that carries no class name.
+fn trim_tail(blocks: &mut Vec<Block>) {
+    let Some(last) = blocks.iter().rposition(Block::is_prose) else {
+        return;
+    };
+    if let Some(cut) = blocks[last + 1..]
+        .iter()
+        .position(|b| b.heading || b.link_chars > 0)
+    {
+        blocks.truncate(last + 1 + cut);
+    }
+}
+
+/// CJK ideographs, kana and Hangul (U+2E80 onwards, below the surrogates).
+fn is_wide_script(c: char) -> bool {
+    ('\u{2E80}'..='\u{D7FF}').contains(&c)
+}
+
+fn is_heading(name: &str) -> bool {
+    matches!(name, "h1" | "h2" | "h3" | "h4" | "h5" | "h6")
+}
+
+/// The blocks joined with one space, whitespace normalized.
+fn join(blocks: &[Block]) -> String {
     let mut out = String::new();
-    collect_text(root, &mut out);
+    for block in blocks {
+        out.push_str(&block.text);
+        out.push(' ');
+    }
     super::extract::normalize_whitespace(&out)
 }
 
-fn collect_text(node: &NodeRef, out: &mut String) {
-    if let Some(text) = node.as_text() {
-        out.push_str(&text.borrow());
-        return;
-    }
-    let block = node.as_element().map(|e| {
-        let name = e.name.local.as_ref();
-        if matches!(name, "script" | "style" | "template" | "noscript") {
-            return None;
-        }
-        Some(is_block(name))
-    });
-    let block = match block {
-        Some(None) => return,
-        Some(Some(block)) => block,
-        None => false,
-    };
-    if block {
-        out.push(' ');
-    }
-    for child in node.children() {
-        collect_text(&child, out);
-    }
-    if block {
-        out.push(' ');
-    }
+/// The text of `root` with a space at every block boundary, whitespace normalized.
+fn block_text(root: &NodeRef) -> String {
+    let mut blocks = blocks(root);
+    trim_tail(&mut blocks);
+    join(&blocks)
 }
 
 #[cfg(test)]
@@ -327,12 +435,12 @@ mod tests {
             "<div><p>{prose}</p><div class='share-bar'>Share on Facebook</div>\
              <h3>Related</h3><ul><li><a href=/a>Another story</a></li><li><a href=/b>More</a></li></ul>\
              <figure><img src=x><figcaption>The bridge at dawn</figcaption></figure>\
-             <p>Closing words with <a href=/c>one link</a> in them.</p></div>"
+             <p>Closing words of the article with <a href=/c>one link</a> in them, a sentence or two long, as prose usually is in an article.</p></div>"
         );
         let text = pruned_text(&html);
         assert!(text.starts_with("A long paragraph"), "{text}");
         assert!(
-            text.ends_with("Closing words with one link in them."),
+            text.ends_with("in them, a sentence or two long, as prose usually is in an article."),
             "{text}"
         );
         assert!(text.contains("The bridge at dawn"), "captions stay: {text}");
@@ -355,5 +463,46 @@ mod tests {
         let prose = "Running text of the article, long enough to matter. ".repeat(10);
         let html = format!("<div class='comments-enabled'><p>{prose}</p></div>");
         assert!(pruned_text(&html).starts_with("Running text"));
+    }
+
+    #[test]
+    fn short_blocks_after_the_last_prose_go_from_the_first_heading_or_link() {
+        let prose = "The closing paragraph of the article, which is long enough to count as prose: a sentence or two at least.";
+        let html = format!(
+            "<div><p>{prose}</p><p>Short last words.</p><p>Share this: <a href=/s>Twitter</a></p>\
+             <p>12.03.2020</p></div>"
+        );
+        assert_eq!(pruned_text(&html), format!("{prose} Short last words."));
+        let html = format!("<div><p>{prose}</p><h3>More stories</h3><p>A teaser line</p></div>");
+        assert_eq!(pruned_text(&html), prose);
+    }
+
+    #[test]
+    fn wide_script_characters_weigh_as_words() {
+        let chinese = Block {
+            text:
+                "这款产品具有极其重要的意义，因为这意味着未来的人工智能技术可能不需要人类来教它。"
+                    .into(),
+            ..Block::default()
+        };
+        assert!(chinese.is_prose());
+        let latin = Block {
+            text: "A line of forty characters, not prose.".into(),
+            ..Block::default()
+        };
+        assert!(!latin.is_prose());
+    }
+
+    #[test]
+    fn form_controls_go_however_large() {
+        let options = "<option>Afghanistan</option><option>Albania</option>".repeat(40);
+        let html = format!(
+            "<body><p>A short paragraph of the page, the only running text it has.</p>\
+             <form><select>{options}</select><button>Send</button></form></body>"
+        );
+        assert_eq!(
+            body_text(&html),
+            "A short paragraph of the page, the only running text it has."
+        );
     }
 }

@@ -34,7 +34,7 @@ const CONTAINMENT: f64 = 0.9;
 /// A Readability result shorter than this (characters) is checked against the pruned body
 /// text, which replaces it when more than twice as long: the method misses pages whose text is
 /// not in one container (short posts, forum threads, text split over table cells).
-const SECOND_OPINION_BELOW: usize = 500;
+const SECOND_OPINION_BELOW: usize = 1500;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,11 +146,40 @@ pub(crate) fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
         None => {
             let head = String::from_utf8_lossy(&body[..body.len().min(512)]).to_ascii_lowercase();
             let head = head.trim_start_matches('\u{feff}').trim_start();
-            head.starts_with("<!doctype html")
-                || head.starts_with("<html")
-                || head.contains("<head")
+            starts_with_html_tag(head) || head.contains("<head")
         }
     }
+}
+
+/// The HTML patterns of the WHATWG MIME Sniffing Standard ("identifying a resource with an
+/// unknown MIME type"): the body, after leading whitespace, opens with one of these tags,
+/// followed by a space or `>`. Pages that open with a script, a style or a PHP warning
+/// (`<br />`) are HTML too.
+fn starts_with_html_tag(head: &str) -> bool {
+    const TAGS: &[&str] = &[
+        "<!doctype html",
+        "<html",
+        "<head",
+        "<script",
+        "<iframe",
+        "<h1",
+        "<div",
+        "<font",
+        "<table",
+        "<a",
+        "<style",
+        "<title",
+        "<b",
+        "<body",
+        "<br",
+        "<p",
+    ];
+    head.starts_with("<!--")
+        || TAGS.iter().any(|tag| {
+            head.strip_prefix(tag)
+                .and_then(|rest| rest.chars().next())
+                .is_some_and(|next| next == ' ' || next == '>')
+        })
 }
 
 /// Decodes HTML bytes; returns the text, the encoding name and where it came from.
@@ -708,5 +737,24 @@ mod tests {
         );
         let equiv = b"<meta http-equiv=Content-Type content=\"text/html; charset=koi8-r\">";
         assert_eq!(detect_charset(equiv, None).0, encoding_rs::KOI8_R);
+    }
+
+    #[test]
+    fn untyped_bodies_are_sniffed_as_the_mime_sniffing_standard_says() {
+        for html in [
+            "<br />\n<b>Warning</b>: something in PHP",
+            "  <script type=\"text/javascript\">var a;</script><p>Text</p>",
+            "<!-- generated --><div>Text</div>",
+            "<!DOCTYPE html><title>T</title>",
+        ] {
+            assert!(is_html(None, html.as_bytes()), "{html}");
+        }
+        for other in [
+            "{\"a\": 1}",
+            "<bold>not a tag we know</bold>",
+            "plain text <html",
+        ] {
+            assert!(!is_html(None, other.as_bytes()), "{other}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use url::{Host, Url};
 
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
-use crate::net::gateway::Gateway;
+use crate::net::gateway::{Gateway, Upstream};
 use crate::net::url_policy::{self, UrlPolicyError};
 
 /// The User-Agent of every fetch: who we are and that this is one bounded read.
@@ -443,16 +443,24 @@ impl Run<'_> {
             .await
             .map_err(|_| FetchRefusal::Timeout)??;
         let client = self.fetcher.pinned_client(url, &pinned, &self.limits)?;
-        let builder = match method {
-            FetchMethod::Get => client.get(url.clone()),
-            FetchMethod::PostJson(body) => client.post(url.clone()).json(body),
+        let (builder, upstream) = match method {
+            FetchMethod::Get => (client.get(url.clone()), Upstream::new("web_fetch", "get")),
+            FetchMethod::PostJson(body) => (
+                client.post(url.clone()).json(body),
+                Upstream::new("web_fetch", "post"),
+            ),
         };
         let outgoing = builder
             .header(reqwest::header::ACCEPT, ACCEPT)
             .build()
             .map_err(|_| FetchRefusal::Protocol)?;
         self.requests_sent += 1;
-        match timeout_at(deadline, self.fetcher.gateway.send_on(&client, outgoing)).await {
+        match timeout_at(
+            deadline,
+            self.fetcher.gateway.send_on(&client, upstream, outgoing),
+        )
+        .await
+        {
             Err(_) => Err(FetchRefusal::Timeout),
             Ok(Err(error)) => Err(classify(&error)),
             Ok(Ok(response)) => Ok(response),

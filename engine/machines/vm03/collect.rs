@@ -92,7 +92,13 @@ fn rpc(
     let url = context
         .rpc_url(chain.caip2)
         .ok_or_else(|| no_endpoint(chain))?;
-    Ok(CountedRpc::new(context.gateway.clone(), url, settings.rpc_timeout).provider())
+    Ok(CountedRpc::new(
+        context.gateway.clone(),
+        chain.rpc,
+        url,
+        settings.rpc_timeout,
+    )
+    .provider())
 }
 
 /// Phase 1 of one chain: block, native balance at the block, inventory (concurrently).
@@ -105,6 +111,7 @@ async fn discover(
     let node = rpc(context, settings, chain)?;
     let endpoint = inventory::Endpoint {
         gateway: &context.gateway,
+        upstream: chain.inventory,
         url: context
             .inventory_url(chain.caip2)
             .ok_or_else(|| no_endpoint(chain))?,

@@ -85,7 +85,13 @@ pub(super) async fn read_aave(
     let url = context
         .rpc_url(chain.caip2)
         .ok_or_else(|| internal("the RPC endpoint"))?;
-    let rpc = CountedRpc::new(context.gateway.clone(), url, bounds(machine).timeout).provider();
+    let rpc = CountedRpc::new(
+        context.gateway.clone(),
+        chain.rpc,
+        url,
+        bounds(machine).timeout,
+    )
+    .provider();
     let observation = aave::read_reserve(&rpc, provider_address, asset).await?;
     store(context, &key, &observation, ttl);
     Ok(Served {

@@ -141,21 +141,22 @@ pub struct PoolOptions {
     pub connect_timeout: Duration,
 }
 
+impl PoolOptions {
+    /// The pool settings of a configuration (`database_pool_size`,
+    /// `database_connect_timeout_ms`).
+    pub fn from_config(config: &crate::config::Config) -> PoolOptions {
+        PoolOptions {
+            max_size: config.database_pool_size,
+            connect_timeout: Duration::from_millis(config.database_connect_timeout_ms),
+        }
+    }
+}
+
 impl Default for PoolOptions {
     fn default() -> Self {
         PoolOptions {
             max_size: 16,
             connect_timeout: Duration::from_secs(5),
-        }
-    }
-}
-
-impl PoolOptions {
-    /// The configured pool settings (`database_pool_size`, `database_connect_timeout_ms`).
-    pub fn from_config(config: &crate::config::Config) -> PoolOptions {
-        PoolOptions {
-            max_size: config.database_pool_size,
-            connect_timeout: Duration::from_millis(config.database_connect_timeout_ms),
         }
     }
 }
