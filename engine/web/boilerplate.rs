@@ -408,7 +408,7 @@ fn join(blocks: &[Block]) -> String {
         out.push_str(&block.text);
         out.push(' ');
     }
-    super::extract::normalize_whitespace(&out)
+    super::text::normalize_whitespace(&out)
 }
 
 /// The text of `root` with a space at every block boundary, whitespace normalized.

@@ -16,6 +16,7 @@ use serde_json::Value;
 use url::Url;
 
 use crate::web::boilerplate;
+pub(crate) use crate::web::text::normalize_whitespace;
 
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
@@ -110,18 +111,6 @@ pub struct Extracted {
     pub charset_source: CharsetSource,
     /// Facts about the extraction a reader may need (decoding, malformed JSON-LD, caps).
     pub notes: Vec<String>,
-}
-
-/// Collapses every run of Unicode whitespace (NBSP included) to one space and trims.
-pub(crate) fn normalize_whitespace(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text.split(char::is_whitespace).filter(|w| !w.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
-    out
 }
 
 /// The first `max` characters of `text` (a char boundary) and whether it was cut.

@@ -4,4 +4,5 @@ mod boilerplate;
 pub(crate) mod extract;
 pub mod fetch;
 pub mod page;
+mod text;
 pub(crate) mod x402_probe;
