@@ -38,7 +38,9 @@ fn fresh() -> HeaderValue {
     let mut bytes = [0u8; 16];
     // The OS source only fails on a broken system; a zero id is then still a valid header.
     let _ = getrandom::fill(&mut bytes);
-    HeaderValue::from_str(&hex(&bytes)).unwrap_or(HeaderValue::from_static("0"))
+    // The hex string's own allocation becomes the header's bytes: no second copy.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(hex(&bytes)))
+        .unwrap_or(HeaderValue::from_static("0"))
 }
 
 /// Lowercase hex in one allocation (a `format!` per byte cost ~10k instructions a request).
