@@ -20,6 +20,9 @@ pub(crate) use crate::web::text::normalize_whitespace;
 
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
+/// How many leading bytes are searched for a later `<meta>` charset when the bytes are not
+/// UTF-8: a browser's parser still changes the encoding when it meets one there.
+const META_LATE_BYTES: usize = 64 * 1024;
 /// Bounds of metadata strings, headings and lists, in characters / items.
 const MAX_META_CHARS: usize = 1000;
 const MAX_HEADING_CHARS: usize = 300;
@@ -63,6 +66,8 @@ pub enum CharsetSource {
     Bom,
     Header,
     Meta,
+    /// A `<meta>` after the prescan window, followed because the bytes are not UTF-8.
+    LateMeta,
     Default,
 }
 
@@ -187,6 +192,7 @@ pub(crate) fn decode(
                 CharsetSource::Bom => "the byte-order mark",
                 CharsetSource::Header => "the Content-Type header",
                 CharsetSource::Meta => "the meta tag",
+                CharsetSource::LateMeta => "a meta tag after the first 1024 bytes",
                 CharsetSource::Default => "the default",
             }
         ));
@@ -217,7 +223,20 @@ fn detect_charset(
     if let Some(encoding) = meta_charset(&bytes[..bytes.len().min(META_PRESCAN_BYTES)]) {
         return (html_charset(encoding), CharsetSource::Meta);
     }
+    if let Some(encoding) = late_meta_charset(bytes) {
+        return (html_charset(encoding), CharsetSource::LateMeta);
+    }
     (encoding_rs::UTF_8, CharsetSource::Default)
+}
+
+/// A `<meta>` charset beyond the prescan window, read only when the bytes are not valid UTF-8
+/// (the default would garble them). HTML's tree builder does the same: a `<meta charset>` it
+/// meets while the encoding is still tentative makes the browser re-decode the page.
+fn late_meta_charset(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
+    if bytes.len() <= META_PRESCAN_BYTES || std::str::from_utf8(bytes).is_ok() {
+        return None;
+    }
+    meta_charset(&bytes[..bytes.len().min(META_LATE_BYTES)])
 }
 
 /// HTML's rule: a declared UTF-16 in a byte stream without BOM means UTF-8, and
@@ -726,6 +745,23 @@ mod tests {
         );
         let equiv = b"<meta http-equiv=Content-Type content=\"text/html; charset=koi8-r\">";
         assert_eq!(detect_charset(equiv, None).0, encoding_rs::KOI8_R);
+    }
+
+    #[test]
+    fn a_late_meta_charset_is_followed_only_when_the_bytes_are_not_utf8() {
+        let padding = format!("<!-- {} -->", "x".repeat(META_PRESCAN_BYTES));
+        let late = format!("<html><head>{padding}<meta charset=iso-8859-1></head><body>caf");
+        let mut latin1 = late.clone().into_bytes();
+        latin1.extend_from_slice(b"\xe9</body>");
+        assert_eq!(
+            detect_charset(&latin1, None),
+            (encoding_rs::WINDOWS_1252, CharsetSource::LateMeta)
+        );
+        let utf8 = format!("{late}\u{e9}</body>").into_bytes();
+        assert_eq!(
+            detect_charset(&utf8, None),
+            (encoding_rs::UTF_8, CharsetSource::Default)
+        );
     }
 
     #[test]
