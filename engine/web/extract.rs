@@ -39,6 +39,10 @@ const CONTAINMENT: f64 = 0.9;
 /// text, which replaces it when more than twice as long: the method misses pages whose text is
 /// not in one container (short posts, forum threads, text split over table cells).
 const SECOND_OPINION_BELOW: usize = 1500;
+/// A text still shorter than this (characters) is checked against the page's client-side
+/// templates (`<script type="text/template">`), read as HTML the same way: some blog platforms
+/// ship the whole post in one and render it with script.
+const TEMPLATE_BELOW: usize = 200;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -632,10 +636,38 @@ fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Bas
             text = body;
         }
     }
+    if text.chars().count() < TEMPLATE_BELOW {
+        let templates = template_text(document);
+        if templates.chars().count() > 2 * text.chars().count() {
+            text = templates;
+        }
+    }
     if text.is_empty() {
         return (String::new(), Basis::None);
     }
     (text.clone(), basis_of(&text, document))
+}
+
+/// The text of every `<script type="text/template">` body, read as HTML like the whole body.
+fn template_text(document: &NodeRef) -> String {
+    let Ok(scripts) = document.select("script[type]") else {
+        return String::new();
+    };
+    let markup: String = scripts
+        .filter(|script| {
+            script
+                .attributes
+                .borrow()
+                .get("type")
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/template"))
+        })
+        .map(|script| script.as_node().text_contents())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if markup.trim().is_empty() {
+        return String::new();
+    }
+    boilerplate::body_text(&markup)
 }
 
 fn readability_text(html: &str, page: Option<&Url>) -> String {
@@ -762,6 +794,22 @@ mod tests {
             detect_charset(&utf8, None),
             (encoding_rs::UTF_8, CharsetSource::Default)
         );
+    }
+
+    #[test]
+    fn a_post_shipped_in_a_client_side_template_is_read_when_the_page_has_no_text() {
+        let post = "The whole post is inside a template that a script renders in the browser. ";
+        let html = format!(
+            "<html><body><div id=app>Loading</div>\
+             <script type='text/template'><div class=post><p>{post}{post}</p>\
+             <div class=share-bar>Share</div></div></script></body></html>"
+        );
+        let extracted = extract_html(&html, &ExtractOptions::default());
+        assert_eq!(extracted.text, format!("{post}{post}").trim_end());
+        let long = format!("<html><body><p>{post}{post}{post}</p>{}</body></html>", &html[12..]);
+        let extracted = extract_html(&long, &ExtractOptions::default());
+        // A page with text of its own is read as before: the template is not added.
+        assert_eq!(extracted.text.matches("The whole post").count(), 3);
     }
 
     #[test]
