@@ -14,7 +14,7 @@ use tokio::sync::{Mutex, oneshot};
 use warp::Filter;
 
 use crate::catalog::embedded::MANIFEST;
-use crate::http::server::AppState;
+use crate::http::state::AppState;
 use crate::pay::ledger::STATES;
 use crate::support::metrics::metrics;
 

@@ -1,7 +1,6 @@
 //! The warp server: free documents prepared once at start-up, and the paid paths' fixed
 //! order — body size → JSON → schema → semantic checks → (pay_to configured?) → 402.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,85 +9,30 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
-use crate::catalog::embedded::{self, MANIFEST};
-use crate::catalog::manifest::{Machine, Manifest};
-use crate::catalog::render::{self, BASE_URL_TOKEN};
+use crate::catalog::embedded::MANIFEST;
+use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
-use crate::chain::authorization::AuthorizationReader;
 use crate::config::Config;
-use crate::http::body::{self, RequestValidator};
-use crate::http::connections::{self, ConnectionCounters};
+use crate::http::body;
+use crate::http::connections;
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
+use crate::http::state::PaidRoute;
+pub use crate::http::state::{AppState, StartError};
 use crate::http::{admin, request_id};
-use crate::machines::{self, Entry, NotReady, Work, WorkContext};
-use crate::net::gateway::Gateway;
-use crate::pay::facilitator::{Authorizer, FacilitatorClient};
-use crate::pay::gate::{self, PaidOutcome, PaymentRail};
-use crate::pay::ledger;
-use crate::pay::local_check;
+use crate::machines::Work;
+use crate::pay::gate::{self, PaidOutcome};
 use crate::support::metrics::metrics;
 
-/// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
-const SETTLE_CHECK_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
-
-/// Everything a paid path needs, prepared at start-up.
-struct PaidRoute {
-    machine: &'static Machine,
-    validator: RequestValidator,
-    entry: &'static dyn Entry,
-    max_body: usize,
-    /// None when no pay_to is configured: valid requests answer 503 service_disabled.
-    challenge: Option<Challenge>,
-    /// The PaymentRequirements a payment's `accepted` must equal.
-    requirement: Option<Value>,
-    /// Whether this deployment configures what the machine needs: a configuration fact, so
-    /// it is settled at start-up and a machine that cannot serve never asks for a payment.
-    readiness: Result<(), NotReady>,
-}
-
-/// Shared, immutable state of a running server.
-pub struct AppState {
-    /// Paid calls between their start and their ledger record, for the shutdown drain.
-    in_flight: InFlight,
-    /// The configuration the server runs with.
-    pub config: Config,
-    /// The base URL the published documents carry.
-    pub base_url: String,
-    /// The counted outbound gateway (tests read its count).
-    pub gateway: Gateway,
-    /// Connection events (cap, deadlines, hang-ups), counted.
-    pub connections: Arc<ConnectionCounters>,
-    pub(crate) rail: Option<PaymentRail>,
-    work: WorkContext,
-    free: HashMap<String, FreeDoc>,
-    paid: HashMap<String, PaidRoute>,
-}
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The listen address cannot be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Something prepared at start-up failed (ledger, TLS, renders).
-    #[error("start-up preparation failed: {0}")]
-    Prepare(String),
-}
 
 /// A server running in the background, for the binary and for tests.
 pub struct RunningServer {
@@ -200,295 +144,6 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         shutdown: Some(tx),
         task,
     })
-}
-
-impl AppState {
-    /// The `machine` label of a path: its machine id, `free` or `none`.
-    fn metrics_label(&self, path: &str) -> &'static str {
-        match self.paid.get(path) {
-            Some(route) => route.machine.machine.as_str(),
-            None if self.free.contains_key(path) => "free",
-            None => "none",
-        }
-    }
-
-    fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
-        let manifest: &'static Manifest = &MANIFEST;
-        let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
-        let rail = payment_rail(&config, &gateway)?;
-        let free = free_documents(manifest, &base_url, &config)?;
-        let mut paid = HashMap::new();
-        for machine in &manifest.machines {
-            let route = PaidRoute::prepare(manifest, machine, &base_url, &config)?;
-            paid.insert(machine.path.clone(), route);
-        }
-        let work = WorkContext {
-            gateway: gateway.clone(),
-            config: config.clone(),
-            cache: Default::default(),
-        };
-        Ok(AppState {
-            in_flight: InFlight::default(),
-            config,
-            base_url,
-            gateway,
-            connections: Default::default(),
-            rail,
-            work,
-            free,
-            paid,
-        })
-    }
-
-    /// Payments refused by the local check before any facilitator call.
-    pub fn payments_refused_locally(&self) -> u64 {
-        self.rail.as_ref().map_or(0, |rail| {
-            rail.refused_locally
-                .load(std::sync::atomic::Ordering::Relaxed)
-        })
-    }
-
-    /// Migrates the ledger (a PostgreSQL that is down now is migrated by the first paid call
-    /// that reaches it), then reports rows left `reserved` by an earlier process: paid work
-    /// whose end is unknown. They are reported, never dropped.
-    async fn report_unfinished_attempts(&self) {
-        let Some(rail) = &self.rail else { return };
-        if let Err(error) = rail.ledger.migrate().await {
-            tracing::error!(%error, "the ledger is unavailable at start-up; paid calls answer 503 ledger_unavailable until it is reachable");
-            return;
-        }
-        match rail.ledger.reserved().await {
-            Ok(rows) if rows.is_empty() => {}
-            Ok(rows) => {
-                for row in &rows {
-                    tracing::warn!(
-                        attempt = row.id, machine = %row.machine, payer = %row.payer,
-                        amount_atomic = %row.amount_atomic, created_at = %row.created_at,
-                        nonce = row.nonce.as_deref().unwrap_or("unknown"),
-                        valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
-                        request_id = row.request_id.as_deref().unwrap_or("unknown"),
-                        "ledger row left reserved by an earlier run: settlement outcome unknown; `factomat ledger reconcile` asks the chain (authorizationState(payer, nonce) on the asset)"
-                    );
-                }
-                tracing::warn!(
-                    count = rows.len(),
-                    "unfinished paid attempts found at start-up"
-                );
-            }
-            Err(error) => tracing::error!(%error, "could not read unfinished ledger rows"),
-        }
-    }
-
-    /// `GET /supported` once; a facilitator without exact on our network gets a warning.
-    fn check_facilitator_in_background(&self) {
-        let Some(rail) = &self.rail else { return };
-        let facilitator = rail.facilitator.clone();
-        let (scheme, network) = (
-            MANIFEST.payment.scheme.clone(),
-            MANIFEST.payment.network.clone(),
-        );
-        tokio::spawn(async move {
-            match facilitator.supports(&scheme, &network).await {
-                Ok(true) => {
-                    tracing::info!(%scheme, %network, "facilitator supports our payment kind")
-                }
-                Ok(false) => {
-                    tracing::warn!(%scheme, %network, "facilitator /supported does not list our payment kind; payments may fail")
-                }
-                Err(error) => tracing::warn!(%error, "facilitator /supported check failed"),
-            }
-        });
-    }
-}
-
-fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail>, StartError> {
-    // Checked even without a facilitator URL: a bad key is a configuration error either way.
-    let auth = Authorizer::from_config(&config.facilitator_auth)
-        .map_err(|e| StartError::Prepare(format!("facilitator_api_key_secret: {e}")))?;
-    let Some(url) = &config.facilitator_url else {
-        return Ok(None);
-    };
-    let database_url = config.database_url.expose();
-    let ledger =
-        ledger::open(database_url, ledger::PoolOptions::from_config(config)).map_err(|e| {
-            StartError::Prepare(format!("ledger {}: {e}", ledger::redacted(database_url)))
-        })?;
-    tracing::info!(facilitator_auth = auth.mode(), "facilitator authentication");
-    let facilitator = FacilitatorClient::new(
-        gateway.clone(),
-        url.clone(),
-        auth,
-        std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
-        std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
-    );
-    let chain = config
-        .rpc_url_eip155_8453
-        .as_ref()
-        .map(|url| AuthorizationReader::new(gateway.clone(), url, SETTLE_CHECK_RPC_TIMEOUT));
-    let domain = local_check::payment_domain(&MANIFEST.payment)
-        .map_err(|e| StartError::Prepare(e.to_string()))?;
-    Ok(Some(PaymentRail {
-        facilitator,
-        ledger: Arc::new(ledger),
-        chain,
-        domain,
-        refused_locally: Default::default(),
-        signatures_deferred: Default::default(),
-    }))
-}
-
-impl PaidRoute {
-    fn prepare(
-        manifest: &'static Manifest,
-        machine: &'static Machine,
-        base_url: &str,
-        config: &Config,
-    ) -> Result<PaidRoute, StartError> {
-        let pay_to = config.pay_to.as_deref();
-        let validator =
-            RequestValidator::new(machine).map_err(|e| StartError::Prepare(e.to_string()))?;
-        let entry = machines::find(&machine.machine)
-            .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
-        let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
-        let challenge = pay_to
-            .map(|pay_to| Challenge::for_machine(manifest, machine, base_url, pay_to, None))
-            .transpose()
-            .map_err(|e| {
-                StartError::Prepare(format!("{}: challenge header: {e}", machine.machine))
-            })?;
-        if let Some(challenge) = &challenge
-            && challenge.header.len() > challenge::HEADER_BUDGET
-        {
-            tracing::warn!(
-                machine = %machine.machine,
-                header_bytes = challenge.header.len(),
-                budget = challenge::HEADER_BUDGET,
-                "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
-            );
-        }
-        let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
-        Ok(PaidRoute {
-            machine,
-            validator,
-            entry,
-            max_body,
-            challenge,
-            requirement,
-            readiness: entry.readiness(machine, config),
-        })
-    }
-}
-
-fn with_base_url(render_path: &str, base_url: &str) -> Result<Bytes, StartError> {
-    let text = embedded::render(render_path)
-        .ok_or_else(|| StartError::Prepare(format!("render {render_path} missing")))?;
-    Ok(Bytes::from(text.replace(BASE_URL_TOKEN, base_url)))
-}
-
-fn free_documents(
-    manifest: &Manifest,
-    base_url: &str,
-    config: &Config,
-) -> Result<HashMap<String, FreeDoc>, StartError> {
-    let mut docs = HashMap::new();
-    let max_age = manifest.service.free_document_max_age_seconds;
-    let mut add = |path: String, content_type: &'static str, body: Bytes| {
-        let doc = FreeDoc::prepare(content_type, body, max_age)
-            .map_err(|e| StartError::Prepare(format!("{path}: {e}")))?;
-        docs.insert(path, doc);
-        Ok::<(), StartError>(())
-    };
-    for (path, render_path, content_type) in render::FREE_DOCUMENTS {
-        add(
-            path.into(),
-            content_type,
-            with_base_url(render_path, base_url)?,
-        )?;
-    }
-    for (path, render_path, content_type) in storefront::documents(manifest) {
-        add(path, content_type, with_base_url(&render_path, base_url)?)?;
-    }
-    if let Some(captured) = captured_sample(manifest, &config.sample_path) {
-        let text = captured.to_string().replace(BASE_URL_TOKEN, base_url);
-        add(render::SAMPLE_PATH.into(), JSON, Bytes::from(text))?;
-    }
-    for machine in &manifest.machines {
-        add(
-            format!("{}{}.md", render::DOCS_PREFIX, machine.machine),
-            "text/markdown; charset=utf-8",
-            with_base_url(&render::machine_doc_path(machine), base_url)?,
-        )?;
-    }
-    add(
-        render::HEALTH_PATH.into(),
-        JSON,
-        health_document(manifest, config),
-    )?;
-    Ok(docs)
-}
-
-/// The served document of a stored VM04 capture, read once at start-up; None (the
-/// illustrative example is served) when there is none or it is unusable, which is logged.
-fn captured_sample(manifest: &Manifest, path: &std::path::Path) -> Option<serde_json::Value> {
-    let machine = manifest.machine(render::SAMPLE_MACHINE)?;
-    match crate::catalog::sample::load(machine, path) {
-        Ok(Some(stored)) => {
-            tracing::info!(path = %path.display(), captured_at = %stored["captured_at"], "serving the captured VM04 sample");
-            Some(crate::catalog::sample::captured_document(machine, &stored))
-        }
-        Ok(None) => None,
-        Err(error) => {
-            tracing::warn!(%error, "captured sample not served; serving the illustrative example");
-            None
-        }
-    }
-}
-
-/// The health object (schema `Health`): static facts of this process, no upstream work.
-fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
-    let pay_to_configured = config.pay_to.is_some();
-    let ready = pay_to_configured && config.facilitator_url.is_some();
-    let body = json!({
-        "status": if ready { "ok" } else { "degraded" },
-        "service": manifest.service.name,
-        "catalog_version": manifest.service.catalog_version,
-        "api_version": manifest.service.api_version,
-        "version": env!("CARGO_PKG_VERSION"),
-        "machines": manifest.machines.len(),
-        "machine_readiness": machine_readiness(manifest, config),
-        "payment": {
-            "network": manifest.payment.network,
-            "scheme": manifest.payment.scheme,
-            "asset": manifest.payment.asset,
-            "pay_to_configured": pay_to_configured,
-            "facilitator_configured": config.facilitator_url.is_some(),
-            "rail": if config.facilitator_url.is_some() { "configured" } else { "not_configured" },
-        },
-    });
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
-}
-
-/// Each machine's readiness from configuration: whether this deployment sells it, and if
-/// not, the 503 its requests answer (never a secret: messages name what is missing).
-fn machine_readiness(manifest: &Manifest, config: &Config) -> Vec<Value> {
-    manifest
-        .machines
-        .iter()
-        .map(|machine| {
-            let mut entry = json!({"machine": machine.machine, "path": machine.path});
-            let readiness = machines::find(&machine.machine)
-                .map(|registered| registered.readiness(machine, config));
-            match readiness.unwrap_or(Ok(())) {
-                Ok(()) => entry["ready"] = json!(true),
-                Err(error) => {
-                    entry["ready"] = json!(false);
-                    entry["code"] = json!(error.code);
-                    entry["message"] = json!(error.message);
-                }
-            }
-            entry
-        })
-        .collect()
 }
 
 fn routes(
@@ -949,40 +604,4 @@ fn preflight(allow: &'static str) -> Response<Bytes> {
         HeaderValue::from_static("600"),
     );
     response
-}
-
-/// A count of open paid calls that can be awaited until it reaches zero.
-#[derive(Clone, Default)]
-struct InFlight(Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>);
-
-/// Holds one paid call open until dropped.
-struct InFlightGuard(InFlight);
-
-impl InFlight {
-    fn enter(&self) -> InFlightGuard {
-        self.0.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        InFlightGuard(self.clone())
-    }
-
-    fn count(&self) -> usize {
-        self.0.0.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    async fn idle(&self) {
-        loop {
-            let notified = self.0.1.notified();
-            if self.count() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        if self.0.0.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-            self.0.0.1.notify_waiters();
-        }
-    }
 }
