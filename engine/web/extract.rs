@@ -43,6 +43,11 @@ const SECOND_OPINION_BELOW: usize = 1500;
 /// templates (`<script type="text/template">`), read as HTML the same way: some blog platforms
 /// ship the whole post in one and render it with script.
 const TEMPLATE_BELOW: usize = 200;
+/// A block is the page's standfirst when its first characters occur in the declared
+/// description, or the description's first characters occur in it (this many characters).
+const STANDFIRST_MATCH_CHARS: usize = 40;
+/// The shortest block (and description), in characters, that can be a standfirst.
+const STANDFIRST_MIN_CHARS: usize = 60;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,7 +313,13 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let mut observations = meta_dates(&document);
     observations.extend(json_ld_dates);
     let outline = outline(&document, &mut notes);
-    let (full_text, basis) = main_text(html, &document, options.page_url.as_ref());
+    let description = description(&document);
+    let (full_text, basis) = main_text(
+        html,
+        &document,
+        options.page_url.as_ref(),
+        description.as_deref(),
+    );
     let normalized_characters = full_text.chars().count();
     let (text, truncated) = match options.max_text_chars {
         Some(max) => truncate_chars(&full_text, max),
@@ -317,7 +328,7 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let text = text.to_string();
     Extracted {
         title: title(&document),
-        description: description(&document),
+        description,
         canonical: canonical(&document, base.as_ref(), &mut notes),
         outline,
         characters: text.chars().count(),
@@ -628,7 +639,12 @@ fn dedupe(observations: &mut Vec<Observation>) {
 }
 
 /// The main text (normalized, not yet cut) and its basis.
-fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Basis) {
+fn main_text(
+    html: &str,
+    document: &NodeRef,
+    page: Option<&Url>,
+    description: Option<&str>,
+) -> (String, Basis) {
     let mut text = readability_text(html, page);
     if text.chars().count() < SECOND_OPINION_BELOW {
         let body = boilerplate::body_text(html);
@@ -642,10 +658,31 @@ fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Bas
             text = templates;
         }
     }
+    if let Some(lead) = description.and_then(|d| standfirst(document, d, &text)) {
+        text = format!("{lead} {text}").trim_end().to_string();
+    }
     if text.is_empty() {
         return (String::new(), Basis::None);
     }
     (text.clone(), basis_of(&text, document))
+}
+
+/// The page's standfirst when the text lacks it: the first block of the body, outside page
+/// furniture, that matches the declared description. The Readability method often starts below
+/// the lead paragraph that sums the page up, and a page's description is usually that
+/// paragraph.
+fn standfirst(document: &NodeRef, description: &str, text: &str) -> Option<String> {
+    if description.chars().count() < STANDFIRST_MIN_CHARS {
+        return None;
+    }
+    let body = document.select_first("body").ok()?;
+    let description_head = truncate_chars(description, STANDFIRST_MATCH_CHARS).0;
+    let lead = boilerplate::block_texts_outside_furniture(body.as_node()).find(|block| {
+        block.chars().count() >= STANDFIRST_MIN_CHARS
+            && (block.contains(description_head)
+                || description.contains(truncate_chars(block, STANDFIRST_MATCH_CHARS).0))
+    })?;
+    (!text.contains(&lead)).then_some(lead)
 }
 
 /// The text of every `<script type="text/template">` body, read as HTML like the whole body.
@@ -806,10 +843,38 @@ mod tests {
         );
         let extracted = extract_html(&html, &ExtractOptions::default());
         assert_eq!(extracted.text, format!("{post}{post}").trim_end());
-        let long = format!("<html><body><p>{post}{post}{post}</p>{}</body></html>", &html[12..]);
+        let long = format!(
+            "<html><body><p>{post}{post}{post}</p>{}</body></html>",
+            &html[12..]
+        );
         let extracted = extract_html(&long, &ExtractOptions::default());
         // A page with text of its own is read as before: the template is not added.
         assert_eq!(extracted.text.matches("The whole post").count(), 3);
+    }
+
+    #[test]
+    fn the_standfirst_above_the_article_joins_the_text_once() {
+        let lead = "A short summary of the whole story, as the publisher declared it in the head.";
+        let prose = "<p>The article body goes on for a while, with sentences that carry the story itself and nothing else.</p>".repeat(6);
+        let page = |description: &str| {
+            format!(
+                "<html><head><meta name=description content='{description}'></head><body>\
+                 <header><h1>Title</h1><p class=lead>{lead}</p></header>\
+                 <article><div>{prose}</div></article></body></html>"
+            )
+        };
+        let text = extract_html(&page(lead), &ExtractOptions::default()).text;
+        assert!(text.starts_with(lead), "{text}");
+        assert_eq!(text.matches(lead).count(), 1);
+        let unrelated = "A description that no block of the page repeats, long enough to be one.";
+        let text = extract_html(&page(unrelated), &ExtractOptions::default()).text;
+        assert!(text.starts_with("The article body"), "{text}");
+        let shared = page(lead).replace("<p class=lead>", "<p class=share-preview>");
+        let text = extract_html(&shared, &ExtractOptions::default()).text;
+        assert!(
+            text.starts_with("The article body"),
+            "furniture is no standfirst: {text}"
+        );
     }
 
     #[test]

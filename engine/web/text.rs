@@ -26,7 +26,10 @@ mod tests {
 
     #[test]
     fn text_is_composed_to_nfc() {
-        assert_eq!(normalize_whitespace("Cafe\u{301}  au lait"), "Caf\u{e9} au lait");
+        assert_eq!(
+            normalize_whitespace("Cafe\u{301}  au lait"),
+            "Caf\u{e9} au lait"
+        );
         // A composition exclusion: NFC keeps the Bengali yya decomposed.
         assert_eq!(normalize_whitespace("\u{9df}"), "\u{9af}\u{9bc}");
     }
