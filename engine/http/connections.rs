@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::config::ConnectionLimits;
@@ -145,7 +145,6 @@ struct Progress {
     /// Milliseconds after `base` + 1 when a response write first blocked; 0 = not blocked.
     write_blocked_ms: AtomicU64,
     served_any: AtomicBool,
-    changed: Notify,
 }
 
 /// Why a connection was closed by us.
@@ -164,7 +163,6 @@ impl Progress {
             since_ms: AtomicU64::new(0),
             write_blocked_ms: AtomicU64::new(0),
             served_any: AtomicBool::new(false),
-            changed: Notify::new(),
         }
     }
 
@@ -175,7 +173,6 @@ impl Progress {
     fn enter(&self, phase: u8) {
         self.phase.store(phase, Ordering::Relaxed);
         self.since_ms.store(self.now_ms(), Ordering::Relaxed);
-        self.changed.notify_one();
     }
 
     /// Bytes arrived: on an idle keep-alive connection they start the next request's head.
@@ -194,7 +191,6 @@ impl Progress {
         if self.write_blocked_ms.load(Ordering::Relaxed) == 0 {
             self.write_blocked_ms
                 .store(self.now_ms().saturating_add(1), Ordering::Relaxed);
-            self.changed.notify_one();
         }
     }
 
@@ -207,7 +203,8 @@ impl Progress {
     }
 
     fn on_request(&self) {
-        self.enter(BUSY);
+        // A request being served has no deadline of its own, so no clock read here.
+        self.phase.store(BUSY, Ordering::Relaxed);
     }
 
     fn on_response(&self) {
@@ -412,32 +409,16 @@ impl Connection {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.header_read_timeout(None);
         let connection = builder.serve_connection(io, service);
-        tokio::pin!(connection);
-        let mut closing = false;
-        let mut timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
-        loop {
-            let deadline = progress.deadline(&self.limits);
-            let at = deadline.map_or_else(far_future, |(at, _)| at);
-            timer.as_mut().reset(at);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    self.ended(result);
-                    break;
-                }
-                () = timer.as_mut(), if deadline.is_some() => {
-                    if let Some((at, why)) = progress.deadline(&self.limits)
-                        && at <= Instant::now()
-                    {
-                        self.expired(why);
-                        break;
-                    }
-                }
-                () = progress.changed.notified() => {}
-                _ = shutdown.wait_for(|stop| *stop), if !closing => {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
-                }
-            }
+        let mut watch = DeadlineWatch {
+            connection: std::pin::pin!(connection),
+            stop: std::pin::pin!(shutdown.wait_for(|stop| *stop)),
+            closing: false,
+            timer: std::pin::pin!(tokio::time::sleep_until(far_future())),
+            armed: far_future(),
+        };
+        match std::future::poll_fn(|cx| watch.poll(cx, &progress, &self.limits)).await {
+            Ok(result) => self.ended(result),
+            Err(why) => self.expired(why),
         }
         self.counters.open.fetch_sub(1, Ordering::Relaxed);
     }
@@ -460,6 +441,82 @@ impl Connection {
             ConnectionCounters::add(&self.counters.client_errors);
             tracing::debug!(%error, "connection ended by the client");
         }
+    }
+}
+
+/// A connection held to its deadlines. Everything that moves a deadline (reads, requests,
+/// responses, blocked writes) happens inside the connection's own poll, on this task, so the
+/// deadline is read after each poll: no notification and no extra wake-up per request. The
+/// timer is re-armed only when the deadline comes earlier than the armed instant, or when it
+/// fires before a deadline that has since moved later.
+struct DeadlineWatch<'a, C, W> {
+    connection: Pin<&'a mut C>,
+    /// The server's stop signal.
+    stop: Pin<&'a mut W>,
+    closing: bool,
+    timer: Pin<&'a mut tokio::time::Sleep>,
+    armed: Instant,
+}
+
+impl<C: ServedConnection, W: Future> DeadlineWatch<'_, C, W> {
+    /// Ready with the connection's end, or with the deadline that closed it.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        progress: &Progress,
+        limits: &ConnectionLimits,
+    ) -> Poll<Result<Result<(), hyper::Error>, Expiry>> {
+        loop {
+            if let Poll::Ready(result) = self.connection.as_mut().poll(cx) {
+                return Poll::Ready(Ok(result));
+            }
+            if self.closing || self.stop.as_mut().poll(cx).is_pending() {
+                break;
+            }
+            // Stopping: let hyper finish the request in progress, then end.
+            self.closing = true;
+            self.connection.as_mut().graceful_shutdown();
+        }
+        let Some((at, why)) = progress.deadline(limits) else {
+            return Poll::Pending;
+        };
+        if at < self.armed {
+            self.rearm(at);
+        }
+        // At most twice: a timer that fired for an earlier deadline is re-armed once.
+        for _ in 0..2 {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if at <= Instant::now() {
+                return Poll::Ready(Err(why));
+            }
+            self.rearm(at);
+        }
+        Poll::Pending
+    }
+
+    fn rearm(&mut self, at: Instant) {
+        self.timer.as_mut().reset(at);
+        self.armed = at;
+    }
+}
+
+/// hyper's HTTP/1.1 connection as the deadline watch drives it.
+trait ServedConnection: Future<Output = Result<(), hyper::Error>> {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, S> ServedConnection for hyper::server::conn::http1::Connection<I, S>
+where
+    S: hyper::service::HttpService<Incoming>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    Self: Future<Output = Result<(), hyper::Error>>,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        hyper::server::conn::http1::Connection::graceful_shutdown(self)
     }
 }
 

@@ -1,21 +1,23 @@
 //! Request ids: every response carries `x-request-id`, every log line of the request carries
-//! it (through the request's tracing span) and a paid call's ledger row keeps it.
+//! it (the request line as a field, a paid call's lines through the span the call runs in)
+//! and a paid call's ledger row keeps it.
 //!
 //! A caller's id is kept when it is well formed (so a buyer's or a proxy's id follows the
 //! request); anything else is replaced by a fresh random one rather than echoed, so a log line
 //! never carries a caller's arbitrary bytes.
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
-/// The header that carries the id, both ways.
-pub(crate) const HEADER: &str = "x-request-id";
+/// The header that carries the id, both ways (a `HeaderName` built at compile time: parsing
+/// the name on every request showed in the per-request instruction count).
+pub(crate) const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 /// The longest caller id kept.
 const MAX_LEN: usize = 128;
 
 /// The request's id: the caller's well-formed `x-request-id`, or a fresh one.
 pub(crate) fn for_request(headers: &HeaderMap) -> HeaderValue {
     headers
-        .get(HEADER)
+        .get(&HEADER)
         .filter(|value| well_formed(value.as_bytes()))
         .cloned()
         .unwrap_or_else(fresh)
@@ -36,7 +38,9 @@ fn fresh() -> HeaderValue {
     let mut bytes = [0u8; 16];
     // The OS source only fails on a broken system; a zero id is then still a valid header.
     let _ = getrandom::fill(&mut bytes);
-    HeaderValue::from_str(&hex(&bytes)).unwrap_or(HeaderValue::from_static("0"))
+    // The hex string's own allocation becomes the header's bytes: no second copy.
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(hex(&bytes)))
+        .unwrap_or(HeaderValue::from_static("0"))
 }
 
 /// Lowercase hex in one allocation (a `format!` per byte cost ~10k instructions a request).

@@ -1,13 +1,18 @@
 //! The warp server: free documents prepared once at start-up, and the paid paths' fixed
 //! order — body size → JSON → schema → semantic checks → (pay_to configured?) → 402.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CONNECTION, CONTENT_LENGTH,
+    CONTENT_TYPE,
+};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
@@ -28,7 +33,7 @@ pub use crate::http::state::{AppState, StartError};
 use crate::http::{admin, request_id};
 use crate::machines::Work;
 use crate::pay::gate::{self, PaidOutcome};
-use crate::support::metrics::metrics;
+use crate::support::metrics::{RouteCounters, metrics};
 
 const JSON: &str = "application/json";
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
@@ -164,46 +169,42 @@ fn routes(
              body| {
                 // Boxed: the handler's state machine (the whole paid path) is large, and an
                 // unboxed future would be stored in every connection task, idle ones too.
-                let request_id = request_id::for_request(&headers);
-                let span = tracing::info_span!(
-                    "request",
-                    request_id = request_id.to_str().unwrap_or_default()
-                );
-                Box::pin(
-                    async move {
-                        let started = Instant::now();
-                        let id = request_id.to_str().unwrap_or_default();
-                        let request = Incoming {
-                            method: &method,
-                            path: path.as_str(),
-                            headers: &headers,
-                            request_id: id,
-                        };
-                        let mut response = dispatch(&state, &request, body).await;
-                        metrics().request(
-                            state.metrics_label(request.path),
-                            response.status().as_u16(),
-                        );
-                        log_request(&method, path.as_str(), &response, started);
-                        response
-                            .headers_mut()
-                            .insert(HeaderName::from_static(request_id::HEADER), request_id);
-                        response
-                    }
-                    .instrument(span),
-                )
+                Box::pin(async move {
+                    let started = Instant::now();
+                    let request_id = request_id::for_request(&headers);
+                    let request = Incoming {
+                        method: &method,
+                        path: path.as_str(),
+                        headers: &headers,
+                        request_id: request_id.to_str().unwrap_or_default(),
+                    };
+                    let (mut response, counters) = dispatch(&state, &request, body).await;
+                    counters.request(response.status().as_u16());
+                    log_request(&request, &response, started);
+                    response
+                        .headers_mut()
+                        .insert(request_id::HEADER, request_id);
+                    response
+                })
             },
         )
 }
 
-fn log_request(method: &Method, path: &str, response: &Response<Bytes>, started: Instant) {
+/// The request line: a warning for a 5xx, a debug line otherwise; it names the request id
+/// as a field (the unpaid paths have no span: it costs more than their whole check).
+fn log_request(request: &Incoming<'_>, response: &Response<Bytes>, started: Instant) {
+    let (method, path, request_id) = (request.method, request.path, request.request_id);
     let status = response.status().as_u16();
-    let micros = started.elapsed().as_micros() as u64;
+    // The elapsed time is read inside the macros: only when the line is written.
     if status >= 500 {
-        tracing::warn!(%method, path, status, micros, "request");
+        tracing::warn!(%method, path, status, micros = micros_since(started), request_id, "request");
     } else {
-        tracing::debug!(%method, path, status, micros, "request");
+        tracing::debug!(%method, path, status, micros = micros_since(started), request_id, "request");
     }
+}
+
+fn micros_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The parts of a request the handlers read.
@@ -214,32 +215,40 @@ struct Incoming<'a> {
     request_id: &'a str,
 }
 
-async fn dispatch<S, B>(state: &Arc<AppState>, request: &Incoming<'_>, body: S) -> Response<Bytes>
+/// The response, and the counters of the route that answered it.
+async fn dispatch<'s, S, B>(
+    state: &'s Arc<AppState>,
+    request: &Incoming<'_>,
+    body: S,
+) -> (Response<Bytes>, &'s RouteCounters)
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
     let (method, path) = (request.method, request.path);
     if let Some(route) = state.paid.get(path) {
-        return match *method {
+        let response = match *method {
             Method::POST => paid(state, route, request, body).await,
             Method::OPTIONS => preflight("POST, OPTIONS"),
             _ => method_not_allowed("POST, OPTIONS"),
         };
+        return (response, &route.counters);
     }
     if let Some(doc) = state.free.get(path) {
-        return match *method {
+        let response = match *method {
             Method::GET => document(doc, false, request.headers),
             Method::HEAD => document(doc, true, request.headers),
             Method::OPTIONS => preflight("GET, HEAD, OPTIONS"),
             _ => method_not_allowed("GET, HEAD, OPTIONS"),
         };
+        return (response, &state.free_counters);
     }
-    error_response(&ApiError::new(
+    let response = error_response(&ApiError::new(
         StatusCode::NOT_FOUND,
         "not_found",
         format!("no resource at {path}; see /v1/catalog"),
-    ))
+    ));
+    (response, &state.unknown_counters)
 }
 
 async fn paid<S, B>(
@@ -258,7 +267,7 @@ where
         Ok(accepted) => accepted,
         Err(error) if error.status == StatusCode::REQUEST_TIMEOUT => {
             state.connections.body_timed_out();
-            tracing::debug!(machine = %route.machine.machine, "request body missed its deadline");
+            tracing::debug!(machine = %route.machine.machine, request_id = incoming.request_id, "request body missed its deadline");
             let mut response = error_response(&error);
             // The rest of the body may still be on its way: never read it, close instead.
             response
@@ -281,8 +290,10 @@ where
     if let Err(not_ready) = &route.readiness {
         return error_response(&not_ready.clone().into());
     }
-    let Some(signature) = headers.get(challenge::PAYMENT_SIGNATURE) else {
-        metrics().payment("challenged", "");
+    let Some(signature) =
+        headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) })
+    else {
+        metrics().challenged();
         return payment_required(challenge);
     };
     if state.rail.is_none() {
@@ -304,11 +315,14 @@ where
         signature: signature.as_bytes().to_vec(),
         request_id: incoming.request_id.to_string(),
     };
-    match tokio::spawn(call.run().instrument(tracing::Span::current())).await {
+    // Every log line of the paid call (gate, facilitator, ledger, the machine's work) is in
+    // this span, so it carries the request id.
+    let span = tracing::info_span!("request", request_id = incoming.request_id);
+    match tokio::spawn(call.run().instrument(span)).await {
         Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
         Ok(Err(error)) => error_response(&error),
         Err(error) => {
-            tracing::error!(%error, machine = %route.machine.machine, "paid call task failed");
+            tracing::error!(%error, machine = %route.machine.machine, request_id = incoming.request_id, "paid call task failed");
             error_response(&ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "work_failed",
@@ -431,18 +445,7 @@ where
     B: Buf,
 {
     check_content_type(headers)?;
-    let bytes = tokio::time::timeout(body_deadline, read_limited(headers, body, route.max_body))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
-                format!(
-                    "the request body did not arrive within {} ms; nothing was charged",
-                    body_deadline.as_millis()
-                ),
-            )
-        })??;
+    let bytes = read_within(body_deadline, read_limited(headers, body, route.max_body)).await?;
     let request = body::parse_json(&bytes)?;
     let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
@@ -450,6 +453,34 @@ where
         return Err(error);
     }
     Ok((request, work))
+}
+
+/// The body read, bounded by the body deadline. A body that has already arrived (the common
+/// case: a small JSON body in the head's packet) is read without arming a timer, which cost
+/// more than reading it.
+async fn read_within<F>(deadline: Duration, read: F) -> Result<Bytes, ApiError>
+where
+    F: Future<Output = Result<Bytes, ApiError>>,
+{
+    let mut read = std::pin::pin!(read);
+    let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(result) => result,
+        Poll::Pending => tokio::time::timeout(deadline, read)
+            .await
+            .unwrap_or_else(|_| Err(body_timeout(deadline))),
+    }
+}
+
+fn body_timeout(deadline: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "body_timeout",
+        format!(
+            "the request body did not arrive within {} ms; nothing was charged",
+            deadline.as_millis()
+        ),
+    )
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
@@ -462,16 +493,31 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
         .split(';')
         .next()
         .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if media == JSON || (media.starts_with("application/") && media.ends_with("+json")) {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(
-            "unsupported_content_type",
-            format!("send the request as application/json, not {media:?}"),
-        ))
+        .trim();
+    if is_json_media_type(media) {
+        return Ok(());
     }
+    Err(ApiError::bad_request(
+        "unsupported_content_type",
+        format!(
+            "send the request as application/json, not {:?}",
+            media.to_ascii_lowercase()
+        ),
+    ))
+}
+
+/// `application/json` or `application/<anything>+json`, in any letter case.
+fn is_json_media_type(media: &str) -> bool {
+    const APPLICATION: &str = "application/";
+    const SUFFIX: &str = "+json";
+    media.eq_ignore_ascii_case(JSON)
+        || (media.len() >= APPLICATION.len() + SUFFIX.len()
+            && media
+                .get(..APPLICATION.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(APPLICATION))
+            && media
+                .get(media.len() - SUFFIX.len()..)
+                .is_some_and(|tail| tail.eq_ignore_ascii_case(SUFFIX)))
 }
 
 /// Reads at most `limit` bytes; a larger body is refused without reading the rest.
@@ -522,14 +568,19 @@ fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) ->
     let mut response = Response::new(body);
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    let content_type = match content_type {
+        JSON => const { HeaderValue::from_static(JSON) },
+        other => HeaderValue::from_static(other),
+    };
+    headers.insert(CONTENT_TYPE, content_type);
+    // Built at compile time: every 402 and 400 carries them.
     headers.insert(
-        HeaderName::from_static("access-control-allow-origin"),
-        HeaderValue::from_static("*"),
+        ACCESS_CONTROL_ALLOW_ORIGIN,
+        const { HeaderValue::from_static("*") },
     );
     headers.insert(
-        HeaderName::from_static("access-control-expose-headers"),
-        HeaderValue::from_static(CORS_EXPOSE),
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        const { HeaderValue::from_static(CORS_EXPOSE) },
     );
     response
 }
@@ -564,7 +615,7 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
 fn payment_required(challenge: &Challenge) -> Response<Bytes> {
     let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
     response.headers_mut().insert(
-        HeaderName::from_static(challenge::PAYMENT_REQUIRED),
+        const { HeaderName::from_static(challenge::PAYMENT_REQUIRED) },
         challenge.header.clone(),
     );
     response
@@ -604,4 +655,30 @@ fn preflight(allow: &'static str) -> Response<Bytes> {
         HeaderValue::from_static("600"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_media_types_are_recognised_in_any_letter_case() {
+        for json in [
+            "application/json",
+            "Application/JSON",
+            "application/problem+json",
+            "APPLICATION/VND.API+JSON",
+        ] {
+            assert!(is_json_media_type(json), "{json}");
+        }
+        for other in [
+            "text/plain",
+            "application/jsonx",
+            "text/x+json",
+            "application/xml",
+            "",
+        ] {
+            assert!(!is_json_media_type(other), "{other}");
+        }
+    }
 }

@@ -25,6 +25,7 @@ use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::PaymentRail;
 use crate::pay::ledger;
 use crate::pay::local_check;
+use crate::support::metrics::{RouteCounters, metrics};
 
 /// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
 const SETTLE_CHECK_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -43,6 +44,8 @@ pub(super) struct PaidRoute {
     /// Whether this deployment configures what the machine needs: a configuration fact, so
     /// it is settled at start-up and a machine that cannot serve never asks for a payment.
     pub(super) readiness: Result<(), NotReady>,
+    /// Its requests, counted under its machine id.
+    pub(super) counters: RouteCounters,
 }
 
 /// Shared, immutable state of a running server.
@@ -61,6 +64,10 @@ pub struct AppState {
     pub(super) work: WorkContext,
     pub(super) free: HashMap<String, FreeDoc>,
     pub(super) paid: HashMap<String, PaidRoute>,
+    /// Requests for the free documents, counted under `machine="free"`.
+    pub(super) free_counters: RouteCounters,
+    /// Requests for no known path, counted under `machine="none"`.
+    pub(super) unknown_counters: RouteCounters,
 }
 
 /// Why the server could not start.
@@ -80,15 +87,6 @@ pub enum StartError {
 }
 
 impl AppState {
-    /// The `machine` label of a path: its machine id, `free` or `none`.
-    pub(super) fn metrics_label(&self, path: &str) -> &'static str {
-        match self.paid.get(path) {
-            Some(route) => route.machine.machine.as_str(),
-            None if self.free.contains_key(path) => "free",
-            None => "none",
-        }
-    }
-
     pub(super) fn prepare(config: Config, base_url: String) -> Result<AppState, StartError> {
         let manifest: &'static Manifest = &MANIFEST;
         let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
@@ -114,6 +112,8 @@ impl AppState {
             work,
             free,
             paid,
+            free_counters: metrics().route("free", &[200, 304]),
+            unknown_counters: metrics().route("none", &[404]),
         })
     }
 
@@ -252,6 +252,7 @@ impl PaidRoute {
             challenge,
             requirement,
             readiness: entry.readiness(machine, config),
+            counters: metrics().route(machine.machine.as_str(), &[200, 400, 402, 503]),
         })
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     in_flight: Gauge,
     build: Family<BuildLabels, Gauge>,
+    /// `payments{outcome="challenged"}`, resolved once: every unpaid valid request counts it.
+    challenged: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -61,13 +63,21 @@ fn latency_histogram() -> Histogram {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let payments: Family<PaymentLabels, Counter> = Family::default();
+    let challenged = payments
+        .get_or_create(&PaymentLabels {
+            outcome: "challenged",
+            reason: String::new(),
+        })
+        .clone();
     let metrics = Metrics {
         requests: Family::default(),
-        payments: Family::default(),
+        payments,
         calls: Family::default(),
         latency: Family::new_with_constructor(latency_histogram),
         in_flight: Gauge::default(),
         build: Family::default(),
+        challenged,
     };
     metrics
         .build
@@ -96,6 +106,24 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { machine, status })
             .inc();
+    }
+
+    /// The request counters of one route (`machine` is a machine id, `free` or `none`), with
+    /// the statuses it answers most resolved now (their series start at 0).
+    pub(crate) fn route(&self, machine: &'static str, common: &[u16]) -> RouteCounters {
+        let common = common
+            .iter()
+            .map(|&status| {
+                let labels = RequestLabels { machine, status };
+                (status, self.requests.get_or_create(&labels).clone())
+            })
+            .collect();
+        RouteCounters { machine, common }
+    }
+
+    /// One valid unpaid request answered with a challenge.
+    pub(crate) fn challenged(&self) {
+        self.challenged.inc();
     }
 
     /// One payment event: `challenged`, `verified`, `rejected` (with its reason),
@@ -181,6 +209,26 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
         text
+    }
+}
+
+/// One route's request counters, resolved at start-up: its common statuses are counted
+/// through their own handle (a label lookup per request cost more than the count), any other
+/// status through the family.
+pub(crate) struct RouteCounters {
+    machine: &'static str,
+    common: Vec<(u16, Counter)>,
+}
+
+impl RouteCounters {
+    /// One answered request with this status.
+    pub(crate) fn request(&self, status: u16) {
+        match self.common.iter().find(|(common, _)| *common == status) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            None => metrics().request(self.machine, status),
+        }
     }
 }
 
