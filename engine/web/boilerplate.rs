@@ -333,6 +333,8 @@ fn blocks(root: &NodeRef) -> Vec<Block> {
 struct BlockReader {
     blocks: Vec<Block>,
     current: Block,
+    /// Whether subtrees that `is_furniture` marks are left out.
+    skip_furniture: bool,
 }
 
 impl BlockReader {
@@ -356,6 +358,9 @@ impl BlockReader {
             Some(element) => {
                 let name = element.name.local.as_ref();
                 if matches!(name, "script" | "style" | "template" | "noscript") {
+                    return;
+                }
+                if self.skip_furniture && is_furniture(node, element) {
                     return;
                 }
                 (is_block(name), name == "a", is_heading(name))
@@ -409,6 +414,21 @@ fn join(blocks: &[Block]) -> String {
         out.push(' ');
     }
     super::text::normalize_whitespace(&out)
+}
+
+/// The whitespace-normalized text of every block of `root` outside page furniture, in document
+/// order. Nothing is detached: the tree is read as it is.
+pub(crate) fn block_texts_outside_furniture(root: &NodeRef) -> impl Iterator<Item = String> {
+    let mut reader = BlockReader {
+        skip_furniture: true,
+        ..BlockReader::default()
+    };
+    reader.read(root, false);
+    reader.flush();
+    reader
+        .blocks
+        .into_iter()
+        .map(|block| super::text::normalize_whitespace(&block.text))
 }
 
 /// The text of `root` with a space at every block boundary, whitespace normalized.

@@ -20,6 +20,9 @@ pub(crate) use crate::web::text::normalize_whitespace;
 
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
+/// How many leading bytes are searched for a later `<meta>` charset when the bytes are not
+/// UTF-8: a browser's parser still changes the encoding when it meets one there.
+const META_LATE_BYTES: usize = 64 * 1024;
 /// Bounds of metadata strings, headings and lists, in characters / items.
 const MAX_META_CHARS: usize = 1000;
 const MAX_HEADING_CHARS: usize = 300;
@@ -36,6 +39,15 @@ const CONTAINMENT: f64 = 0.9;
 /// text, which replaces it when more than twice as long: the method misses pages whose text is
 /// not in one container (short posts, forum threads, text split over table cells).
 const SECOND_OPINION_BELOW: usize = 1500;
+/// A text still shorter than this (characters) is checked against the page's client-side
+/// templates (`<script type="text/template">`), read as HTML the same way: some blog platforms
+/// ship the whole post in one and render it with script.
+const TEMPLATE_BELOW: usize = 200;
+/// A block is the page's standfirst when its first characters occur in the declared
+/// description, or the description's first characters occur in it (this many characters).
+const STANDFIRST_MATCH_CHARS: usize = 40;
+/// The shortest block (and description), in characters, that can be a standfirst.
+const STANDFIRST_MIN_CHARS: usize = 60;
 
 /// Where the main text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +75,8 @@ pub enum CharsetSource {
     Bom,
     Header,
     Meta,
+    /// A `<meta>` after the prescan window, followed because the bytes are not UTF-8.
+    LateMeta,
     Default,
 }
 
@@ -187,6 +201,7 @@ pub(crate) fn decode(
                 CharsetSource::Bom => "the byte-order mark",
                 CharsetSource::Header => "the Content-Type header",
                 CharsetSource::Meta => "the meta tag",
+                CharsetSource::LateMeta => "a meta tag after the first 1024 bytes",
                 CharsetSource::Default => "the default",
             }
         ));
@@ -217,7 +232,20 @@ fn detect_charset(
     if let Some(encoding) = meta_charset(&bytes[..bytes.len().min(META_PRESCAN_BYTES)]) {
         return (html_charset(encoding), CharsetSource::Meta);
     }
+    if let Some(encoding) = late_meta_charset(bytes) {
+        return (html_charset(encoding), CharsetSource::LateMeta);
+    }
     (encoding_rs::UTF_8, CharsetSource::Default)
+}
+
+/// A `<meta>` charset beyond the prescan window, read only when the bytes are not valid UTF-8
+/// (the default would garble them). HTML's tree builder does the same: a `<meta charset>` it
+/// meets while the encoding is still tentative makes the browser re-decode the page.
+fn late_meta_charset(bytes: &[u8]) -> Option<&'static encoding_rs::Encoding> {
+    if bytes.len() <= META_PRESCAN_BYTES || std::str::from_utf8(bytes).is_ok() {
+        return None;
+    }
+    meta_charset(&bytes[..bytes.len().min(META_LATE_BYTES)])
 }
 
 /// HTML's rule: a declared UTF-16 in a byte stream without BOM means UTF-8, and
@@ -285,7 +313,13 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let mut observations = meta_dates(&document);
     observations.extend(json_ld_dates);
     let outline = outline(&document, &mut notes);
-    let (full_text, basis) = main_text(html, &document, options.page_url.as_ref());
+    let description = description(&document);
+    let (full_text, basis) = main_text(
+        html,
+        &document,
+        options.page_url.as_ref(),
+        description.as_deref(),
+    );
     let normalized_characters = full_text.chars().count();
     let (text, truncated) = match options.max_text_chars {
         Some(max) => truncate_chars(&full_text, max),
@@ -294,7 +328,7 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let text = text.to_string();
     Extracted {
         title: title(&document),
-        description: description(&document),
+        description,
         canonical: canonical(&document, base.as_ref(), &mut notes),
         outline,
         characters: text.chars().count(),
@@ -605,7 +639,12 @@ fn dedupe(observations: &mut Vec<Observation>) {
 }
 
 /// The main text (normalized, not yet cut) and its basis.
-fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Basis) {
+fn main_text(
+    html: &str,
+    document: &NodeRef,
+    page: Option<&Url>,
+    description: Option<&str>,
+) -> (String, Basis) {
     let mut text = readability_text(html, page);
     if text.chars().count() < SECOND_OPINION_BELOW {
         let body = boilerplate::body_text(html);
@@ -613,10 +652,59 @@ fn main_text(html: &str, document: &NodeRef, page: Option<&Url>) -> (String, Bas
             text = body;
         }
     }
+    if text.chars().count() < TEMPLATE_BELOW {
+        let templates = template_text(document);
+        if templates.chars().count() > 2 * text.chars().count() {
+            text = templates;
+        }
+    }
+    if let Some(lead) = description.and_then(|d| standfirst(document, d, &text)) {
+        text = format!("{lead} {text}").trim_end().to_string();
+    }
     if text.is_empty() {
         return (String::new(), Basis::None);
     }
     (text.clone(), basis_of(&text, document))
+}
+
+/// The page's standfirst when the text lacks it: the first block of the body, outside page
+/// furniture, that matches the declared description. The Readability method often starts below
+/// the lead paragraph that sums the page up, and a page's description is usually that
+/// paragraph.
+fn standfirst(document: &NodeRef, description: &str, text: &str) -> Option<String> {
+    if description.chars().count() < STANDFIRST_MIN_CHARS {
+        return None;
+    }
+    let body = document.select_first("body").ok()?;
+    let description_head = truncate_chars(description, STANDFIRST_MATCH_CHARS).0;
+    let lead = boilerplate::block_texts_outside_furniture(body.as_node()).find(|block| {
+        block.chars().count() >= STANDFIRST_MIN_CHARS
+            && (block.contains(description_head)
+                || description.contains(truncate_chars(block, STANDFIRST_MATCH_CHARS).0))
+    })?;
+    (!text.contains(&lead)).then_some(lead)
+}
+
+/// The text of every `<script type="text/template">` body, read as HTML like the whole body.
+fn template_text(document: &NodeRef) -> String {
+    let Ok(scripts) = document.select("script[type]") else {
+        return String::new();
+    };
+    let markup: String = scripts
+        .filter(|script| {
+            script
+                .attributes
+                .borrow()
+                .get("type")
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/template"))
+        })
+        .map(|script| script.as_node().text_contents())
+        .collect::<Vec<_>>()
+        .join("\n");
+    if markup.trim().is_empty() {
+        return String::new();
+    }
+    boilerplate::body_text(&markup)
 }
 
 fn readability_text(html: &str, page: Option<&Url>) -> String {
@@ -726,6 +814,67 @@ mod tests {
         );
         let equiv = b"<meta http-equiv=Content-Type content=\"text/html; charset=koi8-r\">";
         assert_eq!(detect_charset(equiv, None).0, encoding_rs::KOI8_R);
+    }
+
+    #[test]
+    fn a_late_meta_charset_is_followed_only_when_the_bytes_are_not_utf8() {
+        let padding = format!("<!-- {} -->", "x".repeat(META_PRESCAN_BYTES));
+        let late = format!("<html><head>{padding}<meta charset=iso-8859-1></head><body>caf");
+        let mut latin1 = late.clone().into_bytes();
+        latin1.extend_from_slice(b"\xe9</body>");
+        assert_eq!(
+            detect_charset(&latin1, None),
+            (encoding_rs::WINDOWS_1252, CharsetSource::LateMeta)
+        );
+        let utf8 = format!("{late}\u{e9}</body>").into_bytes();
+        assert_eq!(
+            detect_charset(&utf8, None),
+            (encoding_rs::UTF_8, CharsetSource::Default)
+        );
+    }
+
+    #[test]
+    fn a_post_shipped_in_a_client_side_template_is_read_when_the_page_has_no_text() {
+        let post = "The whole post is inside a template that a script renders in the browser. ";
+        let html = format!(
+            "<html><body><div id=app>Loading</div>\
+             <script type='text/template'><div class=post><p>{post}{post}</p>\
+             <div class=share-bar>Share</div></div></script></body></html>"
+        );
+        let extracted = extract_html(&html, &ExtractOptions::default());
+        assert_eq!(extracted.text, format!("{post}{post}").trim_end());
+        let long = format!(
+            "<html><body><p>{post}{post}{post}</p>{}</body></html>",
+            &html[12..]
+        );
+        let extracted = extract_html(&long, &ExtractOptions::default());
+        // A page with text of its own is read as before: the template is not added.
+        assert_eq!(extracted.text.matches("The whole post").count(), 3);
+    }
+
+    #[test]
+    fn the_standfirst_above_the_article_joins_the_text_once() {
+        let lead = "A short summary of the whole story, as the publisher declared it in the head.";
+        let prose = "<p>The article body goes on for a while, with sentences that carry the story itself and nothing else.</p>".repeat(6);
+        let page = |description: &str| {
+            format!(
+                "<html><head><meta name=description content='{description}'></head><body>\
+                 <header><h1>Title</h1><p class=lead>{lead}</p></header>\
+                 <article><div>{prose}</div></article></body></html>"
+            )
+        };
+        let text = extract_html(&page(lead), &ExtractOptions::default()).text;
+        assert!(text.starts_with(lead), "{text}");
+        assert_eq!(text.matches(lead).count(), 1);
+        let unrelated = "A description that no block of the page repeats, long enough to be one.";
+        let text = extract_html(&page(unrelated), &ExtractOptions::default()).text;
+        assert!(text.starts_with("The article body"), "{text}");
+        let shared = page(lead).replace("<p class=lead>", "<p class=share-preview>");
+        let text = extract_html(&shared, &ExtractOptions::default()).text;
+        assert!(
+            text.starts_with("The article body"),
+            "furniture is no standfirst: {text}"
+        );
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Text normalization shared by the extractor and its boilerplate pass.
 
-/// Collapses every run of Unicode whitespace (NBSP included) to one space and trims.
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
+
+/// Collapses every run of Unicode whitespace (NBSP included) to one space, trims, and puts the
+/// result in Unicode Normalization Form C, so that the same words always read as the same code
+/// points whichever way the page encoded them (precomposed or combining sequences).
 pub(crate) fn normalize_whitespace(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text.split(char::is_whitespace).filter(|w| !w.is_empty()) {
@@ -9,5 +13,24 @@ pub(crate) fn normalize_whitespace(text: &str) -> String {
         }
         out.push_str(word);
     }
-    out
+    if is_nfc_quick(out.chars()) == IsNormalized::Yes {
+        out
+    } else {
+        out.nfc().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_composed_to_nfc() {
+        assert_eq!(
+            normalize_whitespace("Cafe\u{301}  au lait"),
+            "Caf\u{e9} au lait"
+        );
+        // A composition exclusion: NFC keeps the Bengali yya decomposed.
+        assert_eq!(normalize_whitespace("\u{9df}"), "\u{9af}\u{9bc}");
+    }
 }
