@@ -538,7 +538,7 @@ impl RawLayer {
             None => Ok(None),
             Some((value, _)) => check_service_url(value)
                 .map(Some)
-                .map_err(|m| self.error(key, m)),
+                .map_err(|m| self.error(key, m.to_string())),
         }
     }
 
@@ -588,7 +588,7 @@ impl RawLayer {
     fn host_pairs<T>(
         &self,
         key: &'static str,
-        parse: fn(&str) -> Result<T, String>,
+        parse: fn(&str) -> Result<T, BadValue>,
     ) -> Result<Vec<(String, T)>, ConfigError> {
         let Some((value, _)) = self.get(key) else {
             return Ok(Vec::new());
@@ -602,7 +602,7 @@ impl RawLayer {
             if host.is_empty() {
                 return Err(self.error(key, format!("{item:?} has no host")));
             }
-            let target = parse(target.trim()).map_err(|m| self.error(key, m))?;
+            let target = parse(target.trim()).map_err(|m| self.error(key, m.to_string()))?;
             pairs.push((host, target));
         }
         Ok(pairs)
@@ -733,7 +733,9 @@ impl RawLayer {
             }
         };
         let base_url = match self.get("base_url") {
-            Some((value, _)) => Some(check_base_url(value).map_err(|m| self.error("base_url", m))?),
+            Some((value, _)) => {
+                Some(check_base_url(value).map_err(|m| self.error("base_url", m.to_string()))?)
+            }
             None => None,
         };
         let pay_to = match self.get("pay_to") {
@@ -845,42 +847,71 @@ impl RawLayer {
     }
 }
 
+/// Why a configured value is unusable; the caller names the key.
+#[derive(Debug, thiserror::Error)]
+enum BadValue {
+    #[error("{value:?}: {source}")]
+    Unparsable {
+        value: String,
+        source: url::ParseError,
+    },
+    #[error("{0}")]
+    NotAUrl(url::ParseError),
+    #[error("{0:?} must be an http(s) URL with a host")]
+    NotHttpWithHost(String),
+    #[error("must be an http(s) URL with a host")]
+    ServiceNotHttpWithHost,
+    #[error("{0:?} must not carry credentials")]
+    Credentials(String),
+    #[error("{0:?} must not have a query or fragment")]
+    QueryOrFragment(String),
+    #[error("{0:?} is not a socket address such as 127.0.0.1:8443")]
+    NotASocket(String),
+    #[error("{0:?} is not a loopback address")]
+    NotLoopback(String),
+    #[error("{0:?} is not an IP address")]
+    NotAnIp(String),
+}
+
 /// A base URL: http(s), a host, no userinfo, query or fragment; trailing slash removed.
-fn check_base_url(value: &str) -> Result<String, String> {
-    let url = url::Url::parse(value).map_err(|e| format!("{value:?}: {e}"))?;
+fn check_base_url(value: &str) -> Result<String, BadValue> {
+    let url = url::Url::parse(value).map_err(|source| BadValue::Unparsable {
+        value: value.to_string(),
+        source,
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(format!("{value:?} must be an http(s) URL with a host"));
+        return Err(BadValue::NotHttpWithHost(value.to_string()));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("{value:?} must not carry credentials"));
+        return Err(BadValue::Credentials(value.to_string()));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("{value:?} must not have a query or fragment"));
+        return Err(BadValue::QueryOrFragment(value.to_string()));
     }
     Ok(url.as_str().trim_end_matches('/').to_string())
 }
 
 /// The connect-to seam may only point at loopback: it exists for tests on this machine.
-fn parse_loopback_socket(value: &str) -> Result<SocketAddr, String> {
+fn parse_loopback_socket(value: &str) -> Result<SocketAddr, BadValue> {
     let socket: SocketAddr = value
         .parse()
-        .map_err(|_| format!("{value:?} is not a socket address such as 127.0.0.1:8443"))?;
+        .map_err(|_| BadValue::NotASocket(value.to_string()))?;
     if !socket.ip().is_loopback() {
-        return Err(format!("{value:?} is not a loopback address"));
+        return Err(BadValue::NotLoopback(value.to_string()));
     }
     Ok(socket)
 }
 
-fn parse_ip(value: &str) -> Result<IpAddr, String> {
+fn parse_ip(value: &str) -> Result<IpAddr, BadValue> {
     value
         .parse()
-        .map_err(|_| format!("{value:?} is not an IP address"))
+        .map_err(|_| BadValue::NotAnIp(value.to_string()))
 }
 
-fn check_service_url(value: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(value).map_err(|e| e.to_string())?;
+fn check_service_url(value: &str) -> Result<url::Url, BadValue> {
+    let url = url::Url::parse(value).map_err(BadValue::NotAUrl)?;
     if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err("must be an http(s) URL with a host".into());
+        return Err(BadValue::ServiceNotHttpWithHost);
     }
     Ok(url)
 }

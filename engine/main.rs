@@ -424,7 +424,8 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
         }
         None => machine.input_example.clone(),
     };
-    let validator = factomat::catalog::compile_schema(&machine.input_schema)?;
+    let validator =
+        factomat::catalog::compile_schema(&machine.input_schema).map_err(|e| e.to_string())?;
     if let Some(error) = validator.iter_errors(&request).next() {
         return Err(format!(
             "the request does not fit the VM04 input schema: {error}"
@@ -449,7 +450,7 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
     }
     let captured_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let stored = sample::stored_capture(machine, &request, &response, &captured_at);
-    sample::check_capture(machine, &stored)?;
+    sample::check_capture(machine, &stored).map_err(|e| e.to_string())?;
     sample::store(&config.sample_path, &stored).map_err(|e| e.to_string())?;
     Ok(stored)
 }

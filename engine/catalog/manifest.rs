@@ -476,12 +476,13 @@ fn display_path(pointer: &str) -> &str {
 
 /// Compiles a schema with the dialect the engine validates with (2020-12, formats as
 /// annotations only — URL rules are enforced in code).
-pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub fn compile_schema(
+    schema: &Value,
+) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
     jsonschema::options()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(false)
         .build(schema)
-        .map_err(|e| e.to_string())
 }
 
 /// Keywords that have no OpenAPI 3.0 equivalent; the renderer could not convert them.
@@ -547,30 +548,41 @@ fn dialect_problems(schema: &Value, at: &str) -> Vec<String> {
 }
 
 /// Converts a `$0.01`-style USD price to atomic units at `decimals`, exactly (no floats).
-pub(crate) fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, String> {
-    let digits = price
-        .strip_prefix('$')
-        .ok_or_else(|| "must start with '$'".to_string())?;
+pub(crate) fn price_to_atomic(price: &str, decimals: u32) -> Result<u128, PriceError> {
+    let digits = price.strip_prefix('$').ok_or(PriceError::NoDollarSign)?;
     let (whole, frac) = digits.split_once('.').unwrap_or((digits, ""));
     let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     if whole.is_empty() || !all_digits(whole) || !all_digits(frac) {
-        return Err("must be a decimal number such as $0.01".into());
+        return Err(PriceError::NotDecimal);
     }
     if frac.len() > decimals as usize {
-        return Err(format!("has more than {decimals} decimal places"));
+        return Err(PriceError::TooPrecise(decimals));
     }
     let scale = 10u128.pow(decimals);
-    let whole: u128 = whole.parse().map_err(|_| "is too large".to_string())?;
+    let whole: u128 = whole.parse().map_err(|_| PriceError::TooLarge)?;
     let padded = format!("{frac:0<width$}", width = decimals as usize);
     let frac: u128 = if padded.is_empty() {
         0
     } else {
-        padded.parse().map_err(|_| "is not a number".to_string())?
+        padded.parse().map_err(|_| PriceError::NotDecimal)?
     };
     whole
         .checked_mul(scale)
         .and_then(|w| w.checked_add(frac))
-        .ok_or_else(|| "is too large".into())
+        .ok_or(PriceError::TooLarge)
+}
+
+/// Why a manifest price is not a USD amount the payment asset can carry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PriceError {
+    #[error("must start with '$'")]
+    NoDollarSign,
+    #[error("must be a decimal number such as $0.01")]
+    NotDecimal,
+    #[error("has more than {0} decimal places")]
+    TooPrecise(u32),
+    #[error("is too large")]
+    TooLarge,
 }
 
 /// One manifest inconsistency, located by machine (or family) and field.

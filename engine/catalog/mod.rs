@@ -13,4 +13,4 @@ pub mod sample;
 pub(crate) mod storefront;
 
 pub use manifest::{Machine, Manifest, ManifestError, compile_schema};
-pub use render::SAMPLE_MACHINE;
+pub use render::{RenderError, SAMPLE_MACHINE};

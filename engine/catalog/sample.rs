@@ -58,29 +58,59 @@ pub fn stored_capture(
 
 /// Checks that a stored capture is a VM04 answer of this methodology that fits the output
 /// schema; an answer of an older methodology is not served as this one's sample.
-pub fn check_capture(machine: &Machine, stored: &Value) -> Result<(), String> {
+pub fn check_capture(machine: &Machine, stored: &Value) -> Result<(), CaptureMismatch> {
     if stored.get("machine").and_then(Value::as_str) != Some(machine.machine.as_str()) {
-        return Err(format!("it is not a {} capture", machine.machine));
+        return Err(CaptureMismatch::OtherMachine(machine.machine.clone()));
     }
     let methodology = stored.get("methodology_version").and_then(Value::as_str);
     if methodology != Some(machine.methodology_version.as_str()) {
-        return Err(format!(
-            "it was captured under methodology {methodology:?}; this service runs {:?}",
-            machine.methodology_version
-        ));
+        return Err(CaptureMismatch::Methodology {
+            found: methodology.map(str::to_string),
+            runs: machine.methodology_version.clone(),
+        });
     }
     if !stored.get("captured_at").is_some_and(Value::is_string) {
-        return Err("it has no captured_at".into());
+        return Err(CaptureMismatch::NoCapturedAt);
     }
     let response = stored.get("response").unwrap_or(&Value::Null);
-    let validator = compile_schema(&machine.output_schema)?;
+    let validator = compile_schema(&machine.output_schema).map_err(CaptureMismatch::Schema)?;
     if let Some(error) = validator.iter_errors(response).next() {
-        return Err(format!(
-            "its response does not fit the output schema at {}: {error}",
-            error.instance_path()
-        ));
+        return Err(CaptureMismatch::Shape {
+            at: error.instance_path().to_string(),
+            detail: error.to_string(),
+        });
     }
     Ok(())
+}
+
+/// Why a stored capture is not served as the sample.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureMismatch {
+    /// It is another machine's answer.
+    #[error("it is not a {0} capture")]
+    OtherMachine(String),
+    /// It was captured under another methodology.
+    #[error("it was captured under methodology {found:?}; this service runs {runs:?}")]
+    Methodology {
+        /// The capture's methodology, if it names one.
+        found: Option<String>,
+        /// This service's.
+        runs: String,
+    },
+    /// It does not say when it was captured.
+    #[error("it has no captured_at")]
+    NoCapturedAt,
+    /// The output schema does not compile (a manifest defect).
+    #[error("the output schema does not compile: {0}")]
+    Schema(jsonschema::ValidationError<'static>),
+    /// The stored answer does not fit the output schema.
+    #[error("its response does not fit the output schema at {at}: {detail}")]
+    Shape {
+        /// Where, as a JSON pointer.
+        at: String,
+        /// The schema's complaint.
+        detail: String,
+    },
 }
 
 /// The served document of a stored capture (`{base_url}` is substituted by the server).
@@ -121,9 +151,9 @@ pub fn load(machine: &Machine, path: &Path) -> Result<Option<Value>, SampleError
         path: shown.clone(),
         detail: e.to_string(),
     })?;
-    check_capture(machine, &stored).map_err(|detail| SampleError::Invalid {
+    check_capture(machine, &stored).map_err(|mismatch| SampleError::Invalid {
         path: shown,
-        detail,
+        detail: mismatch.to_string(),
     })?;
     Ok(Some(stored))
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::manifest::{Family, Machine, Manifest};
-use super::render::{BASE_URL_TOKEN, Render, environment_of};
+use super::render::{BASE_URL_TOKEN, Render, RenderError, environment_of};
 
 /// Where the storefront is served.
 pub const PREFIX: &str = "/storefront/";
@@ -73,7 +73,7 @@ pub fn documents(manifest: &Manifest) -> Vec<(String, String, &'static str)> {
 }
 
 /// The storefront's renders, in a stable order.
-pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
+pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, RenderError> {
     let env = environment()?;
     let mut renders = vec![Render {
         path: format!("{RENDER_DIR}/index.html"),
@@ -94,7 +94,7 @@ pub fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
     Ok(renders)
 }
 
-fn environment() -> Result<Environment<'static>, String> {
+fn environment() -> Result<Environment<'static>, RenderError> {
     // Names ending in .html turn on minijinja's HTML auto-escaping.
     environment_of(&[
         ("layout.html", LAYOUT),
@@ -103,10 +103,10 @@ fn environment() -> Result<Environment<'static>, String> {
     ])
 }
 
-fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Result<String, String> {
+fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Result<String, RenderError> {
     env.get_template(name)
         .and_then(|t| t.render(ctx))
-        .map_err(|e| format!("storefront template {name}: {e:#}"))
+        .map_err(|source| RenderError::template(&format!("storefront {name}"), source))
 }
 
 fn common_context(manifest: &Manifest) -> minijinja::Value {

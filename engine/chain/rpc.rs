@@ -138,6 +138,23 @@ impl tower::Service<RequestPacket> for CountedRpc {
 }
 
 /// Describes an RPC failure for a response's limitations: never the URL.
+/// Why one read failed, described without the endpoint's URL.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReadFailure {
+    /// The node or the transport failed (`describe_error`'s words).
+    #[error("{0}")]
+    Rpc(String),
+    /// The node answered, but not with a value of the call's return type.
+    #[error("the call returned no decodable value")]
+    Undecodable,
+}
+
+impl From<&TransportError> for ReadFailure {
+    fn from(error: &TransportError) -> ReadFailure {
+        ReadFailure::Rpc(describe_error(error))
+    }
+}
+
 pub(crate) fn describe_error(error: &TransportError) -> String {
     match error {
         TransportError::ErrorResp(payload) => {

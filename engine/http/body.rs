@@ -34,9 +34,9 @@ pub(crate) struct RequestValidator {
 impl RequestValidator {
     /// Compiles the machine's input schema.
     pub(crate) fn new(machine: &Machine) -> Result<RequestValidator, SchemaError> {
-        let validator = compile_schema(&machine.input_schema).map_err(|message| SchemaError {
+        let validator = compile_schema(&machine.input_schema).map_err(|error| SchemaError {
             machine: machine.machine.clone(),
-            message,
+            message: error.to_string(),
         })?;
         let unsupported = machine
             .unsupported

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::rpc_upstream;
-use crate::chain::rpc::{CountedRpc, describe_error};
+use crate::chain::rpc::{CountedRpc, ReadFailure, describe_error};
 use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::support::units::format_units;
@@ -146,7 +146,7 @@ async fn read_at_one_block(
         ));
         return reads;
     }
-    let mut note = |what: &str, error: String| {
+    let mut note = |what: &str, error: ReadFailure| {
         reads.limitations.push(format!(
             "{what} could not be read at block {block}: {error}."
         ));
@@ -179,7 +179,7 @@ async fn read_at_one_block(
     reads
 }
 
-type Answer<T> = Result<T, String>;
+type Answer<T> = Result<T, ReadFailure>;
 
 /// The five reads at one block, sent as one JSON-RPC batch: one HTTP request instead of five.
 /// An `Err` is a failure of the whole batch; each read can still fail on its own.
@@ -224,14 +224,14 @@ async fn read_batch(
         decoded::<symbolCall>(symbol.await),
         code.await
             .map(|code| !code.is_empty())
-            .map_err(|e| describe_error(&e)),
+            .map_err(|e| ReadFailure::from(&e)),
     ))
 }
 
 /// One `eth_call` answer decoded as the call's return value, or why it could not be.
 fn decoded<C: SolCall>(answer: Result<Bytes, TransportError>) -> Answer<C::Return> {
-    let data = answer.map_err(|e| describe_error(&e))?;
-    C::abi_decode_returns(&data).map_err(|_| "the call returned no decodable value".to_string())
+    let data = answer.map_err(|e| ReadFailure::from(&e))?;
+    C::abi_decode_returns(&data).map_err(|_| ReadFailure::Undecodable)
 }
 
 fn adjusted(raw: Option<U256>, decimals: Option<u8>) -> Value {

@@ -155,7 +155,10 @@ async fn read(
     provider: &RootProvider,
     intent: &Intent,
     query: &HistoryQuery,
-) -> (Result<u64, CallFailure>, Result<FeeHistory, String>) {
+) -> (
+    Result<u64, CallFailure>,
+    Result<FeeHistory, rpc::ReadFailure>,
+) {
     let mut tx = TransactionRequest::default()
         .with_to(intent.to)
         .with_input(intent.data.clone())
@@ -170,13 +173,13 @@ async fn read(
     );
     (
         estimate.map_err(|e| rpc::classify_call_error(&e)),
-        history.map_err(|e| rpc::describe_error(&e)),
+        history.map_err(|e| rpc::ReadFailure::from(&e)),
     )
 }
 
 fn status(
     estimate: &Result<u64, CallFailure>,
-    history: &Result<FeeHistory, String>,
+    history: &Result<FeeHistory, rpc::ReadFailure>,
 ) -> &'static str {
     match (estimate, history) {
         (Err(CallFailure::Reverted { .. }), _) => "UNESTIMABLE",
@@ -191,7 +194,7 @@ fn respond(
     intent: &Intent,
     query: &HistoryQuery,
     estimate: Result<u64, CallFailure>,
-    history: Result<FeeHistory, String>,
+    history: Result<FeeHistory, rpc::ReadFailure>,
     endpoint: &rpc::PublicEndpoint,
 ) -> Value {
     let chain = intent.chain;
@@ -385,7 +388,7 @@ mod tests {
             })
         };
         let history = || Ok(FeeHistory::default());
-        let down = || Err::<FeeHistory, String>("RPC timed out".into());
+        let down = || Err::<FeeHistory, _>(rpc::ReadFailure::Rpc("RPC timed out".into()));
         assert_eq!(status(&Ok(21000), &history()), "OK");
         assert_eq!(status(&reverted(), &history()), "UNESTIMABLE");
         assert_eq!(status(&reverted(), &down()), "UNESTIMABLE");

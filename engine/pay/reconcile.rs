@@ -81,24 +81,39 @@ fn decide(row: &AttemptRow, facts: &AuthorizationFacts) -> (Option<Resolution>, 
     }
 }
 
-fn authorization_of(row: &AttemptRow) -> Result<(Address, Address, B256), String> {
+/// Why a row's authorization cannot be asked of the chain.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("network {0} is not reconciled")]
+    OtherNetwork(String),
+    #[error("the row predates kept nonces: check the payer's transfers by hand")]
+    NoNonce,
+    #[error("the stored nonce is not 32 bytes of hex")]
+    BadNonce,
+    #[error("the stored asset is not an address")]
+    BadAsset,
+    #[error("the stored payer is not an address")]
+    BadPayer,
+}
+
+fn authorization_of(row: &AttemptRow) -> Result<(Address, Address, B256), Unreadable> {
     if row.network != NETWORK {
-        return Err(format!("network {} is not reconciled", row.network));
+        return Err(Unreadable::OtherNetwork(row.network.clone()));
     }
     let nonce = row
         .nonce
         .as_deref()
-        .ok_or("the row predates kept nonces: check the payer's transfers by hand")?
+        .ok_or(Unreadable::NoNonce)?
         .parse::<B256>()
-        .map_err(|_| "the stored nonce is not 32 bytes of hex")?;
+        .map_err(|_| Unreadable::BadNonce)?;
     let asset = row
         .asset
         .parse::<Address>()
-        .map_err(|_| "the stored asset is not an address")?;
+        .map_err(|_| Unreadable::BadAsset)?;
     let payer = row
         .payer
         .parse::<Address>()
-        .map_err(|_| "the stored payer is not an address")?;
+        .map_err(|_| Unreadable::BadPayer)?;
     Ok((asset, payer, nonce))
 }
 
@@ -109,7 +124,7 @@ async fn examine(
     row: &AttemptRow,
 ) -> Result<Examined, LedgerError> {
     let (resolution, evidence) = match authorization_of(row) {
-        Err(why) => (None, why),
+        Err(why) => (None, why.to_string()),
         Ok((asset, payer, nonce)) => match chain.read(asset, payer, nonce).await {
             Ok(facts) => decide(row, &facts),
             Err(error) => (None, format!("the chain could not be read: {error}")),

@@ -44,15 +44,25 @@ pub(crate) struct TokenRead {
     pub symbol: Option<String>,
 }
 
-/// Reads every token at `block` in one `eth_call`; Err describes why the call failed as a
-/// whole (never the URL).
+/// Why the token reads failed as a whole (never naming the URL).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReadError {
+    /// The Multicall3 `eth_call` failed.
+    #[error("{0}")]
+    Call(String),
+    /// Multicall3 answered another number of results than calls were made.
+    #[error("Multicall3 answered {answered} results for {asked} calls")]
+    Count { answered: usize, asked: usize },
+}
+
+/// Reads every token at `block` in one `eth_call`.
 pub(crate) async fn read_at_block(
     rpc: &RootProvider,
     multicall: Address,
     owner: Address,
     tokens: &[Address],
     block: u64,
-) -> Result<Vec<TokenRead>, String> {
+) -> Result<Vec<TokenRead>, ReadError> {
     if tokens.is_empty() {
         return Ok(Vec::new());
     }
@@ -79,13 +89,12 @@ pub(crate) async fn read_at_block(
         .block(BlockId::number(block))
         .call()
         .await
-        .map_err(|e| contract_error(&e))?;
+        .map_err(|e| ReadError::Call(contract_error(&e)))?;
     if results.len() != tokens.len() * 3 {
-        return Err(format!(
-            "Multicall3 answered {} results for {} calls",
-            results.len(),
-            tokens.len() * 3
-        ));
+        return Err(ReadError::Count {
+            answered: results.len(),
+            asked: tokens.len() * 3,
+        });
     }
     Ok(results.chunks(3).map(decode_token).collect())
 }

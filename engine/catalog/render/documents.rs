@@ -167,10 +167,10 @@ pub(crate) fn well_known(manifest: &Manifest) -> Value {
 /// The free VM04 sample when nothing was captured: the manifest's output example, labelled an
 /// illustrative example (its values were never observed). A capture replaces it at start-up
 /// (catalog::sample).
-pub(crate) fn sample(manifest: &Manifest) -> Result<Value, String> {
+pub(crate) fn sample(manifest: &Manifest) -> Result<Value, RenderError> {
     let machine = manifest
         .machine(SAMPLE_MACHINE)
-        .ok_or_else(|| format!("{SAMPLE_MACHINE} missing for the sample"))?;
+        .ok_or(RenderError::MissingMachine(SAMPLE_MACHINE))?;
     Ok(json!({
         "sample": true,
         "kind": "illustrative",

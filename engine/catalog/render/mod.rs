@@ -83,8 +83,33 @@ pub(crate) fn pretty(value: &Value) -> String {
     text
 }
 
+/// Why a document could not be rendered from the manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A template did not parse or render.
+    #[error("template {name}: {source:#}")]
+    Template {
+        /// The template's name.
+        name: String,
+        /// minijinja's error, with the template line.
+        source: minijinja::Error,
+    },
+    /// The manifest lacks a machine a render is made from.
+    #[error("{0} is missing from the manifest")]
+    MissingMachine(&'static str),
+}
+
+impl RenderError {
+    pub(crate) fn template(name: &str, source: minijinja::Error) -> RenderError {
+        RenderError::Template {
+            name: name.to_string(),
+            source,
+        }
+    }
+}
+
 /// Every render, in a stable order.
-pub(crate) fn render_all(manifest: &Manifest) -> Result<Vec<Render>, String> {
+pub(crate) fn render_all(manifest: &Manifest) -> Result<Vec<Render>, RenderError> {
     let mut renders = vec![
         Render {
             path: "generated/catalog.json".into(),

@@ -19,22 +19,23 @@ const GENERATED_README_TEMPLATE: &str = include_str!("../../../templates/generat
 /// whitespace rules. A name ending in `.html` turns on minijinja's HTML auto-escaping.
 pub(crate) fn environment_of(
     templates: &[(&'static str, &'static str)],
-) -> Result<Environment<'static>, String> {
+) -> Result<Environment<'static>, RenderError> {
     let mut env = Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .trim_blocks(true)
         .lstrip_blocks(true)
         .keep_trailing_newline(true)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| RenderError::template("syntax", source))?;
     env.set_syntax(syntax);
     for (name, source) in templates {
-        env.add_template(name, source).map_err(|e| e.to_string())?;
+        env.add_template(name, source)
+            .map_err(|error| RenderError::template(name, error))?;
     }
     Ok(env)
 }
 
-fn environment() -> Result<Environment<'static>, String> {
+fn environment() -> Result<Environment<'static>, RenderError> {
     environment_of(&[
         ("machine.md", MACHINE_TEMPLATE),
         ("llms.txt", LLMS_TEMPLATE),
@@ -42,19 +43,18 @@ fn environment() -> Result<Environment<'static>, String> {
     ])
 }
 
-fn render_template(name: &str, ctx: minijinja::Value) -> Result<String, String> {
+fn render_template(name: &str, ctx: minijinja::Value) -> Result<String, RenderError> {
     let env = environment()?;
-    let template = env.get_template(name).map_err(|e| e.to_string())?;
-    template
-        .render(ctx)
-        .map_err(|e| format!("template {name}: {e:#}"))
+    env.get_template(name)
+        .and_then(|template| template.render(ctx))
+        .map_err(|source| RenderError::template(name, source))
 }
 
 fn pretty_inline(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
-pub(super) fn machine_doc(manifest: &Manifest, machine: &Machine) -> Result<String, String> {
+pub(super) fn machine_doc(manifest: &Manifest, machine: &Machine) -> Result<String, RenderError> {
     let family = manifest
         .families
         .iter()
@@ -79,7 +79,7 @@ pub(super) fn machine_doc(manifest: &Manifest, machine: &Machine) -> Result<Stri
     )
 }
 
-pub(super) fn llms_txt(manifest: &Manifest) -> Result<String, String> {
+pub(super) fn llms_txt(manifest: &Manifest) -> Result<String, RenderError> {
     render_template(
         "llms.txt",
         context! {
@@ -97,7 +97,7 @@ pub(super) fn llms_txt(manifest: &Manifest) -> Result<String, String> {
     )
 }
 
-pub(super) fn generated_readme(manifest: &Manifest) -> Result<String, String> {
+pub(super) fn generated_readme(manifest: &Manifest) -> Result<String, RenderError> {
     render_template(
         "generated-readme.md",
         context! { note => GENERATED_NOTE, service => Serde(&manifest.service), base_url => BASE_URL_TOKEN },
@@ -141,6 +141,6 @@ mod tests {
     #[test]
     fn template_errors_name_the_template() {
         let error = render_template("missing", context! {}).expect_err("no such template");
-        assert!(error.contains("missing"), "{error}");
+        assert!(error.to_string().contains("missing"), "{error}");
     }
 }

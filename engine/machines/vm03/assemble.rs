@@ -229,7 +229,7 @@ fn native_ok(outcome: &ChainOutcome) -> bool {
     matches!(&outcome.native, Some(Timed { value: Ok(_), .. }))
 }
 
-fn metadata_failed(outcome: &ChainOutcome) -> Option<&str> {
+fn metadata_failed(outcome: &ChainOutcome) -> Option<&crate::providers::erc20::ReadError> {
     match &outcome.metadata {
         Some(Timed {
             value: Err(why), ..

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 
 use super::{Declared, Parsed, Settings};
 use crate::chain::networks::Chain;
-use crate::chain::rpc::{CountedRpc, describe_error};
+use crate::chain::rpc::{CountedRpc, ReadFailure};
 use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
@@ -55,8 +55,8 @@ pub(super) struct Timed<T> {
 /// Everything read on one chain.
 pub(super) struct ChainOutcome {
     pub chain: Chain,
-    pub block: Result<u64, String>,
-    pub native: Option<Timed<Result<U256, String>>>,
+    pub block: Result<u64, ReadFailure>,
+    pub native: Option<Timed<Result<U256, ReadFailure>>>,
     /// None when the chain is HOLD: its inventory read is discarded.
     pub inventory: Option<Timed<Inventory>>,
     /// Inventory pages whose answer was read, on a HOLD chain too (`chain_results[].pages_read`).
@@ -65,7 +65,7 @@ pub(super) struct ChainOutcome {
     pub offered: usize,
     pub holdings: Vec<Holding>,
     /// The same-block token read: Ok(tokens read) or why it failed; None when no ERC-20 kept.
-    pub metadata: Option<Timed<Result<usize, String>>>,
+    pub metadata: Option<Timed<Result<usize, erc20::ReadError>>>,
     /// The pricing batches; None when nothing needed a price.
     pub pricing: Option<Timed<Vec<Batch>>>,
 }
@@ -121,13 +121,13 @@ async fn discover(
         let block = node
             .get_block_number()
             .await
-            .map_err(|e| describe_error(&e))?;
+            .map_err(|e| ReadFailure::from(&e))?;
         let native = node
             .get_balance(request.address)
             .block_id(BlockId::number(block))
             .await
-            .map_err(|e| describe_error(&e));
-        Ok::<_, String>((
+            .map_err(|e| ReadFailure::from(&e));
+        Ok::<_, ReadFailure>((
             block,
             Timed {
                 value: native,
@@ -315,7 +315,7 @@ async fn complete(
 fn apply_token_reads(
     holdings: &mut [Holding],
     tokens: &[Address],
-    reads: &Result<Vec<TokenRead>, String>,
+    reads: &Result<Vec<TokenRead>, erc20::ReadError>,
 ) {
     let Ok(reads) = reads else {
         return;

@@ -46,7 +46,7 @@ impl VenueResult {
 
     /// The venue's primary rate, or its refusal as implausible (`field` names the upstream's
     /// field in the error).
-    fn set_primary(&mut self, spec: &VenueSpec, rate: Result<Decimal, String>, field: &str) {
+    fn set_primary(&mut self, spec: &VenueSpec, rate: Result<Decimal, Implausible>, field: &str) {
         match rate {
             Ok(apr) => {
                 self.item["primary_apr"] = json!(apr.to_plain());
@@ -65,13 +65,21 @@ impl VenueResult {
     }
 }
 
-pub(super) fn plausible(apr: Decimal, ceiling: Decimal) -> Result<Decimal, String> {
+/// Why an observed rate is withheld.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Implausible {
+    #[error("the observed APR {apr} exceeds the plausibility ceiling {ceiling}; it is withheld")]
+    AboveCeiling { apr: String, ceiling: String },
+    #[error("the API's smaApr {0} is negative")]
+    Negative(String),
+}
+
+pub(super) fn plausible(apr: Decimal, ceiling: Decimal) -> Result<Decimal, Implausible> {
     if apr > ceiling {
-        Err(format!(
-            "the observed APR {} exceeds the plausibility ceiling {}; it is withheld",
-            apr.to_plain(),
-            ceiling.to_plain()
-        ))
+        Err(Implausible::AboveCeiling {
+            apr: apr.to_plain(),
+            ceiling: ceiling.to_plain(),
+        })
     } else {
         Ok(apr)
     }
@@ -197,12 +205,7 @@ pub(super) fn lido_venue(
         "basis": "APR",
     }]);
     let primary = percent(observation.sma_apr_percent)
-        .ok_or_else(|| {
-            format!(
-                "the API's smaApr {} is negative",
-                observation.sma_apr_percent
-            )
-        })
+        .ok_or_else(|| Implausible::Negative(observation.sma_apr_percent.to_string()))
         .and_then(|apr| plausible(apr, ceiling));
     result.set_primary(spec, primary, "smaApr");
     result
