@@ -254,7 +254,10 @@ pub(crate) async fn run<E: std::fmt::Display>(
             // A copy racing the first presentation of the same payment can reach /verify after
             // that one settled, and the facilitator then calls the nonce used: the buyer's
             // truthful reason is ours, the payment was already presented here.
-            if matches!(rail.ledger.knows_nonce(&presented.nonce_sha256).await, Ok(true)) {
+            if matches!(
+                rail.ledger.knows_nonce(&presented.nonce_sha256).await,
+                Ok(true)
+            ) {
                 return reject("payment_nonce_already_presented");
             }
             let reason = verdict
