@@ -12,10 +12,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::manifest::{Family, Machine, Manifest};
-use super::render::{BASE_URL_TOKEN, Render, RenderError, environment_of};
-
-/// Where the storefront is served.
-pub const PREFIX: &str = "/storefront/";
+use super::render::{
+    BASE_URL_TOKEN, Render, RenderError, STOREFRONT_PREFIX as PREFIX, environment_of,
+    storefront_page as page_path,
+};
 /// Where its renders are committed.
 pub const RENDER_DIR: &str = "generated/storefront";
 /// The content security policy of every storefront page: nothing but this origin.
@@ -41,11 +41,6 @@ const ASSETS: [(&str, &str, &str); 2] = [
         include_str!("../../templates/storefront/terms.js"),
     ),
 ];
-
-/// The served path of a machine's page.
-pub fn page_path(machine: &Machine) -> String {
-    format!("{PREFIX}{}", machine.machine)
-}
 
 /// Every storefront document: (served path, committed render path, content type).
 pub fn documents(manifest: &Manifest) -> Vec<(String, String, &'static str)> {

@@ -2,7 +2,6 @@
 
 use serde_json::{Value, json};
 
-use super::super::storefront;
 use super::*;
 
 fn catalog_machine(manifest: &Manifest, machine: &Machine) -> Value {
@@ -46,7 +45,7 @@ fn catalog_machine(manifest: &Manifest, machine: &Machine) -> Value {
         "evidence": machine.evidence,
         "health": url(HEALTH_PATH),
         "docs": docs_url(machine),
-        "storefront": url(&storefront::page_path(machine)),
+        "storefront": url(&storefront_page(machine)),
         "related": related_entries(manifest, machine),
     })
 }
@@ -122,7 +121,7 @@ pub(crate) fn orientation(manifest: &Manifest) -> Value {
         "health": url(HEALTH_PATH),
         "well_known_x402": url(WELL_KNOWN_PATH),
         "sample": url(SAMPLE_PATH),
-        "storefront": url(storefront::PREFIX),
+        "storefront": url(STOREFRONT_PREFIX),
         "machines": machines,
     })
 }

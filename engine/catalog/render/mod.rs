@@ -38,6 +38,13 @@ pub(crate) const SAMPLE_PATH: &str = "/samples/productive-venue-snapshot";
 pub(crate) const DOCS_PREFIX: &str = "/docs/machines/";
 /// The origin's icon, where indexes look for one.
 pub(crate) const FAVICON_PATH: &str = "/favicon.svg";
+/// Where the storefront (`catalog::storefront`) is served.
+pub(crate) const STOREFRONT_PREFIX: &str = "/storefront/";
+
+/// The served path of a machine's storefront page.
+pub(crate) fn storefront_page(machine: &Machine) -> String {
+    format!("{STOREFRONT_PREFIX}{}", machine.machine)
+}
 /// Free documents: (served path, committed render path, content type). The service serves
 /// each render from memory with the base URL substituted.
 pub(crate) const FREE_DOCUMENTS: [(&str, &str, &str); 7] = [
