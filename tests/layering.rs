@@ -51,14 +51,18 @@ fn module_of(path: &Path) -> Option<String> {
     (name != "lib" && name != "main").then(|| name.to_string())
 }
 
-/// The top-level modules a source text names through `crate::`, with `crate::{a, b::c}`
-/// groups expanded. Comment lines are skipped.
-fn crate_imports(source: &str) -> Vec<String> {
-    let code: String = source
+fn without_comment_lines(source: &str) -> String {
+    source
         .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
-        .join("\n");
+        .join("\n")
+}
+
+/// The top-level modules a source text names through `crate::`, with `crate::{a, b::c}`
+/// groups expanded. Comment lines are skipped.
+fn crate_imports(source: &str) -> Vec<String> {
+    let code = without_comment_lines(source);
     let mut names = Vec::new();
     for (at, _) in code.match_indices("crate::") {
         let rest = &code[at + "crate::".len()..];
@@ -162,11 +166,7 @@ fn every_engine_module_has_a_level() {
 /// Every `crate::` path a source text names, as segments, with `{a, b::{c, d}}` groups
 /// expanded (`crate::x::{y, z::w}` → `x::y`, `x::z::w`). Comment lines are skipped.
 fn crate_paths(source: &str) -> Vec<Vec<String>> {
-    let code: String = source
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("//"))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = without_comment_lines(source);
     let mut paths = Vec::new();
     for (at, _) in code.match_indices("crate::") {
         expand(&code[at + "crate::".len()..], Vec::new(), &mut paths);
