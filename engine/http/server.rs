@@ -176,14 +176,14 @@ fn routes(
                         method: &method,
                         path: path.as_str(),
                         headers: &headers,
-                        request_id: request_id.to_str().unwrap_or_default(),
+                        request_id: request_id.as_str(),
                     };
                     let (mut response, counters) = dispatch(&state, &request, body).await;
                     counters.request(response.status().as_u16());
                     log_request(&request, &response, started);
                     response
                         .headers_mut()
-                        .insert(request_id::HEADER, request_id);
+                        .insert(request_id::HEADER, request_id.into_header());
                     response
                 })
             },
