@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use factomat::catalog::Manifest;
+use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
 fn committed() -> Value {
@@ -42,6 +43,27 @@ fn assert_reports(manifest: &Value, expected: &str) {
 #[test]
 fn the_committed_manifest_is_consistent() {
     assert_eq!(errors_of(&committed()), Vec::<String>::new());
+}
+
+/// VM09's packet seals itself (`handoff_sha256` over the rest, docs/hashing.md): its example
+/// is a packet a caller can check, so the seal must hold there too.
+#[test]
+fn the_vm09_example_packet_holds_its_own_seal() {
+    let manifest = committed();
+    let example = manifest["machines"]
+        .as_array()
+        .expect("machines")
+        .iter()
+        .find(|m| m["machine"] == "VM09")
+        .expect("VM09")["output_example"]
+        .clone();
+    let mut rest = example.as_object().expect("an object").clone();
+    let seal = rest.remove("handoff_sha256").expect("handoff_sha256");
+    assert_eq!(
+        seal,
+        Value::String(canonical_sha256(&Value::Object(rest))),
+        "VM09 output_example.handoff_sha256"
+    );
 }
 
 #[test]
