@@ -177,7 +177,28 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
+    /// `nginx -s stop` (SIGTERM to the master through its pid file): the master stops its
+    /// workers before it exits. A SIGKILL to the master alone left orphaned workers behind.
     fn drop(&mut self) {
+        let stopped = Command::new(nginx_binary())
+            .arg("-p")
+            .arg(&self.dir)
+            .arg("-e")
+            .arg(self.dir.join("error.log"))
+            .arg("-c")
+            .arg(self.dir.join("nginx.conf"))
+            .args(["-s", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stopped && Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
