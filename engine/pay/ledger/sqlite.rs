@@ -362,18 +362,11 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].nonce, None);
         let attempt = NewAttempt {
-            machine: "VM02".into(),
-            family: "ONCHAIN_PREFLIGHT".into(),
-            payer: "0xabc".into(),
-            amount_atomic: "10000".into(),
-            asset: "0xasset".into(),
-            network: "eip155:8453".into(),
-            pay_to: "0xpayee".into(),
             nonce_sha256: "cc".into(),
             nonce: "0x01".into(),
-            valid_before: "99".into(),
             request_sha256: "dd".into(),
             request_id: "req-migrated".into(),
+            ..attempt(0)
         };
         ledger
             .reserve(&attempt)
