@@ -94,15 +94,34 @@ const MAX_PRUNED_SHARE: f64 = 0.3;
 /// A block of at least this many non-whitespace characters (and not link-dense) is prose.
 const PROSE_CHARS: usize = 80;
 
-/// The whitespace-normalized text of the candidate's HTML after pruning. Link density is not
-/// a signal here: inside the chosen container, link lists and "read also" lines are as often
-/// part of the article (by Readability's reference) as not (by trafilatura's).
+/// The whitespace-normalized text of the candidate's HTML after pruning. Link density alone is
+/// not a signal here: inside the chosen container, link lists are as often part of the article
+/// (by Readability's reference) as not (by trafilatura's); only cross-reference lines go.
 pub(crate) fn pruned_text(content_html: &str) -> String {
     let document = kuchikiki::parse_html().one(content_html).document_node;
     let total = text_chars(&document).max(1);
     prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
+    prune(&document, total, is_cross_reference);
     block_text(&document)
+}
+
+/// A paragraph that is a short label and one link making up most of it ("Read also: <another
+/// headline>"): a pointer to another page, not a sentence of this one. A paragraph that is a
+/// link alone, or several links, is left alone.
+fn is_cross_reference(node: &NodeRef, element: &ElementData) -> bool {
+    if &element.name.local != "p" {
+        return false;
+    }
+    let mut links = node
+        .descendants()
+        .filter(|n| n.as_element().is_some_and(|e| &e.name.local == "a"));
+    let (Some(link), None) = (links.next(), links.next()) else {
+        return false;
+    };
+    let text = text_chars(node);
+    let link_text = text_chars(&link);
+    link_text < text && link_text as f64 >= LINK_DENSE_PARAGRAPH * text as f64
 }
 
 /// The text of the whole body with furniture, page headers and link lists pruned: the second
@@ -488,6 +507,18 @@ mod tests {
         for gone in ["Share on", "Related", "Another story", "AFP"] {
             assert!(!text.contains(gone), "{gone} in {text}");
         }
+    }
+
+    #[test]
+    fn a_label_and_one_link_is_a_cross_reference() {
+        let prose = "Running text of the article, long enough to matter here. ".repeat(10);
+        let html = format!(
+            "<div><p>{prose}</p><p>Read also: <a href=/x>Another headline about something else</a></p>\
+             <p><a href=/y>A link standing alone</a></p><p>{prose}</p></div>"
+        );
+        let text = pruned_text(&html);
+        assert!(!text.contains("Another headline"), "{text}");
+        assert!(text.contains("A link standing alone"), "{text}");
     }
 
     #[test]
