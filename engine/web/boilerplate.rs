@@ -513,7 +513,7 @@ mod tests {
     fn a_label_and_one_link_is_a_cross_reference() {
         let prose = "Running text of the article, long enough to matter here. ".repeat(10);
         let html = format!(
-            "<div><p>{prose}</p><p>Read also: <a href=/x>Another headline about something else</a></p>\
+            "<div><p>{prose}</p><p>Read also: <a href=/x>Another headline about something else, told at length</a></p>\
              <p><a href=/y>A link standing alone</a></p><p>{prose}</p></div>"
         );
         let text = pruned_text(&html);
