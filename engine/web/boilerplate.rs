@@ -1,8 +1,9 @@
 //! The second pass over the main candidate the Readability method chose: boilerplate that sits
 //! inside an article container (share bars, related-link lists, comment threads, newsletter
-//! boxes, photo credits) is pruned, then the text is read with block boundaries kept.
-//! Every signal is language independent: markup roles, class/id vocabulary (which stays English
-//! on pages in any language) and link density. Measured effects: docs/extraction-comparison.md.
+//! boxes, captions and photo credits) is pruned, then the text is read with block boundaries
+//! kept. Every signal is language independent: markup roles, class/id vocabulary (which stays
+//! English on pages in any language) and, for the whole-body reading, link density. Measured
+//! effects: docs/extraction-comparison.md.
 
 use kuchikiki::iter::NodeIterator;
 use kuchikiki::traits::TendrilSink;
@@ -52,6 +53,28 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "pagination",
     "pager",
     "copyright",
+    // Captions and photo credits: trafilatura's reference leaves them out; Readability's keeps
+    // them, which costs the mozilla corpus less than link-density pruning inside the container
+    // did (docs/extraction-comparison.md, fourth session).
+    "caption",
+    "figcaption",
+    "credit",
+    "credits",
+    "photographer",
+    "legend",
+    // Post metadata, author boxes, ratings, disclaimers, affiliate notes, update stamps,
+    // signatures, info boxes and teaser rows.
+    "postmetadata",
+    "utility",
+    "author",
+    "bio",
+    "rating",
+    "disclaimer",
+    "affiliate",
+    "updated",
+    "signature",
+    "infobox",
+    "teasers",
     "toolbar",
     "print",
     "skip",
@@ -76,14 +99,34 @@ const MAX_PRUNED_SHARE: f64 = 0.3;
 /// A block of at least this many non-whitespace characters (and not link-dense) is prose.
 const PROSE_CHARS: usize = 80;
 
-/// The whitespace-normalized text of the candidate's HTML after pruning.
+/// The whitespace-normalized text of the candidate's HTML after pruning. Link density alone is
+/// not a signal here: inside the chosen container, link lists are as often part of the article
+/// (by Readability's reference) as not (by trafilatura's); only cross-reference lines go.
 pub(crate) fn pruned_text(content_html: &str) -> String {
     let document = kuchikiki::parse_html().one(content_html).document_node;
     let total = text_chars(&document).max(1);
     prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
-    prune(&document, total, is_link_dense);
+    prune(&document, total, is_cross_reference);
     block_text(&document)
+}
+
+/// A paragraph that is a short label and one link making up most of it ("Read also: <another
+/// headline>"): a pointer to another page, not a sentence of this one. A paragraph that is a
+/// link alone, or several links, is left alone.
+fn is_cross_reference(node: &NodeRef, element: &ElementData) -> bool {
+    if &element.name.local != "p" {
+        return false;
+    }
+    let mut links = node
+        .descendants()
+        .filter(|n| n.as_element().is_some_and(|e| &e.name.local == "a"));
+    let (Some(link), None) = (links.next(), links.next()) else {
+        return false;
+    };
+    let text = text_chars(node);
+    let link_text = text_chars(&link);
+    link_text < text && link_text as f64 >= LINK_DENSE_PARAGRAPH * text as f64
 }
 
 /// The text of the whole body with furniture, page headers and link lists pruned: the second
@@ -449,12 +492,13 @@ mod tests {
     }
 
     #[test]
-    fn furniture_and_link_lists_go_prose_stays() {
+    fn furniture_and_credits_go_prose_and_link_lists_stay() {
         let prose = "A long paragraph of running text that carries the article itself. ".repeat(8);
         let html = format!(
             "<div><p>{prose}</p><div class='share-bar'>Share on Facebook</div>\
-             <h3>Related</h3><ul><li><a href=/a>Another story</a></li><li><a href=/b>More</a></li></ul>\
-             <figure><img src=x><figcaption>The bridge at dawn</figcaption></figure>\
+             <h3>Related</h3><ul class='related-posts'><li><a href=/a>Another story</a></li></ul>\
+             <h3>Sources</h3><ul><li><a href=/s>The survey</a></li><li><a href=/t>The census</a></li></ul>\
+             <figure><img src=x><figcaption>The bridge at dawn <span class='credit'>AFP</span></figcaption></figure>\
              <p>Closing words of the article with <a href=/c>one link</a> in them, a sentence or two long, as prose usually is in an article.</p></div>"
         );
         let text = pruned_text(&html);
@@ -463,10 +507,23 @@ mod tests {
             text.ends_with("in them, a sentence or two long, as prose usually is in an article."),
             "{text}"
         );
-        assert!(text.contains("The bridge at dawn"), "captions stay: {text}");
-        for gone in ["Share on", "Related", "Another story"] {
+        assert!(text.contains("The bridge at dawn"), "{text}");
+        assert!(text.contains("Sources The survey"), "{text}");
+        for gone in ["Share on", "Related", "Another story", "AFP"] {
             assert!(!text.contains(gone), "{gone} in {text}");
         }
+    }
+
+    #[test]
+    fn a_label_and_one_link_is_a_cross_reference() {
+        let prose = "Running text of the article, long enough to matter here. ".repeat(10);
+        let html = format!(
+            "<div><p>{prose}</p><p>Read also: <a href=/x>Another headline about something else, told at length</a></p>\
+             <p><a href=/y>A link standing alone</a></p><p>{prose}</p></div>"
+        );
+        let text = pruned_text(&html);
+        assert!(!text.contains("Another headline"), "{text}");
+        assert!(text.contains("A link standing alone"), "{text}");
     }
 
     #[test]
