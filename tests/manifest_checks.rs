@@ -49,14 +49,8 @@ fn the_committed_manifest_is_consistent() {
 /// is a packet a caller can check, so the seal must hold there too.
 #[test]
 fn the_vm09_example_packet_holds_its_own_seal() {
-    let manifest = committed();
-    let example = manifest["machines"]
-        .as_array()
-        .expect("machines")
-        .iter()
-        .find(|m| m["machine"] == "VM09")
-        .expect("VM09")["output_example"]
-        .clone();
+    let mut manifest = committed();
+    let example = &machine_mut(&mut manifest, "VM09")["output_example"];
     let mut rest = example.as_object().expect("an object").clone();
     let seal = rest.remove("handoff_sha256").expect("handoff_sha256");
     assert_eq!(
