@@ -66,7 +66,7 @@ static PROCESS_KEY: LazyLock<[u64; 2]> = LazyLock::new(|| {
     [word(high), word(low)]
 });
 
-/// Requests numbered in this process.
+/// Fresh ids numbered in this process (a batch takes `BATCH` numbers at once).
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 /// Ids cut at once per runtime thread.
 const BATCH: u64 = 64;
