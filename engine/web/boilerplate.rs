@@ -9,6 +9,8 @@ use kuchikiki::iter::NodeIterator;
 use kuchikiki::traits::TendrilSink;
 use kuchikiki::{ElementData, NodeRef};
 
+use crate::web::text::{contained, trigrams};
+
 /// Class/id words (whole parts of a class or id, split at `-`, `_`, space and case) that mark a
 /// block as page furniture rather than the text it sits in.
 const BOILERPLATE_WORDS: &[&str] = &[
@@ -53,15 +55,6 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "pagination",
     "pager",
     "copyright",
-    // Captions and photo credits: trafilatura's reference leaves them out; Readability's keeps
-    // them, which costs the mozilla corpus less than link-density pruning inside the container
-    // did (docs/extraction-comparison.md, fourth session).
-    "caption",
-    "figcaption",
-    "credit",
-    "credits",
-    "photographer",
-    "legend",
     // Post metadata, author boxes, ratings, disclaimers, affiliate notes, update stamps,
     // signatures, info boxes and teaser rows.
     "postmetadata",
@@ -80,6 +73,18 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "skip",
 ];
 
+/// Class/id words of captions and photo credits: trafilatura's reference leaves them out;
+/// Readability's keeps them, which costs the mozilla corpus less than link-density pruning
+/// inside the container did (docs/extraction-comparison.md, fourth session).
+const CAPTION_WORDS: &[&str] = &[
+    "caption",
+    "figcaption",
+    "credit",
+    "credits",
+    "photographer",
+    "legend",
+];
+
 /// Elements whose content is never running text.
 const FURNITURE_TAGS: &[&str] = &[
     "nav", "aside", "footer", "form", "button", "select", "menu", "dialog",
@@ -96,6 +101,9 @@ const LINK_DENSE_PARAGRAPH: f64 = 0.8;
 /// A node holding more than this share of the candidate's text is never pruned: the signal
 /// that marked it is wrong about the page, not the node.
 const MAX_PRUNED_SHARE: f64 = 0.3;
+/// A form with at least one field per this many characters of text is a form to fill in, not
+/// a page wrapped in a form element.
+const FORM_FIELD_CHARS: usize = 100;
 /// A block of at least this many non-whitespace characters (and not link-dense) is prose.
 const PROSE_CHARS: usize = 80;
 
@@ -107,6 +115,7 @@ pub(crate) fn pruned_text(content_html: &str) -> String {
     let total = text_chars(&document).max(1);
     prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
+    prune_by_kind(&document, total, is_caption);
     prune(&document, total, is_cross_reference);
     block_text(&document)
 }
@@ -129,6 +138,43 @@ fn is_cross_reference(node: &NodeRef, element: &ElementData) -> bool {
     link_text < text && link_text as f64 >= LINK_DENSE_PARAGRAPH * text as f64
 }
 
+/// The document's HTML without page chrome and furniture (every block `is_furniture` marks that
+/// holds at most `MAX_PRUNED_SHARE` of the body's text), when the text the Readability method
+/// chose lies inside a form, dialog or overlay box (`is_overlay`): a login form or a cookie
+/// notice it took for the article. None when the chosen text lies elsewhere.
+pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option<String> {
+    let document = kuchikiki::parse_html().one(html).document_node;
+    let body = document.select_first("body").ok()?.as_node().clone();
+    prune(&body, usize::MAX / 4, is_page_chrome);
+    let limit = MAX_PRUNED_SHARE * text_chars(&body).max(1) as f64;
+    let chosen_chars = chosen.chars().filter(|c| !c.is_whitespace()).count();
+    let wanted = trigrams(chosen);
+    let holds_chosen = |node: &NodeRef| {
+        let chars = text_chars(node);
+        chars * 10 >= chosen_chars * 9
+            && chars as f64 <= limit
+            && contained(&wanted, &trigrams(&node.text_contents()))
+    };
+    let in_overlay = body.descendants().any(|node| {
+        node.as_element()
+            .is_some_and(|element| is_overlay(&node, element))
+            && holds_chosen(&node)
+    });
+    if !in_overlay {
+        return None;
+    }
+    let furniture = body
+        .descendants()
+        .filter(|node| {
+            node.as_element()
+                .is_some_and(|element| is_furniture(node, element))
+                && text_chars(node) as f64 <= limit
+        })
+        .collect();
+    detach_with_headings(outermost(furniture));
+    Some(document.to_string())
+}
+
 /// The text of the whole body with furniture, page headers and link lists pruned: the second
 /// opinion when the Readability method finds no candidate or a very short one.
 pub(crate) fn body_text(html: &str) -> String {
@@ -137,10 +183,12 @@ pub(crate) fn body_text(html: &str) -> String {
         return String::new();
     };
     let body = body.as_node().clone();
-    let total = text_chars(&body).max(1);
-    // Chrome and hidden nodes go whatever their size (no share guard).
+    // Chrome and hidden nodes go whatever their size (no share guard); the share guard of the
+    // other rules counts what is left, not the scripts and styles that were there.
     prune(&body, usize::MAX / 4, is_page_chrome);
+    let total = text_chars(&body).max(1);
     prune(&body, total, is_furniture);
+    prune_by_kind(&body, total, is_caption);
     prune(&body, total, is_link_dense);
     block_text(&body)
 }
@@ -179,19 +227,76 @@ fn is_control(_node: &NodeRef, element: &ElementData) -> bool {
 
 /// Detaches every element `rule` marks (outermost first), with the heading that introduces it.
 fn prune(root: &NodeRef, total: usize, rule: fn(&NodeRef, &ElementData) -> bool) {
-    let marked: Vec<NodeRef> = root
-        .descendants()
-        .filter(|node| {
-            node.as_element().is_some_and(|element| rule(node, element))
-                && (text_chars(node) as f64) <= MAX_PRUNED_SHARE * total as f64
-        })
-        .collect();
-    for node in marked {
+    let limit = MAX_PRUNED_SHARE * total as f64;
+    let marked = outermost(
+        root.descendants()
+            .filter(|node| {
+                node.as_element().is_some_and(|element| rule(node, element))
+                    && (text_chars(node) as f64) <= limit
+            })
+            .collect(),
+    );
+    detach_with_headings(marked);
+}
+
+/// As `prune`, but a kind of node (same tag, same class) that together holds more than the
+/// share is kept: twenty slides' captions are the page's text, whatever their class says.
+fn prune_by_kind(root: &NodeRef, total: usize, rule: fn(&NodeRef, &ElementData) -> bool) {
+    let limit = MAX_PRUNED_SHARE * total as f64;
+    let marked = outermost(
+        root.descendants()
+            .filter(|node| node.as_element().is_some_and(|element| rule(node, element)))
+            .collect(),
+    );
+    detach_with_headings(without_large_kinds(marked, limit));
+}
+
+fn detach_with_headings(nodes: Vec<NodeRef>) {
+    for node in nodes {
         if let Some(heading) = introducing_heading(&node) {
             heading.detach();
         }
         node.detach();
     }
+}
+
+/// The marked nodes that no other marked node contains (`marked` is in document order).
+fn outermost(marked: Vec<NodeRef>) -> Vec<NodeRef> {
+    let mut kept: Vec<NodeRef> = Vec::with_capacity(marked.len());
+    for node in marked {
+        let nested = kept
+            .last()
+            .is_some_and(|outer| node.ancestors().any(|a| &a == outer));
+        if !nested {
+            kept.push(node);
+        }
+    }
+    kept
+}
+
+/// `marked` without the kinds of node (same tag, same class) that together hold more than
+/// `limit` characters: twenty slides' captions or twenty hidden gallery sections are the page's
+/// text, whatever their class says about one of them.
+fn without_large_kinds(marked: Vec<NodeRef>, limit: f64) -> Vec<NodeRef> {
+    let kind = |node: &NodeRef| {
+        node.as_element().map(|e| {
+            let class = e
+                .attributes
+                .borrow()
+                .get("class")
+                .unwrap_or_default()
+                .to_string();
+            (e.name.local.to_string(), class)
+        })
+    };
+    let mut chars_by_kind: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    for node in &marked {
+        *chars_by_kind.entry(kind(node)).or_default() += text_chars(node);
+    }
+    marked
+        .into_iter()
+        .filter(|node| (chars_by_kind[&kind(node)] as f64) <= limit)
+        .collect()
 }
 
 /// The heading right before `node` (whitespace between them ignored), if any.
@@ -216,28 +321,76 @@ fn introducing_heading(node: &NodeRef) -> Option<NodeRef> {
     None
 }
 
+fn is_caption(_node: &NodeRef, element: &ElementData) -> bool {
+    has_class_word(element, CAPTION_WORDS)
+}
+
 fn is_furniture(_node: &NodeRef, element: &ElementData) -> bool {
+    is_furniture_by_markup(element) || has_class_word(element, BOILERPLATE_WORDS)
+}
+
+/// Class/id words of boxes laid over or beside a page, never its article.
+const OVERLAY_WORDS: &[&str] = &[
+    "cookie",
+    "cookies",
+    "consent",
+    "modal",
+    "popup",
+    "newsletter",
+    "subscribe",
+    "subscription",
+    "signup",
+    "login",
+];
+
+/// A form to fill in (at least one field per `FORM_FIELD_CHARS` characters of its text), a
+/// dialog, or a box whose class names an overlay: what the Readability method can take for the
+/// article on a page whose article is short.
+fn is_overlay(node: &NodeRef, element: &ElementData) -> bool {
+    match element.name.local.as_ref() {
+        "dialog" => return true,
+        "form" => {
+            let fields = node
+                .descendants()
+                .filter(|n| {
+                    n.as_element().is_some_and(|e| {
+                        matches!(e.name.local.as_ref(), "input" | "select" | "textarea")
+                    })
+                })
+                .count();
+            return fields * FORM_FIELD_CHARS >= text_chars(node);
+        }
+        _ => {}
+    }
+    element
+        .attributes
+        .borrow()
+        .get("role")
+        .is_some_and(|role| role.trim() == "dialog")
+        || has_class_word(element, OVERLAY_WORDS)
+}
+
+/// Furniture by its tag or ARIA role, which a page states outright (class words are guesses).
+fn is_furniture_by_markup(element: &ElementData) -> bool {
     let tag = element.name.local.as_ref();
-    if FURNITURE_TAGS.contains(&tag) {
-        return true;
-    }
+    FURNITURE_TAGS.contains(&tag)
+        || element.attributes.borrow().get("role").is_some_and(|role| {
+            matches!(
+                role.trim(),
+                "navigation" | "complementary" | "contentinfo" | "banner" | "dialog"
+            )
+        })
+}
+
+/// Whether a class or id token of at most `MAX_NAME_WORDS` words holds one of `vocabulary`.
+fn has_class_word(element: &ElementData, vocabulary: &[&str]) -> bool {
     let attributes = element.attributes.borrow();
-    if attributes.get("role").is_some_and(|role| {
-        matches!(
-            role.trim(),
-            "navigation" | "complementary" | "contentinfo" | "banner" | "dialog"
-        )
-    }) {
-        return true;
-    }
     ["class", "id"].iter().any(|name| {
         attributes.get(*name).is_some_and(|value| {
             value.split_ascii_whitespace().any(|token| {
                 let words: Vec<String> = value_words(token).collect();
                 words.len() <= MAX_NAME_WORDS
-                    && words
-                        .iter()
-                        .any(|w| BOILERPLATE_WORDS.contains(&w.as_str()))
+                    && words.iter().any(|w| vocabulary.contains(&w.as_str()))
             })
         })
     })
@@ -403,7 +556,8 @@ impl BlockReader {
                 if matches!(name, "script" | "style" | "template" | "noscript") {
                     return;
                 }
-                if self.skip_furniture && is_furniture(node, element) {
+                if self.skip_furniture && (is_furniture(node, element) || is_caption(node, element))
+                {
                     return;
                 }
                 (is_block(name), name == "a", is_heading(name))
@@ -524,6 +678,93 @@ mod tests {
         let text = pruned_text(&html);
         assert!(!text.contains("Another headline"), "{text}");
         assert!(text.contains("A link standing alone"), "{text}");
+    }
+
+    #[test]
+    fn a_gallery_of_captions_is_the_text_a_lone_caption_is_not() {
+        let intro =
+            "The introduction of a gallery page, which sets the scene for the slides. ".repeat(2);
+        let slide = |n: usize| {
+            format!(
+                "<figure><img src=/{n}.jpg><figcaption class=slide-caption>Slide {n}: what this \
+                 costume needs, told in two sentences. A dress, a bow and a little patience.\
+                 </figcaption></figure>"
+            )
+        };
+        let slides: String = (1..=12).map(slide).collect();
+        let text = pruned_text(&format!("<div><p>{intro}</p>{slides}</div>"));
+        assert!(text.contains("Slide 12: what this costume needs"), "{text}");
+        let prose = "Running text of the article, long enough to matter here. ".repeat(10);
+        let text = pruned_text(&format!(
+            "<div><p>{prose}</p>{}<p>{prose}</p></div>",
+            slide(1)
+        ));
+        assert!(!text.contains("Slide 1"), "{text}");
+    }
+
+    #[test]
+    fn the_body_share_guard_counts_text_not_scripts() {
+        let prose = "A paragraph of the only article on this page, plain and readable. ".repeat(4);
+        let script = format!("<script>var state = \"{}\";</script>", "x ".repeat(5000));
+        let html = format!(
+            "<html><body>{script}<div class=post-sidebar-layout><p>{prose}</p></div>\
+             <div class=sidebar><p>Links elsewhere</p></div></body></html>"
+        );
+        let text = body_text(&html);
+        assert!(
+            text.starts_with("A paragraph of the only article"),
+            "{text}"
+        );
+        assert!(!text.contains("Links elsewhere"), "{text}");
+    }
+
+    #[test]
+    fn a_chosen_text_inside_a_login_form_or_cookie_box_is_furniture() {
+        let article = format!(
+            "<div class=story>{}</div>",
+            "<p>The article the page is about, a paragraph at a time.</p>".repeat(6)
+        );
+        let form = "<form><label>E-mail <input type=email></label><label>Password \
+                    <input type=password></label><p>Forgotten your password? Ask for a new one.</p></form>";
+        let html = format!("<html><body>{article}<div class=account>{form}</div></body></html>");
+        let cleaned = html_without_furniture_holding(
+            &html,
+            "E-mail Password Forgotten your password? Ask for a new one.",
+        )
+        .expect("the chosen text is the login form's");
+        assert!(!cleaned.contains("Forgotten"), "{cleaned}");
+        assert!(
+            cleaned.contains("The article the page is about"),
+            "{cleaned}"
+        );
+        assert!(
+            html_without_furniture_holding(
+                &html,
+                "The article the page is about, a paragraph at a time."
+            )
+            .is_none()
+        );
+        let cookie = "<div class=cookie-notice><p>This site uses cookies to count visits and keep you signed in.</p></div>";
+        let html = format!("<html><body>{article}{cookie}</body></html>");
+        assert!(
+            html_without_furniture_holding(
+                &html,
+                "This site uses cookies to count visits and keep you signed in."
+            )
+            .is_some()
+        );
+        let wrapped = format!(
+            "<html><body><form><input type=search>{}</form></body></html>",
+            "<p>A page that a framework wraps in one form element, with a search field.</p>"
+                .repeat(5)
+        );
+        assert!(
+            html_without_furniture_holding(
+                &wrapped,
+                "A page that a framework wraps in one form element"
+            )
+            .is_none()
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use url::Url;
 
 use crate::web::boilerplate;
 pub(crate) use crate::web::text::normalize_whitespace;
+use crate::web::text::{contained, trigrams};
 
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
@@ -31,9 +32,6 @@ const MAX_TYPES: usize = 100;
 const MAX_TYPE_CHARS: usize = 200;
 const MAX_DATE_CHARS: usize = 100;
 const MAX_JSON_LD_DEPTH: usize = 32;
-/// Share of the main text's word trigrams that must lie inside a container for the text to
-/// count as taken from it.
-const CONTAINMENT: f64 = 0.9;
 
 /// A Readability result shorter than this (characters) is checked against the pruned body
 /// text, which replaces it when more than twice as long: the method misses pages whose text is
@@ -647,10 +645,7 @@ fn main_text(
 ) -> (String, Basis) {
     let mut text = readability_text(html, page);
     if text.chars().count() < SECOND_OPINION_BELOW {
-        let body = boilerplate::body_text(html);
-        if body.chars().count() > 2 * text.chars().count() {
-            text = body;
-        }
+        text = second_opinion(html, page, text);
     }
     if text.chars().count() < TEMPLATE_BELOW {
         let templates = template_text(document);
@@ -665,6 +660,27 @@ fn main_text(
         return (String::new(), Basis::None);
     }
     (text.clone(), basis_of(&text, document))
+}
+
+/// A short Readability result checked against the pruned body text, which replaces it when more
+/// than twice as long. When the result was a form, dialog or overlay box (a login form, a
+/// cookie notice), it is not kept: the method is run again on the page without its furniture,
+/// and the longer of that and the body text is the text.
+fn second_opinion(html: &str, page: Option<&Url>, first: String) -> String {
+    let body = boilerplate::body_text(html);
+    if let Some(cleaned) = boilerplate::html_without_furniture_holding(html, &first) {
+        let again = readability_text(&cleaned, page);
+        return if again.chars().count() >= body.chars().count() {
+            again
+        } else {
+            body
+        };
+    }
+    if body.chars().count() > 2 * first.chars().count() {
+        body
+    } else {
+        first
+    }
 }
 
 /// The page's standfirst when the text lacks it: the first block of the body, outside page
@@ -745,29 +761,6 @@ fn basis_of(text: &str, document: &NodeRef) -> Basis {
     } else {
         Basis::BodyHeuristic
     }
-}
-
-fn trigrams(text: &str) -> HashSet<(String, String, String)> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    words
-        .windows(3)
-        .map(|w| (w[0].clone(), w[1].clone(), w[2].clone()))
-        .collect()
-}
-
-fn contained(
-    wanted: &HashSet<(String, String, String)>,
-    container: &HashSet<(String, String, String)>,
-) -> bool {
-    if wanted.is_empty() {
-        return false;
-    }
-    let hits = wanted.iter().filter(|t| container.contains(*t)).count();
-    hits as f64 / wanted.len() as f64 >= CONTAINMENT
 }
 
 #[cfg(test)]
