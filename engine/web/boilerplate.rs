@@ -101,6 +101,9 @@ const LINK_DENSE_PARAGRAPH: f64 = 0.8;
 /// A node holding more than this share of the candidate's text is never pruned: the signal
 /// that marked it is wrong about the page, not the node.
 const MAX_PRUNED_SHARE: f64 = 0.3;
+/// A line above the article's first prose that is shorter than this (and holds a digit) is a
+/// date or time stamp.
+const STAMP_CHARS: usize = 15;
 /// A form with at least one field per this many characters of text is a form to fill in, not
 /// a page wrapped in a form element.
 const FORM_FIELD_CHARS: usize = 100;
@@ -594,6 +597,22 @@ fn trim_tail(blocks: &mut Vec<Block>) {
     }
 }
 
+/// Drops the short lines with a digit before the first prose block (not headings): dates,
+/// times and reading times ("03.04.2020", "4 Min Read") that stand above an article.
+fn trim_head(blocks: &mut Vec<Block>) {
+    let Some(first) = blocks.iter().position(Block::is_prose) else {
+        return;
+    };
+    let mut index = 0;
+    blocks.retain(|block| {
+        index += 1;
+        let stamp = !block.heading
+            && block.weight() < STAMP_CHARS
+            && block.text.chars().any(|c| c.is_ascii_digit());
+        index > first || !stamp
+    });
+}
+
 /// CJK ideographs, kana and Hangul (U+2E80 onwards, below the surrogates).
 fn is_wide_script(c: char) -> bool {
     ('\u{2E80}'..='\u{D7FF}').contains(&c)
@@ -632,6 +651,7 @@ pub(crate) fn block_texts_outside_furniture(root: &NodeRef) -> impl Iterator<Ite
 fn block_text(root: &NodeRef) -> String {
     let mut blocks = blocks(root);
     trim_tail(&mut blocks);
+    trim_head(&mut blocks);
     join(&blocks)
 }
 
@@ -764,6 +784,19 @@ mod tests {
                 "A page that a framework wraps in one form element"
             )
             .is_none()
+        );
+    }
+
+    #[test]
+    fn date_stamps_above_the_first_prose_go_headings_and_labels_stay() {
+        let prose = "The first paragraph of the article, long enough to count as running prose: a sentence or two, and then some more words.";
+        let html = format!(
+            "<div><h1>Title</h1><p>4 Min Read</p><p>Analysis</p><time>03.04.2020</time>\
+             <p>{prose}</p><p>On 3 May</p></div>"
+        );
+        assert_eq!(
+            pruned_text(&html),
+            format!("Title Analysis {prose} On 3 May")
         );
     }
 
