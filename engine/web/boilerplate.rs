@@ -50,7 +50,6 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "popup",
     "modal",
     "sidebar",
-    "widget",
     "footer",
     "pagination",
     "pager",
