@@ -26,7 +26,6 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "subscribe",
     "subscription",
     "signup",
-    "comment",
     "comments",
     "commentlist",
     "respond",
@@ -69,7 +68,6 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "teasers",
     "toolbar",
     "print",
-    "skip",
 ];
 
 /// Class/id words of captions and photo credits: trafilatura's reference leaves them out;
