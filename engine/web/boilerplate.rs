@@ -68,6 +68,10 @@ const BOILERPLATE_WORDS: &[&str] = &[
     "teasers",
     "toolbar",
     "print",
+    // Time stamps, reading times ("reading-time") and further-reading lists, image galleries.
+    "time",
+    "reading",
+    "gallery",
 ];
 
 /// Class/id words of captions and photo credits: trafilatura's reference leaves them out;
