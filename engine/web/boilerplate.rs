@@ -5,6 +5,8 @@
 //! English on pages in any language) and, for the whole-body reading, link density. Measured
 //! effects: docs/extraction-comparison.md.
 
+use std::collections::HashMap;
+
 use kuchikiki::iter::NodeIterator;
 use kuchikiki::traits::TendrilSink;
 use kuchikiki::{ElementData, NodeRef};
@@ -84,6 +86,20 @@ const CAPTION_WORDS: &[&str] = &[
     "credits",
     "photographer",
     "legend",
+];
+
+/// Class/id words of boxes laid over or beside a page, never its article.
+const OVERLAY_WORDS: &[&str] = &[
+    "cookie",
+    "cookies",
+    "consent",
+    "modal",
+    "popup",
+    "newsletter",
+    "subscribe",
+    "subscription",
+    "signup",
+    "login",
 ];
 
 /// Elements whose content is never running text.
@@ -279,8 +295,8 @@ fn outermost(marked: Vec<NodeRef>) -> Vec<NodeRef> {
 }
 
 /// `marked` without the kinds of node (same tag, same class) that together hold more than
-/// `limit` characters: twenty slides' captions or twenty hidden gallery sections are the page's
-/// text, whatever their class says about one of them.
+/// `limit` characters: twenty slides' captions are the page's text, whatever their class says
+/// about one of them.
 fn without_large_kinds(marked: Vec<NodeRef>, limit: f64) -> Vec<NodeRef> {
     let kind = |node: &NodeRef| {
         node.as_element().map(|e| {
@@ -293,7 +309,7 @@ fn without_large_kinds(marked: Vec<NodeRef>, limit: f64) -> Vec<NodeRef> {
             (e.name.local.to_string(), class)
         })
     };
-    let mut chars_by_kind: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
+    let mut chars_by_kind: HashMap<_, usize> = HashMap::new();
     for node in &marked {
         *chars_by_kind.entry(kind(node)).or_default() += text_chars(node);
     }
@@ -325,6 +341,7 @@ fn introducing_heading(node: &NodeRef) -> Option<NodeRef> {
     None
 }
 
+/// A caption or photo credit by its class or id.
 fn is_caption(_node: &NodeRef, element: &ElementData) -> bool {
     has_class_word(element, CAPTION_WORDS)
 }
@@ -332,20 +349,6 @@ fn is_caption(_node: &NodeRef, element: &ElementData) -> bool {
 fn is_furniture(_node: &NodeRef, element: &ElementData) -> bool {
     is_furniture_by_markup(element) || has_class_word(element, BOILERPLATE_WORDS)
 }
-
-/// Class/id words of boxes laid over or beside a page, never its article.
-const OVERLAY_WORDS: &[&str] = &[
-    "cookie",
-    "cookies",
-    "consent",
-    "modal",
-    "popup",
-    "newsletter",
-    "subscribe",
-    "subscription",
-    "signup",
-    "login",
-];
 
 /// A form to fill in (at least one field per `FORM_FIELD_CHARS` characters of its text), a
 /// dialog, or a box whose class names an overlay: what the Readability method can take for the

@@ -1,4 +1,5 @@
-//! Text normalization shared by the extractor and its boilerplate pass.
+//! Text normalization and word-trigram containment, shared by the extractor and its boilerplate
+//! pass.
 
 use std::collections::HashSet;
 
