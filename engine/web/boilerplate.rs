@@ -166,7 +166,8 @@ pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option
     let document = kuchikiki::parse_html().one(html).document_node;
     let body = document.select_first("body").ok()?.as_node().clone();
     prune(&body, usize::MAX / 4, is_page_chrome);
-    let limit = MAX_PRUNED_SHARE * text_chars(&body).max(1) as f64;
+    let total = text_chars(&body).max(1);
+    let limit = MAX_PRUNED_SHARE * total as f64;
     let chosen_chars = chosen.chars().filter(|c| !c.is_whitespace()).count();
     let wanted = trigrams(chosen);
     let holds_chosen = |node: &NodeRef| {
@@ -183,15 +184,7 @@ pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option
     if !in_overlay {
         return None;
     }
-    let furniture = body
-        .descendants()
-        .filter(|node| {
-            node.as_element()
-                .is_some_and(|element| is_furniture(node, element))
-                && text_chars(node) as f64 <= limit
-        })
-        .collect();
-    detach_with_headings(outermost(furniture));
+    prune(&body, total, is_furniture);
     Some(document.to_string())
 }
 
@@ -248,27 +241,38 @@ fn is_control(_node: &NodeRef, element: &ElementData) -> bool {
 /// Detaches every element `rule` marks (outermost first), with the heading that introduces it.
 fn prune(root: &NodeRef, total: usize, rule: fn(&NodeRef, &ElementData) -> bool) {
     let limit = MAX_PRUNED_SHARE * total as f64;
-    let marked = outermost(
-        root.descendants()
-            .filter(|node| {
-                node.as_element().is_some_and(|element| rule(node, element))
-                    && (text_chars(node) as f64) <= limit
-            })
-            .collect(),
-    );
-    detach_with_headings(marked);
+    let small = marked(root, rule).filter(|node| text_chars(node) as f64 <= limit);
+    detach_with_headings(outermost(small));
 }
 
 /// As `prune`, but a kind of node (same tag, same class) that together holds more than the
 /// share is kept: twenty slides' captions are the page's text, whatever their class says.
 fn prune_by_kind(root: &NodeRef, total: usize, rule: fn(&NodeRef, &ElementData) -> bool) {
     let limit = MAX_PRUNED_SHARE * total as f64;
-    let marked = outermost(
-        root.descendants()
-            .filter(|node| node.as_element().is_some_and(|element| rule(node, element)))
-            .collect(),
-    );
-    detach_with_headings(without_large_kinds(marked, limit));
+    detach_with_headings(without_large_kinds(outermost(marked(root, rule)), limit));
+}
+
+/// The elements under `root` that `rule` marks, in document order.
+fn marked(
+    root: &NodeRef,
+    rule: fn(&NodeRef, &ElementData) -> bool,
+) -> impl Iterator<Item = NodeRef> {
+    root.descendants()
+        .filter(move |node| node.as_element().is_some_and(|element| rule(node, element)))
+}
+
+/// The nodes (in document order) that no other of them contains.
+fn outermost(nodes: impl Iterator<Item = NodeRef>) -> Vec<NodeRef> {
+    let mut kept: Vec<NodeRef> = Vec::new();
+    for node in nodes {
+        let nested = kept
+            .last()
+            .is_some_and(|outer| node.ancestors().any(|a| &a == outer));
+        if !nested {
+            kept.push(node);
+        }
+    }
+    kept
 }
 
 fn detach_with_headings(nodes: Vec<NodeRef>) {
@@ -278,20 +282,6 @@ fn detach_with_headings(nodes: Vec<NodeRef>) {
         }
         node.detach();
     }
-}
-
-/// The marked nodes that no other marked node contains (`marked` is in document order).
-fn outermost(marked: Vec<NodeRef>) -> Vec<NodeRef> {
-    let mut kept: Vec<NodeRef> = Vec::with_capacity(marked.len());
-    for node in marked {
-        let nested = kept
-            .last()
-            .is_some_and(|outer| node.ancestors().any(|a| &a == outer));
-        if !nested {
-            kept.push(node);
-        }
-    }
-    kept
 }
 
 /// `marked` without the kinds of node (same tag, same class) that together hold more than
