@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use http::header::{
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CONNECTION, CONTENT_LENGTH,
-    CONTENT_TYPE,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CACHE_CONTROL, CONNECTION,
+    CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
@@ -32,10 +32,14 @@ use crate::http::state::PaidRoute;
 pub use crate::http::state::{AppState, StartError};
 use crate::http::{admin, request_id};
 use crate::machines::Work;
+use crate::pay::echo::Declared;
 use crate::pay::gate::{self, PaidOutcome};
 use crate::support::metrics::{RouteCounters, metrics};
 
 const JSON: &str = "application/json";
+/// `Retry-After` of a 503 of ours (ledger, facilitator, readiness): seconds.
+const RETRY_UNAVAILABLE: &str = "5";
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
@@ -277,9 +281,10 @@ where
         }
         Err(error) => return error_response(&error),
     };
-    let (Some(challenge), Some(requirement), Some(pay_to)) = (
+    let (Some(challenge), Some(requirement), Some(declared), Some(pay_to)) = (
         &route.challenge,
         &route.requirement,
+        &route.declared,
         state.config.pay_to.as_deref(),
     ) else {
         return error_response(&ApiError::unavailable(
@@ -309,6 +314,7 @@ where
         state: Arc::clone(state),
         machine: route.machine,
         requirement: requirement.clone(),
+        declared: declared.clone(),
         pay_to: pay_to.to_string(),
         request,
         work,
@@ -337,6 +343,7 @@ struct PaidCall {
     state: Arc<AppState>,
     machine: &'static Machine,
     requirement: Value,
+    declared: Declared,
     pay_to: String,
     request: Value,
     work: Work,
@@ -357,6 +364,7 @@ impl PaidCall {
         let call = gate::PaidCall {
             machine: self.machine,
             requirement: &self.requirement,
+            declared: &self.declared,
             pay_to: &self.pay_to,
             request: &self.request,
             header: &self.signature,
@@ -385,8 +393,17 @@ fn paid_response(
                 challenge::PAYMENT_RESPONSE,
                 &payment_response,
             );
+            // A paid answer is the buyer's alone: no shared cache keeps it.
+            response
+                .headers_mut()
+                .insert(CACHE_CONTROL, const { HeaderValue::from_static("private") });
             response
         }
+        PaidOutcome::Pending {
+            transaction,
+            retry_after_seconds,
+            payment_response,
+        } => settlement_pending(transaction, retry_after_seconds, &payment_response),
         PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, &reason),
         PaidOutcome::SettleFailed {
             reason,
@@ -421,6 +438,32 @@ fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) ->
             reason,
         )),
     }
+}
+
+/// 503 for a payment whose outcome is unknown: no fresh challenge (a client must not sign
+/// again), `Retry-After` until the authorization's outcome must be decided, and the
+/// PAYMENT-RESPONSE `settlement_pending` with the transaction when known.
+fn settlement_pending(
+    transaction: Option<String>,
+    retry_after_seconds: u64,
+    payment_response: &str,
+) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "error": {
+            "code": "settlement_pending",
+            "message": "the payment is being settled and its outcome is not known yet: do not sign a new payment for this request, this one may still be charged. The operator's reconciliation records the outcome from the chain.",
+        },
+        "transaction": transaction,
+        "retry_after_seconds": retry_after_seconds,
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut response = base_response(StatusCode::SERVICE_UNAVAILABLE, JSON, bytes);
+    insert_header(&mut response, challenge::PAYMENT_RESPONSE, payment_response);
+    if let Ok(value) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        response.headers_mut().insert(RETRY_AFTER, value);
+    }
+    response.headers_mut().insert(CACHE_CONTROL, NO_STORE);
+    response
 }
 
 fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str) {
@@ -614,15 +657,24 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
 
 fn payment_required(challenge: &Challenge) -> Response<Bytes> {
     let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         const { HeaderName::from_static(challenge::PAYMENT_REQUIRED) },
         challenge.header.clone(),
     );
+    // A challenge (and a refusal's fresh one) is per request: never cached.
+    headers.insert(CACHE_CONTROL, NO_STORE);
     response
 }
 
 pub(crate) fn error_response(error: &ApiError) -> Response<Bytes> {
-    base_response(error.status, JSON, Bytes::from(error.body()))
+    let mut response = base_response(error.status, JSON, Bytes::from(error.body()));
+    if error.status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, const { HeaderValue::from_static(RETRY_UNAVAILABLE) });
+    }
+    response
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Bytes> {
