@@ -321,6 +321,64 @@ mod tests {
     }
 
     #[test]
+    fn every_commit_waits_for_the_disk() {
+        let dir = std::env::temp_dir().join(format!("factomat-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let level: i64 = ledger
+            .with(|c| c.pragma_query_value(None, "synchronous", |r| r.get(0)))
+            .expect("pragma");
+        // 2 = FULL: a power loss cannot roll back a reserved or settled row.
+        assert_eq!(level, 2);
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_transfer_proves_one_row_and_a_strike_ends_on_time() {
+        let dir = std::env::temp_dir().join(format!("factomat-proof-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let first = ledger.reserve(&attempt(1)).expect("reserve");
+        let second = ledger.reserve(&attempt(2)).expect("reserve");
+        let proven = Outcome::Settled {
+            transaction: "0xfeed".into(),
+            transfer_log_index: Some(3),
+            evidence: None,
+        };
+        assert!(resolve(&ledger, first, "reserved", &proven));
+        assert!(matches!(
+            ledger.change(second, "reserved", &proven.change()),
+            Err(LedgerError::Duplicate)
+        ));
+        let burned = Outcome::NonceBurned {
+            transaction: "0xfeed".into(),
+            evidence: "spent elsewhere".into(),
+            strike_until: Some(2_000),
+        };
+        assert!(resolve(&ledger, second, "reserved", &burned));
+        let check = |payer: &str, now| {
+            ledger
+                .precheck(&format!("{:064x}", 9), payer, now)
+                .expect("precheck")
+        };
+        assert!(check("0xabc", 1_999).payer_struck);
+        assert!(!check("0xabc", 2_000).payer_struck, "the strike ends");
+        assert!(!check("0xdef", 1_000).payer_struck);
+        assert!(
+            ledger
+                .precheck(&format!("{:064x}", 1), "0xdef", 0)
+                .expect("precheck")
+                .nonce_known
+        );
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_wal_stays_bounded_under_many_commits() {
         let dir = std::env::temp_dir().join(format!("factomat-wal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
