@@ -519,7 +519,8 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 402);
     assert_eq!(
-        response.headers()["cache-control"], "no-store",
+        response.headers()["cache-control"],
+        "no-store",
         "a refusal's fresh challenge is never cached"
     );
     let settlement = decode_header(
@@ -1040,7 +1041,8 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
     assert_eq!(
-        response.headers()["cache-control"], "private",
+        response.headers()["cache-control"],
+        "private",
         "a paid answer is the buyer's alone"
     );
     let settlement = decode_header(

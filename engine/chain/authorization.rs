@@ -228,7 +228,9 @@ impl AuthorizationReader {
                     start = end + 1;
                 }
                 // A provider refuses a range it finds too wide with an error answer: narrower.
-                Err(RpcError::ErrorResp(_)) if window > MIN_LOG_WINDOW => window = window.div_ceil(2),
+                Err(RpcError::ErrorResp(_)) if window > MIN_LOG_WINDOW => {
+                    window = window.div_ceil(2)
+                }
                 Err(error) => return Err(ChainReadError::rpc(&error)),
             }
         }
@@ -272,9 +274,10 @@ pub(crate) fn judge_logs(logs: &[Log], terms: &PaymentTerms, transaction: &str) 
             && log.inner.data.topics().get(2) == Some(&terms.nonce)
     };
     let topic0 = |log: &Log| log.inner.data.topics().first().copied();
-    let canceled = logs.iter().filter(ours).find(|log| {
-        topic0(log) == Some(IEip3009State::AuthorizationCanceled::SIGNATURE_HASH)
-    });
+    let canceled = logs
+        .iter()
+        .filter(ours)
+        .find(|log| topic0(log) == Some(IEip3009State::AuthorizationCanceled::SIGNATURE_HASH));
     if canceled.is_some() {
         return ReceiptVerdict::Burned {
             transaction: transaction.to_string(),

@@ -670,9 +670,10 @@ fn payment_required(challenge: &Challenge) -> Response<Bytes> {
 pub(crate) fn error_response(error: &ApiError) -> Response<Bytes> {
     let mut response = base_response(error.status, JSON, Bytes::from(error.body()));
     if error.status == StatusCode::SERVICE_UNAVAILABLE {
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, const { HeaderValue::from_static(RETRY_UNAVAILABLE) });
+        response.headers_mut().insert(
+            RETRY_AFTER,
+            const { HeaderValue::from_static(RETRY_UNAVAILABLE) },
+        );
     }
     response
 }
