@@ -20,6 +20,11 @@
 //     burn-nonce --from-key K <nonce> [--token T]      K signs an EIP-3009 TransferWithAuthorization K -> K, value 0,
 //                                                     this 32-byte nonce, validAfter 0, validBefore now + 1 year; the
 //                                                     admin gets it mined. Prints {transaction, block_number, authorizer, nonce}
+//     batch-authorizations --burn-key K --burn-nonce X --execute '<json>' [--token T]
+//                                                     ONE transaction (AuthorizationBatch, deployed on first use) that first
+//                                                     burns nonce X (K -> K, value 0) and then executes the given signed
+//                                                     authorization; <json> is {authorization, signature} (a payment's
+//                                                     payload.payload, or the whole payment payload). Prints {transaction, ...}
 //     advance-time <seconds>                          evm_increaseTime + evm_mine; prints the new block {number, timestamp}
 //     receipt <hash>                                  {transaction, status, block_number, logs:[{log_index, address, topics,
 //                                                     data, event?, args?}]}; event/args for Transfer, AuthorizationUsed,
@@ -70,6 +75,9 @@ try {
     token: { type: 'string', default: 'usdc' },
     'mint-to': { type: 'string' },
     amount: { type: 'string' },
+    'burn-key': { type: 'string' },
+    'burn-nonce': { type: 'string' },
+    execute: { type: 'string' },
   },
   }));
 } catch (e) {
@@ -127,6 +135,15 @@ async function main() {
     });
     return { ...message, signature };
   };
+  const authTuple = (a) => ({
+    from: getAddress(a.from),
+    to: getAddress(a.to),
+    value: BigInt(a.value),
+    validAfter: BigInt(a.validAfter),
+    validBefore: BigInt(a.validBefore),
+    nonce: a.nonce,
+    signature: a.signature,
+  });
 
   const [cmd, ...a] = pos;
   switch (cmd) {
@@ -259,6 +276,33 @@ async function main() {
       });
       const r = await wait(hash);
       return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: auth.from, nonce: auth.nonce };
+    }
+    case 'batch-authorizations': {
+      if (!opt['burn-key'] || !opt['burn-nonce'] || !opt.execute || a.length !== 0) {
+        throw new Error("usage: batch-authorizations --burn-key K --burn-nonce X --execute '<json {authorization, signature}>' [--token T]");
+      }
+      const t = token(opt.token);
+      let given = JSON.parse(opt.execute);
+      if (given?.payload?.authorization) given = given.payload; // a whole payment payload
+      if (!given?.authorization || typeof given.signature !== 'string') throw new Error('--execute must hold {authorization, signature}');
+      const burn = await selfAuthorization(t, opt['burn-key'], nonceArg(opt['burn-nonce'], '--burn-nonce'));
+      const art = loadArtifact('AuthorizationBatch');
+      const deployed = await wait(await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [] }));
+      const batch = getAddress(deployed.contractAddress);
+      const hash = await admin.writeContract({
+        address: batch,
+        abi: art.abi,
+        functionName: 'executeTwo',
+        args: [t, authTuple(burn), authTuple({ ...given.authorization, signature: given.signature })],
+      });
+      const r = await wait(hash);
+      return {
+        transaction: hash,
+        block_number: r.blockNumber,
+        batch_contract: batch,
+        burned: { authorizer: burn.from, nonce: burn.nonce },
+        executed: { authorizer: getAddress(given.authorization.from), nonce: given.authorization.nonce },
+      };
     }
     case 'advance-time': {
       if (a.length !== 1) throw new Error('usage: advance-time <seconds>');
