@@ -25,6 +25,8 @@
 //                                                     burns nonce X (K -> K, value 0) and then executes the given signed
 //                                                     authorization; <json> is {authorization, signature} (a payment's
 //                                                     payload.payload, or the whole payment payload). Prints {transaction, ...}
+//     new-buyer <amount>                              a fresh random key with <amount> atomic USDC minted to it (0 ETH);
+//                                                     prints {key, address, balance}
 //     advance-time <seconds>                          evm_increaseTime + evm_mine; prints the new block {number, timestamp}
 //     receipt <hash>                                  {transaction, status, block_number, logs:[{log_index, address, topics,
 //                                                     data, event?, args?}]}; event/args for Transfer, AuthorizationUsed,
@@ -34,7 +36,7 @@
 import { parseArgs } from 'node:util';
 import path from 'node:path';
 import { createPublicClient, createWalletClient, http, getAddress, isHex, pad, parseEther, decodeEventLog } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
 import {
   DEFAULT_STATE_PATH,
   USDC_ADDRESS,
@@ -303,6 +305,14 @@ async function main() {
         burned: { authorizer: burn.from, nonce: burn.nonce },
         executed: { authorizer: getAddress(given.authorization.from), nonce: given.authorization.nonce },
       };
+    }
+    case 'new-buyer': {
+      if (a.length !== 1) throw new Error('usage: new-buyer <amount>');
+      const amount = uint(a[0], 'amount');
+      const key = generatePrivateKey();
+      const address = privateKeyToAccount(key).address;
+      await wait(await admin.writeContract({ address: USDC_ADDRESS, abi: ERC20_ABI, functionName: 'mint', args: [address, amount] }));
+      return { key, address, balance: await read(USDC_ADDRESS, 'balanceOf', [address]) };
     }
     case 'advance-time': {
       if (a.length !== 1) throw new Error('usage: advance-time <seconds>');
