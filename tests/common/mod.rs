@@ -11,6 +11,7 @@ pub mod logs;
 pub mod onchain;
 pub mod postgres;
 pub mod replica;
+pub mod rpc_proxy;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;
