@@ -23,7 +23,7 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{Filter, Log};
 use alloy::sol;
 use alloy::sol_types::SolEvent;
-use alloy::transports::{RpcError, TransportError};
+use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::networks::BASE;
 use crate::chain::rpc::{CountedRpc, describe_error};
@@ -227,9 +227,10 @@ impl AuthorizationReader {
                     }
                     start = end + 1;
                 }
-                // A provider refuses a range it finds too wide with an error answer: narrower.
-                Err(RpcError::ErrorResp(_)) if window > MIN_LOG_WINDOW => {
-                    window = window.div_ceil(2)
+                // A provider refuses a range it finds too wide (an error answer, or QuickNode's
+                // HTTP 413): narrower.
+                Err(error) if window > MIN_LOG_WINDOW && is_range_refusal(&error) => {
+                    window = window.div_ceil(2);
                 }
                 Err(error) => return Err(ChainReadError::rpc(&error)),
             }
@@ -261,6 +262,17 @@ impl AuthorizationReader {
             }
         }
         Ok(low)
+    }
+}
+
+/// An answer that may mean "range too wide": a JSON-RPC error, or HTTP 400/413.
+fn is_range_refusal(error: &TransportError) -> bool {
+    match error {
+        RpcError::ErrorResp(_) => true,
+        RpcError::Transport(TransportErrorKind::HttpError(http)) => {
+            matches!(http.status, 400 | 413)
+        }
+        _ => false,
     }
 }
 

@@ -149,7 +149,13 @@ async fn start(real: String, rpc_url: Option<String>, settle: Settle) -> Facilit
         .and(warp::body::bytes())
         .then(move |step: String, body: bytes::Bytes| {
             let proxy = proxy.clone();
-            async move { proxy.handle(&step, body).await }
+            // In a task of its own: a caller that gives up (our settle timeout) must not cut
+            // a settlement the proxy still forwards later.
+            async move {
+                tokio::spawn(async move { proxy.handle(&step, body).await })
+                    .await
+                    .expect("proxy task")
+            }
         });
     let supported = warp::path!("supported").map(|| {
         warp::reply::json(

@@ -7,6 +7,7 @@ pub mod cdp;
 pub mod devstack;
 pub mod facilitator_proxy;
 pub mod https;
+pub mod ledgers;
 pub mod logs;
 pub mod onchain;
 pub mod postgres;
