@@ -479,3 +479,129 @@ async fn ownership_proofs_are_checked_at_start_up_and_published_in_both_document
         );
     }
 }
+
+/// A loopback facilitator that accepts every payment and reports a bazaar outcome in
+/// `EXTENSION-RESPONSES` on `/verify` and `/settle`: success first, then rejected.
+async fn reporting_facilitator() -> String {
+    let calls = Arc::new(AtomicU64::new(0));
+    let supported = warp::path!("supported").map(|| {
+        warp::reply::json(
+            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
+        )
+    });
+    let others = warp::path::param::<String>().map(move |step: String| {
+        let n = calls.fetch_add(1, Ordering::SeqCst);
+        let outcome = if n == 0 {
+            json!({"bazaar": {"status": "success"}})
+        } else {
+            json!({"bazaar": {"status": "rejected", "rejectedReason": "info failed schema validation"}})
+        };
+        let body = if step == "verify" {
+            json!({"isValid": true, "payer": PAY_TO})
+        } else {
+            json!({"success": true, "transaction": format!("0x{}", "ab".repeat(32)), "network": "eip155:8453"})
+        };
+        warp::reply::with_header(
+            warp::reply::json(&body),
+            "extension-responses",
+            base64::engine::general_purpose::STANDARD.encode(outcome.to_string()),
+        )
+    });
+    let addr = common::onchain::serve(supported.or(others)).await;
+    format!("http://{addr}")
+}
+
+/// A PAYMENT-SIGNATURE for a PAYMENT-REQUIRED header, signed offline by the official client.
+fn signed_payment(required: &str, key: &str) -> String {
+    let output = std::process::Command::new("node")
+        .arg(common::repo_root().join("devstack/sign.mjs"))
+        .args(["--required", required, "--key", key])
+        .current_dir(common::repo_root().join("devstack"))
+        .output()
+        .expect("node runs");
+    let signed: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("sign.mjs: {e}: {}", String::from_utf8_lossy(&output.stderr)));
+    signed["header"].as_str().expect("header").to_string()
+}
+
+#[tokio::test]
+async fn the_index_verdict_is_counted_and_shown_to_the_operator_only() {
+    common::logs::capture();
+    let facilitator = reporting_facilitator().await;
+    let mut env = vec![
+        ("FACTOMAT_PAY_TO", PAY_TO),
+        ("FACTOMAT_BASE_URL", BASE_URL),
+        ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
+        ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
+    ];
+    env.extend_from_slice(ALL_PROVIDERS);
+    let server = TestServer::with_env(&env).await;
+    let vm02 = common::machine("VM02");
+    let path = vm02["path"].as_str().expect("path");
+    for _ in 0..2 {
+        let quote = server.post_json(path, &vm02["input_example"]).await;
+        let required = quote.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        let payment = signed_payment(&required, OTHER_KEY);
+        let response = server
+            .client
+            .post(format!("{}{path}", server.url))
+            .header("payment-signature", payment)
+            .json(&vm02["input_example"])
+            .send()
+            .await
+            .expect("answered");
+        // The facilitator reports on /verify and on /settle: four outcomes in all.
+        assert!(response.headers().get("extension-responses").is_none());
+        if let Some(receipt) = response.headers().get("payment-response") {
+            let receipt = decode_header(receipt.to_str().expect("ascii"));
+            assert!(receipt.get("extensionResponses").is_none(), "{receipt}");
+            assert!(!receipt.to_string().contains("bazaar"), "{receipt}");
+        }
+        let text = response.text().await.expect("body");
+        assert!(
+            !text.contains("rejectedReason") && !text.contains("schema validation"),
+            "{text}"
+        );
+    }
+    let admin = format!(
+        "http://{}",
+        server.server.admin_addr.expect("admin listener")
+    );
+    let view: Value = server
+        .client
+        .get(format!("{admin}/health"))
+        .send()
+        .await
+        .expect("admin answers")
+        .json()
+        .await
+        .expect("json");
+    let listing = &view["machines"]["VM02"]["listing"];
+    assert_eq!(listing["status"], "rejected", "{view:#}");
+    assert_eq!(listing["rejectedReason"], "info failed schema validation");
+    assert_eq!(view["machines"]["VM01"]["listing"]["status"], "unknown");
+    let metrics = server
+        .client
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .expect("admin answers")
+        .text()
+        .await
+        .expect("text");
+    for (status, count) in [("success", 1), ("rejected", 3)] {
+        let series = format!(
+            "factomat_discovery_listing_total{{status=\"{status}\",machine=\"VM02\"}} {count}"
+        );
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
+    let public = server.get("/health").await.text().await.expect("text");
+    assert!(
+        !public.contains("rejected") && !public.contains("listing\""),
+        "{public}"
+    );
+    assert!(common::logs::logs().contains("the bazaar rejected this machine's listing"));
+}

@@ -211,6 +211,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         domain,
         refused_locally: Default::default(),
         signatures_deferred: Default::default(),
+        listing: Default::default(),
     }))
 }
 

@@ -21,6 +21,7 @@ use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::AuthorizationReader;
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome, Resolution};
+use crate::pay::listing::ListingBoard;
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 use crate::support::metrics::metrics;
@@ -43,6 +44,8 @@ pub(crate) struct PaymentRail {
     pub refused_locally: AtomicU64,
     /// Smart-wallet signatures passed to the facilitator unchecked.
     pub signatures_deferred: AtomicU64,
+    /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
+    pub listing: ListingBoard,
 }
 
 /// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
@@ -244,11 +247,15 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Ok(false) => {}
         Err(error) => return ledger_failure(&error),
     }
-    match rail
+    let verified = rail
         .facilitator
         .verify(&presented.payload, requirement)
-        .await
-    {
+        .await;
+    if let Ok(verdict) = &verified {
+        let responses = verdict.extension_responses.as_ref();
+        rail.listing.record(&machine.machine, "verify", responses);
+    }
+    match verified {
         Ok(verdict) if verdict.is_valid => metrics().payment("verified", ""),
         Ok(verdict) => {
             // A copy racing the first presentation of the same payment can reach /verify after
@@ -295,6 +302,10 @@ pub(crate) async fn run<E: std::fmt::Display>(
         .facilitator
         .settle(&presented.payload, requirement)
         .await;
+    if let Ok(outcome) = &settled {
+        let responses = outcome.extension_responses.as_ref();
+        rail.listing.record(&machine.machine, "settle", responses);
+    }
     finish_settlement(rail, id, machine, manifest, &presented, settled, body).await
 }
 
