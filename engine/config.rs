@@ -215,6 +215,18 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "Lido API base URL (stETH APR).",
     ),
     (
+        "unpaid_empty_body",
+        "FACTOMAT_UNPAID_EMPTY_BODY",
+        false,
+        "reject (default): an unpaid POST with no body or {} gets 400, a GET of a paid path 405; challenge: they get the machine's 402, which the CDP Bazaar's crawler needs to list it.",
+    ),
+    (
+        "ownership_proofs",
+        "FACTOMAT_OWNERSHIP_PROOFS",
+        false,
+        "EIP-191 (personal_sign) signatures by pay_to of base_url's origin (`factomat discovery ownership-message`), published for x402scan; a TOML array or comma-separated; each is checked at start-up.",
+    ),
+    (
         "discovery_url",
         "FACTOMAT_DISCOVERY_URL",
         false,
@@ -271,6 +283,26 @@ pub enum FacilitatorAuth {
         /// The API key's private key.
         key_secret: Secret,
     },
+}
+
+/// What an unpaid probe of a paid path gets: a POST with no body or `{}`, or a GET/HEAD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnpaidEmptyBody {
+    /// SPEC §7: an empty body is a 400 and a GET of a paid path a 405.
+    #[default]
+    Reject,
+    /// The machine's 402 challenge, as the CDP Bazaar's crawler and validator expect.
+    Challenge,
+}
+
+impl UnpaidEmptyBody {
+    /// The configuration value that selects the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnpaidEmptyBody::Reject => "reject",
+            UnpaidEmptyBody::Challenge => "challenge",
+        }
+    }
 }
 
 /// How log lines are written.
@@ -338,6 +370,11 @@ pub struct Config {
     pub lido_api_url: Option<url::Url>,
     /// The x402 discovery provider.
     pub discovery_url: Option<url::Url>,
+    /// What an unpaid probe with no body, `{}`, or GET/HEAD gets (see [`UnpaidEmptyBody`]).
+    pub unpaid_empty_body: UnpaidEmptyBody,
+    /// Signatures by `pay_to` of the base URL's origin, checked at start-up, published in
+    /// the OpenAPI document and `/.well-known/x402` for x402scan.
+    pub ownership_proofs: Vec<String>,
     /// TESTS ONLY: page hosts connected to a loopback socket instead of resolving them.
     pub unsafe_test_connect_to: Vec<(String, SocketAddr)>,
     /// TESTS ONLY: an extra CA (DER certificates) the page fetcher trusts.
@@ -525,6 +562,13 @@ impl RawLayer {
                 toml::Value::String(s) => s,
                 toml::Value::Integer(n) => n.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
+                // A list (ownership_proofs) is read like its comma-separated environment form.
+                toml::Value::Array(items) => items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_string))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| error(format!("{name}: every entry must be a string")))?
+                    .join(","),
                 other => {
                     return Err(error(format!(
                         "{name}: {} is not a string or number",
@@ -747,6 +791,41 @@ impl RawLayer {
         })
     }
 
+    /// The configured ownership proofs, each a personal_sign signature by `pay_to` of the
+    /// base URL's origin; any other stops start-up naming the key.
+    fn ownership_proofs(
+        &self,
+        base_url: Option<&str>,
+        pay_to: Option<&str>,
+    ) -> Result<Vec<String>, ConfigError> {
+        const KEY: &str = "ownership_proofs";
+        let Some((value, _)) = self.get(KEY) else {
+            return Ok(Vec::new());
+        };
+        let (Some(base_url), Some(pay_to)) = (base_url, pay_to) else {
+            return Err(self.error(
+                KEY,
+                "needs base_url and pay_to: a proof is pay_to's signature of base_url's origin",
+            ));
+        };
+        let message = ownership_message(base_url)
+            .ok_or_else(|| self.error(KEY, "base_url has no origin to sign"))?;
+        let payee = evm::parse_address(pay_to).map_err(|e| self.error("pay_to", e.to_string()))?;
+        let mut proofs = Vec::new();
+        for proof in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let signer = evm::personal_sign_signer(proof, &message)
+                .map_err(|e| self.error(KEY, format!("{proof:?} {e}")))?;
+            if signer != payee {
+                return Err(self.error(
+                    KEY,
+                    format!("{proof:?} is not pay_to's signature of {message:?} (it recovers to {signer}); sign the output of `factomat discovery ownership-message` with the pay_to key"),
+                ));
+            }
+            proofs.push(proof.to_string());
+        }
+        Ok(proofs)
+    }
+
     fn check(self) -> Result<Config, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen_text.parse().map_err(|_| {
@@ -795,6 +874,16 @@ impl RawLayer {
             Some("json") => LogFormat::Json,
             Some(other) => {
                 return Err(self.error("log_format", format!("{other:?} is not text or json")));
+            }
+        };
+        let unpaid_empty_body = match self.get("unpaid_empty_body").map(|(v, _)| v) {
+            None | Some("reject") => UnpaidEmptyBody::Reject,
+            Some("challenge") => UnpaidEmptyBody::Challenge,
+            Some(other) => {
+                return Err(self.error(
+                    "unpaid_empty_body",
+                    format!("{other:?} is not reject or challenge"),
+                ));
             }
         };
         let log_level = self
@@ -855,6 +944,7 @@ impl RawLayer {
                 Some((value, _)) => Ok(Some(Secret(value.to_string()))),
             }
         };
+        let ownership_proofs = self.ownership_proofs(base_url.as_deref(), pay_to.as_deref())?;
         Ok(Config {
             listen,
             admin_listen,
@@ -886,12 +976,21 @@ impl RawLayer {
             dexscreener_url: self.service_url("dexscreener_url")?,
             lido_api_url: self.service_url("lido_api_url")?,
             discovery_url: self.service_url("discovery_url")?,
+            unpaid_empty_body,
+            ownership_proofs,
             unsafe_test_connect_to: self
                 .host_pairs("unsafe_test_connect_to", parse_loopback_socket)?,
             unsafe_test_ca: self.test_ca()?,
             unsafe_test_dns: self.host_pairs("unsafe_test_dns", parse_ip)?,
         })
     }
+}
+
+/// The message an ownership proof signs: the base URL's origin (scheme, host and a
+/// non-default port), as x402scan checks it. None for a URL without one.
+pub fn ownership_message(base_url: &str) -> Option<String> {
+    let origin = url::Url::parse(base_url).ok()?.origin();
+    origin.is_tuple().then(|| origin.ascii_serialization())
 }
 
 /// Why a configured value is unusable; the caller names the key.
@@ -974,12 +1073,43 @@ mod tests {
             .collect()
     }
 
+    /// anvil key #2 (pay_to below) signed "https://factomat.test.example" with personal_sign.
+    const OWNERSHIP_PROOF: &str = "0x031bb39fee54ccb995245009faea93dbeee3d4ef15a2a6c017eee5c1e031dcb902135927f17f5065247badd89c6b2b708e03cf9052ec3d530ffde8fdc5da88931b";
+
+    #[test]
+    fn ownership_proofs_must_be_pay_tos_signature_of_the_origin() {
+        let pay_to = (
+            "FACTOMAT_PAY_TO",
+            "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+        );
+        let proofs = ("FACTOMAT_OWNERSHIP_PROOFS", OWNERSHIP_PROOF);
+        let base = ("FACTOMAT_BASE_URL", "https://factomat.test.example/");
+        let config = Config::from_env(env(&[pay_to, proofs, base])).expect("a good proof");
+        assert_eq!(config.ownership_proofs, vec![OWNERSHIP_PROOF.to_string()]);
+        let other_origin = ("FACTOMAT_BASE_URL", "https://other.example");
+        let err = Config::from_env(env(&[pay_to, proofs, other_origin])).unwrap_err();
+        assert_eq!(err.key, "ownership_proofs");
+        let other_key = (
+            "FACTOMAT_PAY_TO",
+            "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        );
+        let err = Config::from_env(env(&[other_key, proofs, base])).unwrap_err();
+        assert!(err.message.contains("ownership-message"), "{err}");
+        let err = Config::from_env(env(&[proofs, base])).unwrap_err();
+        assert_eq!(err.key, "ownership_proofs");
+        assert_eq!(
+            ownership_message("https://api.example.com:443/v1/"),
+            Some("https://api.example.com".into())
+        );
+    }
+
     #[test]
     fn defaults_listen_on_loopback() {
         let config = Config::load(None, env(&[])).expect("defaults are valid");
         assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(config.base_url, None);
         assert_eq!(config.pay_to, None);
+        assert_eq!(config.unpaid_empty_body, UnpaidEmptyBody::Reject);
         assert_eq!(config.database_url.expose(), DEFAULT_DATABASE_URL);
     }
 
@@ -1016,6 +1146,8 @@ mod tests {
         assert_eq!(err.key, "pay_to");
         let err = Config::load(None, env(&[("FACTOMAT_LOG_FORMAT", "xml")])).unwrap_err();
         assert_eq!(err.key, "log_format");
+        let err = Config::load(None, env(&[("FACTOMAT_UNPAID_EMPTY_BODY", "allow")])).unwrap_err();
+        assert_eq!(err.key, "unpaid_empty_body");
         let err =
             Config::load(None, env(&[("FACTOMAT_BASE_URL", "https://u:p@x.example")])).unwrap_err();
         assert_eq!(err.key, "base_url");
@@ -1058,7 +1190,7 @@ mod tests {
             "listen" => "127.0.0.1:9001",
             "admin_listen" => "127.0.0.1:9002",
             "facilitator_auth" => "static",
-            "base_url" => "https://api.example.com",
+            "base_url" => "https://factomat.test.example",
             "pay_to" => "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
             "log_format" => "json",
             "log_level" => "debug",
@@ -1067,6 +1199,8 @@ mod tests {
             "max_connections" => "77",
             "unpaid_strike_seconds" => "600",
             "rpc_max_log_blocks" => "10",
+            "unpaid_empty_body" => "challenge",
+            "ownership_proofs" => OWNERSHIP_PROOF,
             k if k.ends_with("_ms") => "1234",
             k if k.contains("_url") => "https://x.example/",
             _ => "token",
@@ -1121,6 +1255,8 @@ mod tests {
                 !format!("{config:?}").contains(":pw@"),
                 "the database password never shows in Debug"
             );
+            assert_eq!(config.unpaid_empty_body, UnpaidEmptyBody::Challenge);
+            assert_eq!(config.ownership_proofs, vec![OWNERSHIP_PROOF.to_string()]);
             assert_eq!(config.unsafe_test_connect_to.len(), 1);
             assert_eq!(config.unsafe_test_dns.len(), 1);
             assert!(config.unsafe_test_ca.is_some() && config.unsafe_test_seams_active());

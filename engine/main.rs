@@ -61,6 +61,30 @@ enum Command {
         #[command(subcommand)]
         command: SampleCommand,
     },
+    /// Getting listed by discovery indexes (the CDP Bazaar, x402scan).
+    Discovery {
+        #[command(subcommand)]
+        command: DiscoveryCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DiscoveryCommand {
+    /// Run the preflight of CDP's validator and x402scan against a deployment: each check
+    /// with pass/fail and required/advisory. Exit 1 when a required check fails.
+    Check {
+        /// The deployment's base URL, e.g. https://api.example.com.
+        base_url: String,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print exactly the message an ownership proof signs (the base URL's origin): sign it
+    /// offline with the pay_to key (EIP-191 personal_sign) and set ownership_proofs.
+    OwnershipMessage {
+        /// The base URL (default: the configured base_url).
+        base_url: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -113,6 +137,12 @@ fn main() -> ExitCode {
         Command::Sample {
             command: SampleCommand::Capture { request },
         } => sample_capture(cli.config.as_deref(), request.as_deref()),
+        Command::Discovery {
+            command: DiscoveryCommand::Check { base_url, json },
+        } => discovery_check(&base_url, json),
+        Command::Discovery {
+            command: DiscoveryCommand::OwnershipMessage { base_url },
+        } => ownership_message(cli.config.as_deref(), base_url.as_deref()),
         Command::Extract {
             files,
             url,
@@ -459,4 +489,67 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
     sample::check_capture(machine, &stored).map_err(|e| e.to_string())?;
     sample::store(&config.sample_path, &stored).map_err(|e| e.to_string())?;
     Ok(stored)
+}
+
+/// `factomat discovery check`: the report on stdout, exit 1 on a failed required check.
+fn discovery_check(base_url: &str, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("factomat: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match runtime.block_on(factomat::web::discovery_check::run(base_url)) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("factomat: discovery check: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+        );
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `factomat discovery ownership-message`: the origin an ownership proof signs, alone on
+/// stdout so it can be piped to a signer.
+fn ownership_message(config_path: Option<&Path>, base_url: Option<&str>) -> ExitCode {
+    let base_url = match base_url {
+        Some(base_url) => base_url.to_string(),
+        None => match Config::load(config_path, std::env::vars()) {
+            Ok(Config {
+                base_url: Some(base_url),
+                ..
+            }) => base_url,
+            Ok(_) => {
+                eprintln!("factomat: set base_url (or pass BASE_URL): the proof signs its origin");
+                return ExitCode::from(2);
+            }
+            Err(error) => {
+                eprintln!("factomat: {error}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    match factomat::config::ownership_message(&base_url) {
+        Some(message) => {
+            print!("{message}");
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!("factomat: {base_url:?} has no origin to sign");
+            ExitCode::from(2)
+        }
+    }
 }

@@ -194,7 +194,10 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     assert_eq!(status, 200, "{body}");
     // Nothing of the admin listener is on the public port, and nothing public on it.
     assert_eq!(server.get("/metrics").await.status().as_u16(), 404);
-    assert_eq!(get(&client, format!("{admin}/health")).await.0, 404);
+    assert_eq!(get(&client, format!("{admin}/v1/catalog")).await.0, 404);
+    // The admin /health is the operator view, not the public health document.
+    let (status, view) = get(&client, format!("{admin}/health")).await;
+    assert_eq!(status, 200, "{view}");
 
     let buyer = stack.field("buyer_address");
     let request = json!({"owner": buyer, "token": USDC, "spender": pay_to});

@@ -25,7 +25,7 @@ fn help_lists_the_commands() {
     let output = factomat().arg("--help").output().expect("runs");
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
-    for command in ["serve", "generate", "ledger"] {
+    for command in ["serve", "generate", "ledger", "discovery"] {
         assert!(text.contains(command), "{text}");
     }
 }

@@ -60,6 +60,44 @@ fn the_vm09_example_packet_holds_its_own_seal() {
     );
 }
 
+/// What the CDP Bazaar refuses or drops fails the build (issue 27): a description over 500
+/// characters, a serviceName over 32 ASCII characters, more than 5 tags.
+#[test]
+fn listing_metadata_beyond_the_bazaar_limits_fails() {
+    let mut long_description = committed();
+    machine_mut(&mut long_description, "VM02")["purpose"] = json!("x".repeat(501));
+    assert_reports(
+        &long_description,
+        "VM02.purpose: is resource.description: 501 characters",
+    );
+
+    let mut long_name = committed();
+    long_name["service"]["listing"]["service_name"] = json!("n".repeat(33));
+    assert_reports(&long_name, "VM01.listing.service_name");
+    let mut not_ascii = committed();
+    machine_mut(&mut not_ascii, "VM04")["listing"] = json!({"service_name": "façade"});
+    assert_reports(&not_ascii, "VM04.listing.service_name");
+
+    let mut six_tags = committed();
+    six_tags["service"]["listing"]["tags"] = json!(["a", "b", "c", "d", "e", "f"]);
+    assert_reports(&six_tags, "VM01.listing.tags: 6 tags, at most 5");
+    let mut twice = committed();
+    machine_mut(&mut twice, "VM03")["listing"] = json!({"tags": ["Web", "web"]});
+    assert_reports(&twice, "VM03.listing.tags: \"web\" appears twice");
+
+    let mut icon = committed();
+    icon["service"]["listing"]["icon"] = json!("http://insecure.example/icon.png");
+    assert_reports(&icon, "listing.icon");
+
+    let mut own = committed();
+    machine_mut(&mut own, "VM05")["listing"] = json!({"service_name": "factomat discovery"});
+    assert_eq!(
+        errors_of(&own),
+        Vec::<String>::new(),
+        "a machine may name itself"
+    );
+}
+
 #[test]
 fn broken_manifests_name_machine_and_field() {
     let mut missing = committed();

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
-use common::ledgers::{fresh_ledger_url, rows_of};
+use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
 use common::onchain::serve;
-use common::{TestServer, decode_header, temp_path};
+use common::{TestServer, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;

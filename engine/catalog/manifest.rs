@@ -49,7 +49,37 @@ pub struct Service {
     pub guidance: String,
     /// What no machine ever does, stated to people on every storefront machine page.
     pub never: Vec<String>,
+    /// How indexes (the CDP Bazaar) show the service: the default of every machine.
+    pub listing: Listing,
 }
+
+/// Listing metadata on the 402's `resource` (bazaar spec, "Service Metadata on `resource`"):
+/// `serviceName`, `tags`, `iconUrl`. A machine's own values replace the service's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listing {
+    /// `resource.serviceName`: printable ASCII, at most [`MAX_SERVICE_NAME_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// `resource.tags`: at most [`MAX_TAGS`], each printable ASCII of at most
+    /// [`MAX_SERVICE_NAME_CHARS`], distinct in any letter case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// `resource.iconUrl`: a path the service serves as a free document (the base URL is
+    /// prepended) or an absolute https URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+}
+
+/// CDP's `/verify` fails on a `resource.description` longer than this.
+pub(crate) const MAX_DESCRIPTION_CHARS: usize = 500;
+/// Longest `serviceName` (and tag) the bazaar keeps.
+pub(crate) const MAX_SERVICE_NAME_CHARS: usize = 32;
+/// Most tags the bazaar keeps.
+pub(crate) const MAX_TAGS: usize = 5;
+/// Largest output example (compact JSON bytes) the bazaar declaration carries; a larger one
+/// fails the build rather than being cut into something its schema refuses.
+pub(crate) const MAX_OUTPUT_EXAMPLE_BYTES: usize = 8192;
 
 /// The operator's contact, as OpenAPI's Contact object.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -141,6 +171,9 @@ pub struct Machine {
     pub output_schema: Value,
     /// A response.
     pub output_example: Value,
+    /// Listing metadata of this machine, replacing the service's field by field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing: Option<Listing>,
 }
 
 /// The longest paid work a machine may take: with `/verify`'s 10 s and a 10 s settle margin
@@ -194,6 +227,17 @@ impl Manifest {
         self.machines.iter().find(|m| m.machine == id)
     }
 
+    /// A machine's listing metadata: its own fields, else the service's.
+    pub fn listing(&self, machine: &Machine) -> Listing {
+        let own = machine.listing.clone().unwrap_or_default();
+        let service = &self.service.listing;
+        Listing {
+            service_name: own.service_name.or_else(|| service.service_name.clone()),
+            tags: own.tags.or_else(|| service.tags.clone()),
+            icon: own.icon.or_else(|| service.icon.clone()),
+        }
+    }
+
     /// A machine's request size limit (its own, or the service default).
     pub fn max_request_bytes(&self, machine: &Machine) -> u64 {
         machine
@@ -210,6 +254,9 @@ impl Manifest {
         self.check_families(&mut errors);
         for machine in &self.machines {
             self.check_machine(machine, &mut errors);
+            for (field, problem) in listing_problems(machine, &self.listing(machine)) {
+                errors.push(ManifestError::at(&machine.machine, field, problem));
+            }
         }
         errors
     }
@@ -400,6 +447,69 @@ impl Manifest {
             }
         }
     }
+}
+
+/// What the CDP Bazaar would refuse or drop in a machine's listing: a description over
+/// [`MAX_DESCRIPTION_CHARS`] (its `/verify` fails), a serviceName or tag that is not short
+/// printable ASCII, more than [`MAX_TAGS`] tags, an icon that is neither a served path nor an
+/// https URL, an output example over [`MAX_OUTPUT_EXAMPLE_BYTES`].
+fn listing_problems(machine: &Machine, listing: &Listing) -> Vec<(&'static str, String)> {
+    let mut problems = Vec::new();
+    let chars = machine.purpose.chars().count();
+    if chars > MAX_DESCRIPTION_CHARS {
+        problems.push((
+            "purpose",
+            format!("is resource.description: {chars} characters, at most {MAX_DESCRIPTION_CHARS}"),
+        ));
+    }
+    let short_ascii = |text: &str| {
+        !text.is_empty()
+            && text.len() <= MAX_SERVICE_NAME_CHARS
+            && text.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    };
+    if let Some(name) = &listing.service_name
+        && !short_ascii(name)
+    {
+        problems.push((
+            "listing.service_name",
+            format!("{name:?} must be 1 to {MAX_SERVICE_NAME_CHARS} printable ASCII characters"),
+        ));
+    }
+    let tags = listing.tags.as_deref().unwrap_or_default();
+    if tags.len() > MAX_TAGS {
+        problems.push((
+            "listing.tags",
+            format!("{} tags, at most {MAX_TAGS}", tags.len()),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for tag in tags {
+        if !short_ascii(tag) {
+            problems.push((
+                "listing.tags",
+                format!("{tag:?} must be 1 to {MAX_SERVICE_NAME_CHARS} printable ASCII characters"),
+            ));
+        }
+        if !seen.insert(tag.to_ascii_lowercase()) {
+            problems.push(("listing.tags", format!("{tag:?} appears twice")));
+        }
+    }
+    if let Some(icon) = &listing.icon
+        && !(icon.starts_with('/') || icon.starts_with("https://"))
+    {
+        problems.push((
+            "listing.icon",
+            format!("{icon:?} must be a served path (/…) or an https URL"),
+        ));
+    }
+    let example = serde_json::to_vec(&machine.output_example).map_or(0, |v| v.len());
+    if example > MAX_OUTPUT_EXAMPLE_BYTES {
+        problems.push((
+            "output_example",
+            format!("is {example} bytes of JSON; the bazaar declaration carries at most {MAX_OUTPUT_EXAMPLE_BYTES}"),
+        ));
+    }
+    problems
 }
 
 /// A machine that allowlists symbols per chain (`allowlists.symbols`, VM04) states the same

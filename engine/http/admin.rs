@@ -1,5 +1,6 @@
 //! The admin listener, off by default and on its own socket so nothing on it is sold or
-//! exposed by accident: `GET /metrics` (Prometheus text), `GET /livez` (the process answers)
+//! exposed by accident: `GET /metrics` (Prometheus text), `GET /livez` (the process answers),
+//! `GET /health` (the operator view: readiness details and each machine's bazaar listing)
 //! and `GET /readyz` (the facilitator's `/supported` answered and the ledger takes a write,
 //! checked at most once per [`READY_CACHE`] however many probes arrive).
 
@@ -72,6 +73,14 @@ async fn answer(state: &AppState, cache: &ReadyCache, path: &str) -> Response<By
             };
             respond(status, "application/json", body.to_string())
         }
+        "/health" => {
+            let (_, readiness) = readiness(state, cache).await;
+            respond(
+                StatusCode::OK,
+                "application/json",
+                operator_view(state, readiness).to_string(),
+            )
+        }
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }
@@ -93,6 +102,29 @@ fn every_state(counts: Option<Vec<(String, i64)>>) -> Vec<(String, i64)> {
             (state.to_string(), count)
         })
         .collect()
+}
+
+/// The operator view: readiness details, how unpaid probes are answered, and each machine's
+/// last bazaar listing outcome (`EXTENSION-RESPONSES`), which no public answer carries.
+fn operator_view(state: &AppState, readiness: Value) -> Value {
+    let listing = state
+        .rail
+        .as_ref()
+        .map_or_else(|| json!({}), |rail| rail.listing.to_json());
+    let machines: serde_json::Map<String, Value> = MANIFEST
+        .machines
+        .iter()
+        .map(|machine| {
+            let last = listing.get(&machine.machine).cloned();
+            let entry = last.unwrap_or_else(|| json!({"status": "unknown"}));
+            (machine.machine.clone(), json!({"listing": entry}))
+        })
+        .collect();
+    json!({
+        "readiness": readiness,
+        "unpaid_empty_body": state.config.unpaid_empty_body.as_str(),
+        "machines": machines,
+    })
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response<Bytes> {

@@ -23,7 +23,7 @@ use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::MANIFEST;
 use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
-use crate::config::Config;
+use crate::config::{Config, UnpaidEmptyBody};
 use crate::http::body;
 use crate::http::connections;
 use crate::http::error::ApiError;
@@ -146,6 +146,12 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         stop_rx,
     ));
     tracing::info!(%addr, base_url = %state.base_url, pay_to_configured = state.config.pay_to.is_some(), "factomat listening");
+    if state.config.unpaid_empty_body == UnpaidEmptyBody::Reject {
+        tracing::info!(
+            unpaid_empty_body = "reject",
+            "the CDP Bazaar will not list this deployment: its crawler's body-less and {{}} probes get 400; set unpaid_empty_body = \"challenge\" (FACTOMAT_UNPAID_EMPTY_BODY) to answer them with the 402"
+        );
+    }
     Ok(RunningServer {
         addr,
         admin_addr,
@@ -231,9 +237,13 @@ where
 {
     let (method, path) = (request.method, request.path);
     if let Some(route) = state.paid.get(path) {
+        let probes_challenged = state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge;
         let response = match *method {
             Method::POST => paid(state, route, request, body).await,
             Method::OPTIONS => preflight("POST, OPTIONS"),
+            Method::GET | Method::HEAD if probes_challenged => {
+                probed(state, route, request, *method == Method::HEAD)
+            }
             _ => method_not_allowed("POST, OPTIONS"),
         };
         return (response, &route.counters);
@@ -267,7 +277,22 @@ where
 {
     let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
-    let (request, work) = match validate_paid_request(route, headers, body, body_deadline).await {
+    let signature = headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
+    let accepted = match read_paid_body(route, headers, body, body_deadline).await {
+        Ok(bytes) => {
+            let parsed = body::parse_json(&bytes);
+            if signature.is_none()
+                && state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge
+                && is_probe(&bytes, &parsed)
+            {
+                // The crawler's probe: the quote, and nothing else computed.
+                return unpaid_challenge(state, route);
+            }
+            parsed.and_then(|request| validate_paid_request(route, request))
+        }
+        Err(error) => Err(error),
+    };
+    let (request, work) = match accepted {
         Ok(accepted) => accepted,
         Err(error) if error.status == StatusCode::REQUEST_TIMEOUT => {
             state.connections.body_timed_out();
@@ -281,23 +306,11 @@ where
         }
         Err(error) => return error_response(&error),
     };
-    let (Some(challenge), Some(requirement), Some(declared), Some(pay_to)) = (
-        &route.challenge,
-        &route.requirement,
-        &route.declared,
-        state.config.pay_to.as_deref(),
-    ) else {
-        return error_response(&ApiError::unavailable(
-            "service_disabled",
-            "payments are not configured on this deployment (no pay_to); no payment is requested",
-        ));
+    let (challenge, requirement, declared, pay_to) = match sellable(state, route) {
+        Ok(terms) => terms,
+        Err(error) => return error_response(&error),
     };
-    if let Err(not_ready) = &route.readiness {
-        return error_response(&not_ready.clone().into());
-    }
-    let Some(signature) =
-        headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) })
-    else {
+    let Some(signature) = signature else {
         metrics().challenged();
         return payment_required(challenge);
     };
@@ -336,6 +349,74 @@ where
             ))
         }
     }
+}
+
+/// The machine's challenge, requirement and payee when this deployment sells it; otherwise
+/// the 503 its requests answer.
+fn sellable<'r>(
+    state: &'r AppState,
+    route: &'r PaidRoute,
+) -> Result<(&'r Challenge, &'r Value, &'r Declared, &'r str), ApiError> {
+    let (Some(challenge), Some(requirement), Some(declared), Some(pay_to)) = (
+        &route.challenge,
+        &route.requirement,
+        &route.declared,
+        state.config.pay_to.as_deref(),
+    ) else {
+        return Err(ApiError::unavailable(
+            "service_disabled",
+            "payments are not configured on this deployment (no pay_to); no payment is requested",
+        ));
+    };
+    if let Err(not_ready) = &route.readiness {
+        return Err(not_ready.clone().into());
+    }
+    Ok((challenge, requirement, declared, pay_to))
+}
+
+/// The machine's prepared 402 for an unpaid probe (`unpaid_empty_body = "challenge"`).
+fn unpaid_challenge(state: &AppState, route: &PaidRoute) -> Response<Bytes> {
+    match sellable(state, route) {
+        Ok((challenge, ..)) => {
+            metrics().challenged();
+            payment_required(challenge)
+        }
+        Err(error) => error_response(&error),
+    }
+}
+
+/// A GET or HEAD of a paid path in `challenge` mode: unpaid, the machine's 402 (HEAD without
+/// its body); with a payment, 400: a paid call is a POST with a JSON body, and nothing is
+/// verified or charged.
+fn probed(
+    state: &AppState,
+    route: &PaidRoute,
+    incoming: &Incoming<'_>,
+    head: bool,
+) -> Response<Bytes> {
+    let paying = incoming
+        .headers
+        .contains_key(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
+    if paying {
+        return error_response(&ApiError::bad_request(
+            "empty_body",
+            "a paid call is a POST with a JSON body; nothing was verified or charged",
+        ));
+    }
+    let mut response = unpaid_challenge(state, route);
+    if head {
+        let length = response.body().len();
+        *response.body_mut() = Bytes::new();
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    response
+}
+
+/// Whether a body is the Bazaar crawler's probe: no bytes at all, or exactly `{}`.
+fn is_probe(bytes: &[u8], parsed: &Result<Value, ApiError>) -> bool {
+    bytes.is_empty() || matches!(parsed, Ok(Value::Object(map)) if map.is_empty())
 }
 
 /// Everything a paid call needs, owned, so it can outlive its request.
@@ -474,22 +555,25 @@ fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str
     }
 }
 
-/// Size limit → JSON → schema → typed request → semantic checks. Pure: no I/O beyond
-/// reading the body. Returns the request as received (for the ledger's hash) and the
-/// machine's paid work on its typed request, not yet started.
-async fn validate_paid_request<S, B>(
+/// Content type → size limit: the body's bytes, read within the body deadline.
+async fn read_paid_body<S, B>(
     route: &PaidRoute,
     headers: &HeaderMap,
     body: S,
     body_deadline: Duration,
-) -> Result<(Value, Work), ApiError>
+) -> Result<Bytes, ApiError>
 where
     S: Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
     check_content_type(headers)?;
-    let bytes = read_within(body_deadline, read_limited(headers, body, route.max_body)).await?;
-    let request = body::parse_json(&bytes)?;
+    read_within(body_deadline, read_limited(headers, body, route.max_body)).await
+}
+
+/// Schema → typed request → semantic checks of the parsed body. Pure: no I/O. Returns the
+/// request as received (for the ledger's hash) and the machine's paid work on its typed
+/// request, not yet started.
+fn validate_paid_request(route: &PaidRoute, request: Value) -> Result<(Value, Work), ApiError> {
     let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
     if let Some(error) = combined_rule {

@@ -221,6 +221,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         strike_seconds: config.unpaid_strike_seconds,
         refused_locally: Default::default(),
         signatures_deferred: Default::default(),
+        listing: Default::default(),
     }))
 }
 
@@ -307,11 +308,9 @@ fn free_documents(
         Ok::<(), StartError>(())
     };
     for (path, render_path, content_type) in render::FREE_DOCUMENTS {
-        add(
-            path.into(),
-            content_type,
-            with_base_url(render_path, base_url)?,
-        )?;
+        let body = with_base_url(render_path, base_url)?;
+        let body = with_ownership_proofs(path, body, &config.ownership_proofs)?;
+        add(path.into(), content_type, body)?;
     }
     for (path, render_path, content_type) in storefront::documents(manifest) {
         add(path, content_type, with_base_url(&render_path, base_url)?)?;
@@ -333,6 +332,23 @@ fn free_documents(
         health_document(manifest, config),
     )?;
     Ok(docs)
+}
+
+/// The OpenAPI document (`x-discovery.ownershipProofs`) and `/.well-known/x402`
+/// (`ownershipProofs`) with the configured ownership proofs, which config checked at
+/// start-up; every other document, and both without proofs, unchanged.
+fn with_ownership_proofs(path: &str, body: Bytes, proofs: &[String]) -> Result<Bytes, StartError> {
+    if proofs.is_empty() || (path != render::OPENAPI_PATH && path != render::WELL_KNOWN_PATH) {
+        return Ok(body);
+    }
+    let mut document: Value =
+        serde_json::from_slice(&body).map_err(|e| StartError::Prepare(format!("{path}: {e}")))?;
+    if path == render::OPENAPI_PATH {
+        document["x-discovery"]["ownershipProofs"] = json!(proofs);
+    } else {
+        document["ownershipProofs"] = json!(proofs);
+    }
+    Ok(Bytes::from(render::pretty(&document)))
 }
 
 /// The served document of a stored VM04 capture, read once at start-up; None (the
@@ -371,6 +387,7 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
             "pay_to_configured": pay_to_configured,
             "facilitator_configured": config.facilitator_url.is_some(),
             "rail": if config.facilitator_url.is_some() { "configured" } else { "not_configured" },
+            "unpaid_empty_body": config.unpaid_empty_body.as_str(),
         },
     });
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())

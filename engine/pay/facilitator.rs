@@ -33,6 +33,9 @@ pub(crate) struct VerifyResponse {
     pub is_valid: bool,
     #[serde(default)]
     pub invalid_reason: Option<String>,
+    /// The `EXTENSION-RESPONSES` header, decoded; never for the buyer.
+    #[serde(skip)]
+    pub extension_responses: Option<Value>,
 }
 
 /// The outcome of a settlement, kept verbatim for the PAYMENT-RESPONSE header.
@@ -43,6 +46,34 @@ pub(crate) struct SettleOutcome {
     pub error_reason: Option<String>,
     /// The SettleResponse JSON to send back to the buyer.
     pub response: Value,
+    /// The `EXTENSION-RESPONSES` header, decoded; never for the buyer.
+    pub extension_responses: Option<Value>,
+}
+
+/// One facilitator answer: status, JSON body, and the `EXTENSION-RESPONSES` sidechannel.
+struct Answer {
+    status: u16,
+    value: Value,
+    extension_responses: Option<Value>,
+}
+
+/// Most bytes of an `EXTENSION-RESPONSES` header read; a larger one is ignored.
+const MAX_EXTENSION_RESPONSES_BYTES: usize = 8 * 1024;
+
+/// The `EXTENSION-RESPONSES` header (base64 of a JSON object keyed by extension), decoded;
+/// None when absent or unreadable (it reports on listings, never on the payment).
+fn extension_responses(headers: &reqwest::header::HeaderMap) -> Option<Value> {
+    use base64::Engine as _;
+    let value = headers.get("extension-responses")?.as_bytes();
+    if value.len() > MAX_EXTENSION_RESPONSES_BYTES {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(value.trim_ascii())
+        .ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(Value::is_object)
 }
 
 /// x402 v2's non-terminal settle answer: broadcast, receipt not seen yet (§5.3.2).
@@ -153,7 +184,7 @@ impl FacilitatorClient {
         name: &'static str,
         body: Option<&Value>,
         timeout: Duration,
-    ) -> Result<(u16, Value), FacilitatorError> {
+    ) -> Result<Answer, FacilitatorError> {
         let url = self.endpoint(name);
         let authorization = self.auth.value(&method, &url);
         let mut builder = self
@@ -176,6 +207,7 @@ impl FacilitatorClient {
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();
+        let extension_responses = extension_responses(response.headers());
         if matches!(status, 401 | 403) {
             return Err(FacilitatorError::Unauthorized { status });
         }
@@ -192,7 +224,11 @@ impl FacilitatorClient {
         }
         let value =
             serde_json::from_slice(&bytes).map_err(|_| FacilitatorError::BadAnswer { status })?;
-        Ok((status, value))
+        Ok(Answer {
+            status,
+            value,
+            extension_responses,
+        })
     }
 
     fn body(payload: &Value, requirement: &Value) -> Value {
@@ -220,10 +256,14 @@ impl FacilitatorClient {
     ) -> Result<VerifyResponse, FacilitatorError> {
         let body = Self::body(payload, requirement);
         let timeout = Self::within(self.verify_timeout, deadline)?;
-        let (status, value) = self
+        let answer = self
             .call(reqwest::Method::POST, "verify", Some(&body), timeout)
             .await?;
-        serde_json::from_value(value).map_err(|_| FacilitatorError::BadAnswer { status })
+        let status = answer.status;
+        let mut verdict: VerifyResponse = serde_json::from_value(answer.value)
+            .map_err(|_| FacilitatorError::BadAnswer { status })?;
+        verdict.extension_responses = answer.extension_responses;
+        Ok(verdict)
     }
 
     /// `POST /settle`, answered before `deadline`. A parseable verdict of failure is an `Ok`
@@ -236,7 +276,11 @@ impl FacilitatorClient {
     ) -> Result<SettleOutcome, FacilitatorError> {
         let body = Self::body(payload, requirement);
         let timeout = Self::within(self.settle_timeout, deadline)?;
-        let (status, mut value) = self
+        let Answer {
+            status,
+            mut value,
+            extension_responses,
+        } = self
             .call(reqwest::Method::POST, "settle", Some(&body), timeout)
             .await?;
         let Some(success) = value.get("success").and_then(Value::as_bool) else {
@@ -258,6 +302,7 @@ impl FacilitatorClient {
             transaction: text("transaction"),
             error_reason: text("errorReason"),
             response: value,
+            extension_responses,
         })
     }
 
@@ -267,10 +312,10 @@ impl FacilitatorClient {
         scheme: &str,
         network: &str,
     ) -> Result<bool, FacilitatorError> {
-        let (_, value) = self
+        let answer = self
             .call(reqwest::Method::GET, "supported", None, self.verify_timeout)
             .await?;
-        let kinds = value.get("kinds").and_then(Value::as_array);
+        let kinds = answer.value.get("kinds").and_then(Value::as_array);
         Ok(kinds.into_iter().flatten().any(|kind| {
             kind.get("x402Version").and_then(Value::as_u64) == Some(2)
                 && kind.get("scheme").and_then(Value::as_str) == Some(scheme)

@@ -27,6 +27,7 @@ use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
 use crate::pay::echo::{self, Declared};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SETTLEMENT_PENDING};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::listing::ListingBoard;
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::pay::settlement::{self, Payment, Settlement, Settling};
 use crate::pay::window::{self, Bounds, WindowRefusal};
@@ -59,6 +60,8 @@ pub(crate) struct PaymentRail {
     pub refused_locally: AtomicU64,
     /// Smart-wallet signatures passed to the facilitator unchecked.
     pub signatures_deferred: AtomicU64,
+    /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
+    pub listing: ListingBoard,
 }
 
 impl PaymentRail {
@@ -313,11 +316,16 @@ async fn verify(
     sent: &Value,
     deadline: Instant,
 ) -> Result<(), PaidOutcome> {
-    match rail
+    let verified = rail
         .facilitator
         .verify(sent, call.requirement, deadline)
-        .await
-    {
+        .await;
+    if let Ok(verdict) = &verified {
+        let responses = verdict.extension_responses.as_ref();
+        rail.listing
+            .record(&call.machine.machine, "verify", responses);
+    }
+    match verified {
         Ok(verdict) if verdict.is_valid => {
             metrics().payment("verified", "");
             Ok(())
@@ -389,6 +397,8 @@ pub(crate) async fn run<E: std::fmt::Display>(
         },
         deadline,
         wait: rail.settlement_wait,
+        listing: &rail.listing,
+        machine: &call.machine.machine,
     };
     let settled = settlement::settle(&settling).await;
     let row = Row {

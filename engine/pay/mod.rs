@@ -5,6 +5,7 @@ pub(crate) mod echo;
 pub(crate) mod facilitator;
 pub(crate) mod gate;
 pub mod ledger;
+pub(crate) mod listing;
 pub(crate) mod local_check;
 pub mod reconcile;
 pub mod report;

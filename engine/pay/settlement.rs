@@ -23,7 +23,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerdict};
-use crate::pay::facilitator::{FacilitatorClient, SettleOutcome};
+use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
+use crate::pay::listing::ListingBoard;
 
 /// How often a pending settlement is asked about: about one Base block.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -226,14 +227,30 @@ pub(crate) struct Settling<'a> {
     pub deadline: Instant,
     /// How long an unknown outcome is followed at most.
     pub wait: Duration,
+    /// Where the index's verdict on the listing (`EXTENSION-RESPONSES`) is recorded.
+    pub listing: &'a ListingBoard,
+    /// The machine sold, for the listing record.
+    pub machine: &'a str,
+}
+
+impl Settling<'_> {
+    /// One `/settle` with the identical payload, its listing verdict recorded.
+    async fn ask(&self) -> Result<SettleOutcome, FacilitatorError> {
+        let answer = self
+            .facilitator
+            .settle(self.payload, self.requirement, self.deadline)
+            .await;
+        if let Ok(outcome) = &answer {
+            let responses = outcome.extension_responses.as_ref();
+            self.listing.record(self.machine, "settle", responses);
+        }
+        answer
+    }
 }
 
 /// Settles and decides.
 pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
-    let first = s
-        .facilitator
-        .settle(s.payload, s.requirement, s.deadline)
-        .await;
+    let first = s.ask().await;
     let hint = match first {
         Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
             return Settlement::Paid {
@@ -262,11 +279,7 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
 /// is still proven on chain (we read it anyway).
 async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String> {
     tracing::info!(transaction = ?first.transaction, "settlement pending: asking /settle once more");
-    match s
-        .facilitator
-        .settle(s.payload, s.requirement, s.deadline)
-        .await
-    {
+    match s.ask().await {
         Ok(again) if again.transaction.is_some() => again.transaction,
         _ => first.transaction,
     }

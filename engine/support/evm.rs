@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::{Address, Signature, U256};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum EvmValueError {
@@ -56,6 +56,33 @@ pub(crate) fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
     U256::from_str_radix(text, 10).map_err(|_| EvmValueError::Uint256Overflow)
 }
 
+/// Why a personal_sign signature cannot be attributed to a signer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SignatureError {
+    /// Not 0x and 65 bytes of hex (r, s, v).
+    #[error("not a 0x-prefixed 65-byte hex signature")]
+    Format,
+    /// The bytes do not recover to any key.
+    #[error("does not recover to a signer")]
+    Unrecoverable,
+}
+
+/// The address whose key signed `message` with EIP-191 `personal_sign` (the prefix
+/// "\x19Ethereum Signed Message:\n" + length, then keccak256), recovered by alloy.
+pub(crate) fn personal_sign_signer(
+    signature: &str,
+    message: &str,
+) -> Result<Address, SignatureError> {
+    let hex = signature.strip_prefix("0x").ok_or(SignatureError::Format)?;
+    if hex.len() != 130 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(SignatureError::Format);
+    }
+    let signature = Signature::from_str(signature).map_err(|_| SignatureError::Format)?;
+    signature
+        .recover_address_from_msg(message)
+        .map_err(|_| SignatureError::Unrecoverable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +109,20 @@ mod tests {
         assert_eq!(parse_uint256("01"), Err(EvmValueError::IntegerFormat));
         assert_eq!(parse_uint256("-1"), Err(EvmValueError::IntegerFormat));
         assert_eq!(parse_uint256(""), Err(EvmValueError::IntegerFormat));
+    }
+
+    #[test]
+    fn a_personal_sign_signature_recovers_its_signer() {
+        // viem's signMessage({message: "https://factomat.test.example"}) with anvil key #2.
+        let signature = "0x031bb39fee54ccb995245009faea93dbeee3d4ef15a2a6c017eee5c1e031dcb902135927f17f5065247badd89c6b2b708e03cf9052ec3d530ffde8fdc5da88931b";
+        let signer = personal_sign_signer(signature, "https://factomat.test.example");
+        let payee = parse_address("0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC");
+        assert_eq!(signer.ok(), payee.clone().ok());
+        let other = personal_sign_signer(signature, "https://other.example");
+        assert_ne!(other.ok(), payee.ok());
+        assert_eq!(
+            personal_sign_signer("0x1234", "x"),
+            Err(SignatureError::Format)
+        );
     }
 }

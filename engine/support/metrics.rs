@@ -40,6 +40,12 @@ struct LatencyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListingLabels {
+    status: &'static str,
+    machine: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -52,6 +58,7 @@ pub(crate) struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     in_flight: Gauge,
     build: Family<BuildLabels, Gauge>,
+    listings: Family<ListingLabels, Counter>,
     /// `payments{outcome="challenged"}`, resolved once: every unpaid valid request counts it.
     challenged: Counter,
 }
@@ -77,6 +84,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         latency: Family::new_with_constructor(latency_histogram),
         in_flight: Gauge::default(),
         build: Family::default(),
+        listings: Family::default(),
         challenged,
     };
     metrics
@@ -139,6 +147,17 @@ impl Metrics {
             .inc();
     }
 
+    /// One bazaar outcome a facilitator reported in `EXTENSION-RESPONSES` for a machine:
+    /// `success`, `processing`, `rejected` or `other`.
+    pub(crate) fn listing(&self, machine: &str, status: &'static str) {
+        self.listings
+            .get_or_create(&ListingLabels {
+                status,
+                machine: machine.to_string(),
+            })
+            .inc();
+    }
+
     /// One outbound call to a provider (`facilitator`, `rpc_base`, …) endpoint and how long
     /// it took to answer; recorded by the outbound gateway for every call.
     pub(crate) fn call(
@@ -197,6 +216,11 @@ impl Metrics {
             "paid_calls_in_flight",
             "Paid calls between payment verification and their ledger record",
             self.in_flight.clone(),
+        );
+        registry.register(
+            "discovery_listing",
+            "Bazaar listing outcomes the facilitator reported (EXTENSION-RESPONSES), by status and machine",
+            self.listings.clone(),
         );
         registry.register("build_info", "Build information", self.build.clone());
         let rows: Family<Vec<(String, String)>, Gauge> = Family::default();

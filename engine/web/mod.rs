@@ -1,6 +1,8 @@
-//! The web: the bounded page fetcher, main-text extraction, and the x402 seller probe.
+//! The web: the bounded page fetcher, main-text extraction, the x402 seller probe, and the
+//! discovery preflight (`factomat discovery check`).
 
 mod boilerplate;
+pub mod discovery_check;
 pub(crate) mod extract;
 pub mod fetch;
 pub mod page;

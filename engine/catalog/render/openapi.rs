@@ -100,8 +100,11 @@ fn payment_required_schema() -> Value {
                 "required": ["url"],
                 "properties": {
                     "url": {"type": "string"},
-                    "description": {"type": "string"},
+                    "description": {"type": "string", "maxLength": 500},
                     "mimeType": {"type": "string"},
+                    "serviceName": {"type": "string", "maxLength": 32},
+                    "tags": {"type": "array", "maxItems": 5, "items": {"type": "string", "maxLength": 32}},
+                    "iconUrl": {"type": "string"},
                 },
             },
             "accepts": {
@@ -160,6 +163,11 @@ fn health_schema() -> Value {
                     "pay_to_configured": {"type": "boolean"},
                     "facilitator_configured": {"type": "boolean"},
                     "rail": {"type": "string"},
+                    "unpaid_empty_body": {
+                        "type": "string",
+                        "enum": ["reject", "challenge"],
+                        "description": "What an unpaid POST with no body or {} and an unpaid GET/HEAD of a paid path get: reject = 400/405 (SPEC §7), challenge = the machine's 402 (what the CDP Bazaar's crawler needs).",
+                    },
                 },
             },
         },

@@ -24,11 +24,30 @@ pub(crate) fn requirement(manifest: &Manifest, machine: &Machine, pay_to: Option
     Value::Object(req)
 }
 
-/// The `extensions.bazaar` discovery extension in full: the input example and schema and the
-/// output example. The 402's JSON body carries it; the header carries [`bazaar_header_extension`].
+/// The `extensions.bazaar` discovery extension in full (bazaar spec v2): `info.input` (http,
+/// the method, bodyType json, the input example), `info.output` (json, the output example,
+/// at most `MAX_OUTPUT_EXAMPLE_BYTES` by the manifest check) and a `schema` of `info` with the
+/// full request and response schemas. The 402's JSON body carries it and the facilitator is
+/// sent it; the header carries [`bazaar_header_extension`].
 pub(crate) fn bazaar_extension(machine: &Machine) -> Value {
-    let output = json!({"type": "json", "example": machine.output_example});
+    let output = Output {
+        info: json!({"type": "json", "example": machine.output_example}),
+        schema: json!({
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "const": "json"},
+                "example": machine.output_schema,
+            },
+            "required": ["type", "example"],
+        }),
+    };
     bazaar(machine, machine.input_schema.clone(), Some(output))
+}
+
+/// `info.output` and the schema that describes it.
+struct Output {
+    info: Value,
+    schema: Value,
 }
 
 /// The bazaar extension as the `PAYMENT-REQUIRED` header carries it: the input example and
@@ -38,7 +57,7 @@ pub(crate) fn bazaar_header_extension(machine: &Machine) -> Value {
     bazaar(machine, request_outline(machine), None)
 }
 
-fn bazaar(machine: &Machine, body_schema: Value, output: Option<Value>) -> Value {
+fn bazaar(machine: &Machine, body_schema: Value, output: Option<Output>) -> Value {
     let mut info = json!({
         "input": {
             "type": "http",
@@ -63,15 +82,8 @@ fn bazaar(machine: &Machine, body_schema: Value, output: Option<Value>) -> Value
     if let (Some(output), Value::Object(info), Value::Object(properties)) =
         (output, &mut info, &mut properties)
     {
-        info.insert("output".into(), output);
-        properties.insert(
-            "output".into(),
-            json!({
-                "type": "object",
-                "properties": {"type": {"type": "string"}, "example": {"type": "object"}},
-                "required": ["type"],
-            }),
-        );
+        info.insert("output".into(), output.info);
+        properties.insert("output".into(), output.schema);
     }
     json!({
         "info": info,
