@@ -236,11 +236,16 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
         .copied()
         .filter(|(key, _)| *key != "FACTOMAT_RPC_URL_EIP155_8453")
         .collect();
+    // Signing on: every 402 carries its signed offer through the proxy too.
+    let key = common::evidence::key_file("evidence.pem")
+        .display()
+        .to_string();
     env.extend([
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
         ("FACTOMAT_FACILITATOR_URL", facilitator_url.as_str()),
         ("FACTOMAT_RPC_URL_EIP155_8453", rpc_url.as_str()),
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+        ("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", key.as_str()),
     ]);
     let server = TestServer::with_env(&env).await;
     let nginx = Nginx::start(&server.url);
@@ -266,6 +271,11 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
         assert!(
             result["decoded"]["extensions"]["bazaar"]["schema"]["properties"]["input"].is_object(),
             "{id}: the header keeps an input schema"
+        );
+        let offers = &result["decoded"]["extensions"]["offer-receipt"]["info"]["offers"];
+        assert_eq!(
+            offers[0]["format"], "jws",
+            "{id}: the header carries the signed offer"
         );
     }
     assert!(

@@ -412,6 +412,7 @@ fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) ->
         &state.base_url,
         pay_to,
         Some(reason),
+        route.offers.as_ref(),
     );
     match challenge {
         Ok(challenge) => payment_required(&challenge),
