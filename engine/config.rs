@@ -101,6 +101,24 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "Response timeout of /settle in ms; settle waits for the chain (default 60000).",
     ),
     (
+        "settlement_wait_ms",
+        "FACTOMAT_SETTLEMENT_WAIT_MS",
+        false,
+        "How long a settlement whose outcome is unknown is followed on chain before the buyer gets 503 settlement_pending, in ms (default 20000).",
+    ),
+    (
+        "unpaid_strike_seconds",
+        "FACTOMAT_UNPAID_STRIKE_SECONDS",
+        false,
+        "A payer whose verified payment ended unpaid (nonce burned or cancelled, balance gone) is refused before /verify for this long (default 3600; 0 = off).",
+    ),
+    (
+        "rpc_max_log_blocks",
+        "FACTOMAT_RPC_MAX_LOG_BLOCKS",
+        false,
+        "Most blocks one eth_getLogs may span on the payment chain's RPC (default 1000; Alchemy free 10, QuickNode free 5).",
+    ),
+    (
         "header_read_timeout_ms",
         "FACTOMAT_HEADER_READ_TIMEOUT_MS",
         false,
@@ -299,6 +317,12 @@ pub struct Config {
     pub facilitator_verify_timeout_ms: u64,
     /// Budget of one `/settle` call.
     pub facilitator_settle_timeout_ms: u64,
+    /// How long an unknown settlement outcome is followed on chain, in ms.
+    pub settlement_wait_ms: u64,
+    /// How long a payer whose verified payment ended unpaid is refused, in seconds.
+    pub unpaid_strike_seconds: u64,
+    /// Most blocks one `eth_getLogs` may span on the payment chain's RPC.
+    pub rpc_max_log_blocks: u64,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
     /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only through
@@ -588,6 +612,20 @@ impl RawLayer {
         }
     }
 
+    /// A duration in whole seconds, 0 (off) to a week.
+    fn seconds(&self, key: &'static str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some((value, _)) => value
+                .parse::<u64>()
+                .ok()
+                .filter(|s| *s <= 604_800)
+                .ok_or_else(|| {
+                    self.error(key, format!("{value:?} is not a number of seconds from 0 to 604800"))
+                }),
+        }
+    }
+
     fn count(&self, key: &'static str, default: usize) -> Result<usize, ConfigError> {
         match self.get(key) {
             None => Ok(default),
@@ -794,6 +832,9 @@ impl RawLayer {
         let facilitator_url = self.service_url("facilitator_url")?;
         let facilitator_verify_timeout_ms = self.millis("facilitator_verify_timeout_ms", 10_000)?;
         let facilitator_settle_timeout_ms = self.millis("facilitator_settle_timeout_ms", 60_000)?;
+        let settlement_wait_ms = self.millis("settlement_wait_ms", 20_000)?;
+        let unpaid_strike_seconds = self.seconds("unpaid_strike_seconds", 3_600)?;
+        let rpc_max_log_blocks = self.count("rpc_max_log_blocks", 1_000)? as u64;
         let database_url = self
             .get("database_url")
             .map(|(v, _)| v)
@@ -852,6 +893,9 @@ impl RawLayer {
             facilitator_auth: self.facilitator_auth()?,
             facilitator_verify_timeout_ms,
             facilitator_settle_timeout_ms,
+            settlement_wait_ms,
+            unpaid_strike_seconds,
+            rpc_max_log_blocks,
             connections: self.connection_limits()?,
             sample_path: PathBuf::from(
                 self.get("sample_path")
@@ -1073,6 +1117,8 @@ mod tests {
             "database_url" => "postgres://factomat:pw@127.0.0.1:5432/ledger",
             "database_pool_size" => "7",
             "max_connections" => "77",
+            "unpaid_strike_seconds" => "600",
+            "rpc_max_log_blocks" => "10",
             k if k.ends_with("_ms") => "1234",
             k if k.contains("_url") => "https://x.example/",
             _ => "token",
@@ -1115,6 +1161,14 @@ mod tests {
             assert_eq!(config.database_pool_size, 7);
             assert_eq!(config.database_connect_timeout_ms, 1234);
             assert_eq!(config.shutdown_drain_timeout_ms, 1234);
+            assert_eq!(
+                (
+                    config.settlement_wait_ms,
+                    config.unpaid_strike_seconds,
+                    config.rpc_max_log_blocks
+                ),
+                (1234, 600, 10)
+            );
             assert!(
                 !format!("{config:?}").contains(":pw@"),
                 "the database password never shows in Debug"

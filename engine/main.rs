@@ -138,13 +138,18 @@ enum LedgerCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Matches rows left `reserved` or `settle_failed` against the chain
-    /// (authorizationState on the asset): used → settled, unused past validBefore → expired.
+    /// Matches rows left `reserved`, `settle_pending` or `settle_failed` against the chain:
+    /// a receipt with the payment's Transfer → settled; the nonce spent by another
+    /// authorization or cancelled → nonce_burned; unused past validBefore → expired.
     /// Read only on chain; safe on any replica at any time, and twice.
     Reconcile {
         /// Print one JSON entry per examined row.
         #[arg(long)]
         json: bool,
+        /// Examine only this row, whatever its state (repeatable); a settled row's
+        /// transaction is re-checked against the Transfer rule.
+        #[arg(long = "id")]
+        ids: Vec<i64>,
     },
 }
 
@@ -157,9 +162,9 @@ fn main() -> ExitCode {
             command: LedgerCommand::Report { json },
         } => ledger_command(cli.config.as_deref(), |config| ledger_report(config, json)),
         Command::Ledger {
-            command: LedgerCommand::Reconcile { json },
+            command: LedgerCommand::Reconcile { json, ids },
         } => ledger_command(cli.config.as_deref(), |config| {
-            ledger_reconcile(config, json)
+            ledger_reconcile(config, json, ids)
         }),
         Command::Sample {
             command: SampleCommand::Capture { request },
@@ -340,7 +345,7 @@ async fn ledger_report(config: Config, json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn ledger_reconcile(config: Config, json: bool) -> ExitCode {
+async fn ledger_reconcile(config: Config, json: bool, ids: Vec<i64>) -> ExitCode {
     let Some(rpc_url) = config.rpc_url_eip155_8453.as_ref() else {
         eprintln!("factomat: ledger reconcile reads the chain: set rpc_url_eip155_8453");
         return ExitCode::from(2);
@@ -360,8 +365,9 @@ async fn ledger_reconcile(config: Config, json: bool) -> ExitCode {
         gateway,
         rpc_url,
         std::time::Duration::from_secs(30),
+        config.rpc_max_log_blocks,
     );
-    let examined = match factomat::pay::reconcile::run(&ledger, &chain).await {
+    let examined = match factomat::pay::reconcile::run(&ledger, &chain, &ids).await {
         Ok(examined) => examined,
         Err(error) => {
             eprintln!("factomat: ledger: {error}");

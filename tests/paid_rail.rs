@@ -518,6 +518,10 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
         .to_string();
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(
+        response.headers()["cache-control"], "no-store",
+        "a refusal's fresh challenge is never cached"
+    );
     let settlement = decode_header(
         response.headers()["payment-response"]
             .to_str()
@@ -633,6 +637,10 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     let balances = down.balances();
     let response = down.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 503);
+    assert!(
+        response.headers().contains_key("retry-after"),
+        "every 503 says when to retry"
+    );
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "facilitator_unavailable");
 
@@ -643,6 +651,13 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         "1500",
     )
     .await;
+    // Signed now: the window check refuses an authorization that would expire before this
+    // call could be settled, and starting the second stack takes a while.
+    let required = hanging.challenge(&body).await;
+    let header = hanging.stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("header")
+        .to_string();
     let started = std::time::Instant::now();
     let response = hanging.send_paid(&body, &header).await;
     let status = response.status().as_u16();
@@ -1024,6 +1039,10 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
         .to_string();
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
+    assert_eq!(
+        response.headers()["cache-control"], "private",
+        "a paid answer is the buyer's alone"
+    );
     let settlement = decode_header(
         response.headers()["payment-response"]
             .to_str()

@@ -65,6 +65,7 @@ async fn every_input_example_gets_a_402_with_the_advertised_terms() {
         let m = machine(id);
         let response = server.post_json(&path(id), &m["input_example"]).await;
         assert_eq!(response.status().as_u16(), 402, "{id}");
+        assert_eq!(response.headers()["cache-control"], "no-store", "{id}");
         let expose = response.headers()["access-control-expose-headers"]
             .to_str()
             .expect("ascii");

@@ -143,10 +143,23 @@ pub struct Machine {
     pub output_example: Value,
 }
 
+/// The longest paid work a machine may take: with `/verify`'s 10 s and a 10 s settle margin
+/// it fits the official clients' 60 s authorization window (docs/payment.md).
+pub(crate) const MAX_OVERALL_TIMEOUT_MS: u64 = 20_000;
+
 impl Machine {
     /// An integer limit from `limits`, if the manifest sets it.
     pub fn limit(&self, name: &str) -> Option<u64> {
         self.limits.get(name).and_then(Value::as_u64)
+    }
+
+    /// The machine's `overall_timeout_ms`: its paid work's budget, which the payment window
+    /// must hold (the manifest check requires it on every machine, at most 20 s).
+    pub fn overall_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.limit("overall_timeout_ms")
+                .unwrap_or(MAX_OVERALL_TIMEOUT_MS),
+        )
     }
 
     /// The schema component name stem, e.g. `Vm01UrlContext` for `postVm01UrlContext`.
@@ -309,6 +322,13 @@ impl Manifest {
         }
         for problem in symbols_per_chain_problems(machine) {
             push("allowlists.symbols", problem);
+        }
+        match machine.limit("overall_timeout_ms") {
+            Some(ms) if (1..=MAX_OVERALL_TIMEOUT_MS).contains(&ms) => {}
+            _ => push(
+                "limits.overall_timeout_ms",
+                format!("is required, from 1 to {MAX_OVERALL_TIMEOUT_MS} ms"),
+            ),
         }
         if machine.method != "POST" {
             push(

@@ -1,18 +1,29 @@
-//! What the chain says about one EIP-3009 authorization: `authorizationState(authorizer,
-//! nonce)` on the asset, read at one block whose timestamp is the chain's "now", and the
-//! `AuthorizationUsed` event that names the transaction which used it.
+//! What the chain says about one EIP-3009 payment authorization, read only.
 //!
-//! Read only: nothing here signs or sends a transaction.
+//! EIP-3009 keeps one used-flag per `(authorizer, nonce)`, and `AuthorizationUsed` is emitted
+//! by *whichever* authorization with that nonce runs first, whatever its `to` and `value`. So
+//! the flag and the event prove only that the nonce is spent. A payment to us is proven by the
+//! receipt: our `AuthorizationUsed(payer, nonce)` log **immediately followed** (log index + 1)
+//! by `Transfer(payer → pay_to, value)`, both emitted by the asset ([`judge_logs`]).
+//!
+//! Reads stay within what common providers allow: a transaction's receipt when we know its
+//! hash; `authorizationState` at a pinned block number (a node that lags errors rather than
+//! answering about another block); and only when the flag reads used, an `eth_getLogs` search
+//! bounded by time, in windows of at most `max_log_blocks`, halved when a provider refuses a
+//! range. An empty search while the flag reads used is "not found yet", never "absent".
+//!
+//! Nothing here signs or sends a transaction.
 
 use std::time::Duration;
 
-use alloy::eips::BlockId;
+use alloy::eips::{BlockId, BlockNumberOrTag};
 use alloy::network::Ethereum;
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, U256};
 use alloy::providers::{Provider, RootProvider};
-use alloy::rpc::types::Filter;
+use alloy::rpc::types::{Filter, Log};
 use alloy::sol;
 use alloy::sol_types::SolEvent;
+use alloy::transports::{RpcError, TransportError};
 
 use crate::chain::networks::BASE;
 use crate::chain::rpc::{CountedRpc, describe_error};
@@ -25,111 +36,394 @@ sol! {
         function authorizationState(address authorizer, bytes32 nonce) external view returns (bool);
         event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
         event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
+        event Transfer(address indexed from, address indexed to, uint256 value);
     }
 }
 
-/// How far back the `AuthorizationUsed` event is looked for (about 55 hours of Base blocks):
-/// providers refuse unbounded log ranges.
-const EVENT_LOOKBACK_BLOCKS: u64 = 100_000;
-
-/// The chain's answer about one authorization.
+/// The terms one payment row promised: what a transfer must match to prove it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthorizationFacts {
-    /// The block the state was read at, and its timestamp (unix seconds).
-    pub block: u64,
-    pub block_timestamp: u64,
-    /// `authorizationState(authorizer, nonce)`: true once the authorization was used *or*
-    /// cancelled by its signer; the events tell which.
-    pub used: bool,
-    /// The transaction whose `AuthorizationUsed` event names this authorization, when found:
-    /// the payment moved.
-    pub transaction: Option<String>,
-    /// The transaction of an `AuthorizationCanceled` event, when found: nothing moved.
-    pub canceled_in: Option<String>,
+pub struct PaymentTerms {
+    /// The asset contract (emits every log we accept).
+    pub asset: Address,
+    /// The authorizer (`authorization.from`).
+    pub payer: Address,
+    /// Who must receive the value: the row's payTo, never today's configuration.
+    pub pay_to: Address,
+    /// The value the authorization moves.
+    pub value: U256,
+    /// The EIP-3009 nonce.
+    pub nonce: B256,
 }
 
+/// What one transaction's receipt says about a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiptVerdict {
+    /// Our authorization ran and moved exactly the terms: paid.
+    Paid {
+        /// The transaction.
+        transaction: String,
+        /// The log index of the proving `Transfer` (unique per transaction).
+        transfer_log_index: u64,
+    },
+    /// The nonce was spent by another authorization (another `to` or `value`), or cancelled:
+    /// nothing was paid to us, and nothing ever will be with this authorization.
+    Burned {
+        /// The transaction that spent the nonce.
+        transaction: String,
+        /// What the receipt showed.
+        how: String,
+    },
+    /// The receipt does not touch this authorization (reverted, or about something else).
+    Unrelated,
+}
+
+/// The used-flag of an authorization at one pinned block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateReading {
+    /// The block read at.
+    pub block: u64,
+    /// That block's timestamp (unix seconds): the chain's "now".
+    pub timestamp: u64,
+    /// `authorizationState(payer, nonce)`: true once used *or* cancelled.
+    pub used: bool,
+}
+
+/// A chain read that failed; the message never holds the RPC URL.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ChainReadError(String);
+
+impl ChainReadError {
+    fn rpc(error: &TransportError) -> Self {
+        ChainReadError(describe_error(error))
+    }
+}
+
+/// The smallest log window we shrink to before calling a refusal an error.
+const MIN_LOG_WINDOW: u64 = 1;
+/// How far before the reserve time the search starts: the nonce may be spent between
+/// `/verify` and the reserve, and the facilitator's view of the chain may lag ours.
+const SEARCH_MARGIN_SECONDS: u64 = 60;
 
 /// Reads authorizations through the configured eip155:8453 RPC endpoint.
 #[derive(Debug, Clone)]
 pub struct AuthorizationReader {
     provider: RootProvider<Ethereum>,
+    max_log_blocks: u64,
 }
 
 impl AuthorizationReader {
-    /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`.
-    pub fn new(gateway: Gateway, rpc_url: &Secret, response_timeout: Duration) -> Self {
+    /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`,
+    /// and no `eth_getLogs` spans more than `max_log_blocks` blocks.
+    pub fn new(
+        gateway: Gateway,
+        rpc_url: &Secret,
+        response_timeout: Duration,
+        max_log_blocks: u64,
+    ) -> Self {
         AuthorizationReader {
             provider: CountedRpc::new(gateway, BASE.rpc, rpc_url, response_timeout).provider(),
+            max_log_blocks: max_log_blocks.max(MIN_LOG_WINDOW),
         }
     }
 
-    /// The state of `(authorizer, nonce)` on `asset` at the latest block.
-    pub async fn read(
-        &self,
-        asset: Address,
-        authorizer: Address,
-        nonce: B256,
-    ) -> Result<AuthorizationFacts, ChainReadError> {
-        let rpc = |e: alloy::transports::TransportError| ChainReadError(describe_error(&e));
-        let latest = self
+    /// The latest block's number and timestamp.
+    pub async fn latest(&self) -> Result<(u64, u64), ChainReadError> {
+        self.block(BlockNumberOrTag::Latest).await
+    }
+
+    async fn block(&self, at: BlockNumberOrTag) -> Result<(u64, u64), ChainReadError> {
+        let block = self
             .provider
-            .get_block(BlockId::latest())
+            .get_block(BlockId::Number(at))
             .await
-            .map_err(rpc)?
-            .ok_or_else(|| ChainReadError("the RPC endpoint has no latest block".into()))?;
-        let (block, block_timestamp) = (latest.header.number, latest.header.timestamp);
-        let used = IEip3009State::new(asset, &self.provider)
-            .authorizationState(authorizer, nonce)
+            .map_err(|e| ChainReadError::rpc(&e))?
+            .ok_or_else(|| ChainReadError(format!("the RPC endpoint has no block {at}")))?;
+        Ok((block.header.number, block.header.timestamp))
+    }
+
+    /// `authorizationState(payer, nonce)` at the latest block, pinned by number.
+    pub async fn state(&self, terms: &PaymentTerms) -> Result<StateReading, ChainReadError> {
+        let (block, timestamp) = self.latest().await?;
+        let used = IEip3009State::new(terms.asset, &self.provider)
+            .authorizationState(terms.payer, terms.nonce)
             .block(BlockId::number(block))
             .call()
             .await
             .map_err(|e| ChainReadError(format!("authorizationState could not be read: {e}")))?;
-        let (mut transaction, mut canceled_in) = (None, None);
-        if used {
-            let event = IEip3009State::AuthorizationUsed::SIGNATURE_HASH;
-            transaction = self.event_in(event, asset, authorizer, nonce, block).await;
-            if transaction.is_none() {
-                let event = IEip3009State::AuthorizationCanceled::SIGNATURE_HASH;
-                canceled_in = self.event_in(event, asset, authorizer, nonce, block).await;
-            }
-        }
-        Ok(AuthorizationFacts {
+        Ok(StateReading {
             block,
-            block_timestamp,
+            timestamp,
             used,
-            transaction,
-            canceled_in,
         })
     }
 
-    /// The transaction of an `event(authorizer, nonce)` on `asset`, if found.
-    async fn event_in(
+    /// What a transaction's receipt says about the payment; None while it has no receipt
+    /// (not mined yet, dropped, or replaced).
+    pub async fn receipt(
         &self,
-        event: B256,
-        asset: Address,
-        authorizer: Address,
-        nonce: B256,
-        latest: u64,
-    ) -> Option<String> {
-        let filter = Filter::new()
-            .address(asset)
-            .event_signature(event)
-            .topic1(authorizer.into_word())
-            .topic2(nonce)
-            .from_block(latest.saturating_sub(EVENT_LOOKBACK_BLOCKS))
-            .to_block(latest);
-        match self.provider.get_logs(&filter).await {
-            Ok(logs) => logs
-                .iter()
-                .find_map(|log| log.transaction_hash)
-                .map(|hash| hash.to_string()),
-            Err(error) => {
-                tracing::warn!(error = %describe_error(&error), "authorization event lookup failed");
-                None
+        transaction: B256,
+        terms: &PaymentTerms,
+    ) -> Result<Option<ReceiptVerdict>, ChainReadError> {
+        let receipt = self
+            .provider
+            .get_transaction_receipt(transaction)
+            .await
+            .map_err(|e| ChainReadError::rpc(&e))?;
+        Ok(receipt.map(|receipt| {
+            let logs = receipt.inner.logs();
+            judge_logs(logs, terms, &transaction.to_string())
+        }))
+    }
+
+    /// Searches the event that spent the nonce, from just before `since` (unix seconds, the
+    /// reserve time) to `until_block`, and judges that transaction's receipt. None when no
+    /// event was found: with the flag used, that means "not found yet", never "absent".
+    pub async fn find_spender(
+        &self,
+        terms: &PaymentTerms,
+        since: u64,
+        until_block: u64,
+    ) -> Result<Option<ReceiptVerdict>, ChainReadError> {
+        let start = self
+            .block_at_or_before(since.saturating_sub(SEARCH_MARGIN_SECONDS), until_block)
+            .await?;
+        let Some(log) = self.search(terms, start, until_block).await? else {
+            return Ok(None);
+        };
+        let Some(hash) = log.transaction_hash else {
+            return Ok(None);
+        };
+        self.receipt(hash, terms).await
+    }
+
+    /// The first matching `AuthorizationUsed` or `AuthorizationCanceled` log in
+    /// `[from, to]`, read in windows the provider accepts.
+    async fn search(
+        &self,
+        terms: &PaymentTerms,
+        from: u64,
+        to: u64,
+    ) -> Result<Option<Log>, ChainReadError> {
+        let events = vec![
+            IEip3009State::AuthorizationUsed::SIGNATURE_HASH,
+            IEip3009State::AuthorizationCanceled::SIGNATURE_HASH,
+        ];
+        let mut window = self.max_log_blocks;
+        let mut start = from;
+        while start <= to {
+            let end = to.min(start.saturating_add(window - 1));
+            let filter = Filter::new()
+                .address(terms.asset)
+                .event_signature(events.clone())
+                .topic1(terms.payer.into_word())
+                .topic2(terms.nonce)
+                .from_block(start)
+                .to_block(end);
+            match self.provider.get_logs(&filter).await {
+                Ok(logs) => {
+                    if let Some(log) = logs.into_iter().next() {
+                        return Ok(Some(log));
+                    }
+                    start = end + 1;
+                }
+                // A provider refuses a range it finds too wide with an error answer: narrower.
+                Err(RpcError::ErrorResp(_)) if window > MIN_LOG_WINDOW => window = window.div_ceil(2),
+                Err(error) => return Err(ChainReadError::rpc(&error)),
             }
         }
+        Ok(None)
+    }
+
+    /// The last block whose timestamp is at or before `time`, at or below `latest`: a few
+    /// block reads, stepping back exponentially, then bisecting.
+    async fn block_at_or_before(&self, time: u64, latest: u64) -> Result<u64, ChainReadError> {
+        let mut high = latest;
+        let mut step = 16u64;
+        let mut low = loop {
+            let candidate = high.saturating_sub(step);
+            let (_, timestamp) = self.block(BlockNumberOrTag::Number(candidate)).await?;
+            if timestamp <= time || candidate == 0 {
+                break candidate;
+            }
+            high = candidate;
+            step = step.saturating_mul(4);
+        };
+        while high - low > 1 {
+            let middle = low + (high - low) / 2;
+            let (_, timestamp) = self.block(BlockNumberOrTag::Number(middle)).await?;
+            if timestamp <= time {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        Ok(low)
+    }
+}
+
+/// The proof rule over one receipt's logs: our `AuthorizationUsed(payer, nonce)` must be
+/// followed, at the next log index, by `Transfer(payer → pay_to, value)`, both from the
+/// asset. Anything else that spent the nonce burned it.
+pub(crate) fn judge_logs(logs: &[Log], terms: &PaymentTerms, transaction: &str) -> ReceiptVerdict {
+    let ours = |log: &&Log| {
+        log.inner.address == terms.asset
+            && log.inner.data.topics().get(1) == Some(&terms.payer.into_word())
+            && log.inner.data.topics().get(2) == Some(&terms.nonce)
+    };
+    let topic0 = |log: &Log| log.inner.data.topics().first().copied();
+    let canceled = logs.iter().filter(ours).find(|log| {
+        topic0(log) == Some(IEip3009State::AuthorizationCanceled::SIGNATURE_HASH)
+    });
+    if canceled.is_some() {
+        return ReceiptVerdict::Burned {
+            transaction: transaction.to_string(),
+            how: "AuthorizationCanceled: the payer cancelled the authorization".into(),
+        };
+    }
+    let Some(used) = logs
+        .iter()
+        .filter(ours)
+        .find(|log| topic0(log) == Some(IEip3009State::AuthorizationUsed::SIGNATURE_HASH))
+    else {
+        return ReceiptVerdict::Unrelated;
+    };
+    let next = used
+        .log_index
+        .and_then(|index| logs.iter().find(|log| log.log_index == Some(index + 1)));
+    match next.and_then(|log| transfer_of(log, terms.asset)) {
+        Some((from, to, value, index))
+            if from == terms.payer && to == terms.pay_to && value == terms.value =>
+        {
+            ReceiptVerdict::Paid {
+                transaction: transaction.to_string(),
+                transfer_log_index: index,
+            }
+        }
+        Some((from, to, value, index)) => ReceiptVerdict::Burned {
+            transaction: transaction.to_string(),
+            how: format!(
+                "AuthorizationUsed followed by Transfer {from} -> {to} of {value} (log {index}), not the payment's terms"
+            ),
+        },
+        None => ReceiptVerdict::Burned {
+            transaction: transaction.to_string(),
+            how: "AuthorizationUsed without the Transfer of the payment at the next log index"
+                .into(),
+        },
+    }
+}
+
+/// A `Transfer` log of `asset`, decoded: (from, to, value, log index).
+fn transfer_of(log: &Log, asset: Address) -> Option<(Address, Address, U256, u64)> {
+    if log.inner.address != asset {
+        return None;
+    }
+    let decoded = IEip3009State::Transfer::decode_raw_log(
+        log.inner.data.topics().iter().copied(),
+        &log.inner.data.data,
+    )
+    .ok()?;
+    Some((decoded.from, decoded.to, decoded.value, log.log_index?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::primitives::{LogData, address, b256};
+
+    const ASSET: Address = address!("833589fCD6eDb6E08f4c7C32D4f71b54bdA02913");
+    const PAYER: Address = address!("70997970C51812dc3A010C7d01b50e0d17dc79C8");
+    const PAY_TO: Address = address!("3C44CdDdB6a900fa2b585dd299e03d12FA4293BC");
+    const NONCE: B256 = b256!("1111111111111111111111111111111111111111111111111111111111111111");
+    const OTHER_NONCE: B256 =
+        b256!("2222222222222222222222222222222222222222222222222222222222222222");
+
+    fn terms(nonce: B256) -> PaymentTerms {
+        PaymentTerms {
+            asset: ASSET,
+            payer: PAYER,
+            pay_to: PAY_TO,
+            value: U256::from(10_000u64),
+            nonce,
+        }
+    }
+
+    fn log(index: u64, topics: Vec<B256>, data: Vec<u8>) -> Log {
+        Log {
+            inner: alloy::primitives::Log {
+                address: ASSET,
+                data: LogData::new_unchecked(topics, data.into()),
+            },
+            log_index: Some(index),
+            ..Default::default()
+        }
+    }
+
+    fn used(index: u64, nonce: B256) -> Log {
+        let event = IEip3009State::AuthorizationUsed::SIGNATURE_HASH;
+        log(index, vec![event, PAYER.into_word(), nonce], vec![])
+    }
+
+    fn transfer(index: u64, to: Address, value: u64) -> Log {
+        let event = IEip3009State::Transfer::SIGNATURE_HASH;
+        let data = U256::from(value).to_be_bytes::<32>().to_vec();
+        log(index, vec![event, PAYER.into_word(), to.into_word()], data)
+    }
+
+    #[test]
+    fn the_transfer_right_after_our_authorization_proves_the_payment() {
+        let logs = [used(4, NONCE), transfer(5, PAY_TO, 10_000)];
+        assert_eq!(
+            judge_logs(&logs, &terms(NONCE), "0xt"),
+            ReceiptVerdict::Paid {
+                transaction: "0xt".into(),
+                transfer_log_index: 5
+            }
+        );
+    }
+
+    #[test]
+    fn another_authorization_with_our_nonce_burns_it_even_beside_a_real_payment() {
+        // One transaction: our nonce spent by a zero-value self-transfer, then another
+        // authorization that does pay us. Only the second one's row is proven.
+        let logs = [
+            used(0, NONCE),
+            transfer(1, PAYER, 0),
+            used(2, OTHER_NONCE),
+            transfer(3, PAY_TO, 10_000),
+        ];
+        assert!(matches!(
+            judge_logs(&logs, &terms(NONCE), "0xt"),
+            ReceiptVerdict::Burned { .. }
+        ));
+        assert_eq!(
+            judge_logs(&logs, &terms(OTHER_NONCE), "0xt"),
+            ReceiptVerdict::Paid {
+                transaction: "0xt".into(),
+                transfer_log_index: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_wrong_value_a_missing_transfer_or_a_cancel_is_no_payment() {
+        let short = [used(0, NONCE), transfer(1, PAY_TO, 9_999)];
+        let alone = [used(0, NONCE), transfer(2, PAY_TO, 10_000)];
+        let event = IEip3009State::AuthorizationCanceled::SIGNATURE_HASH;
+        let cancel = [log(0, vec![event, PAYER.into_word(), NONCE], vec![])];
+        for logs in [&short[..], &alone[..], &cancel[..]] {
+            assert!(
+                matches!(
+                    judge_logs(logs, &terms(NONCE), "0xt"),
+                    ReceiptVerdict::Burned { .. }
+                ),
+                "{logs:?}"
+            );
+        }
+        assert_eq!(
+            judge_logs(&[], &terms(NONCE), "0xt"),
+            ReceiptVerdict::Unrelated
+        );
     }
 }

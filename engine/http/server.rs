@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use http::header::{
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CONNECTION, CONTENT_LENGTH,
-    CONTENT_TYPE,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CACHE_CONTROL, CONNECTION,
+    CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
@@ -24,18 +24,23 @@ use crate::catalog::embedded::MANIFEST;
 use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
 use crate::config::Config;
+use crate::evidence::SEAL_HEADER;
 use crate::http::body;
 use crate::http::connections;
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
 use crate::http::state::PaidRoute;
 pub use crate::http::state::{AppState, StartError};
-use crate::http::{admin, request_id};
+use crate::http::{admin, request_id, sealed};
 use crate::machines::Work;
+use crate::pay::echo::Declared;
 use crate::pay::gate::{self, PaidOutcome};
 use crate::support::metrics::{RouteCounters, metrics};
 
 const JSON: &str = "application/json";
+/// `Retry-After` of a 503 of ours (ledger, facilitator, readiness): seconds.
+const RETRY_UNAVAILABLE: &str = "5";
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
@@ -277,9 +282,10 @@ where
         }
         Err(error) => return error_response(&error),
     };
-    let (Some(challenge), Some(requirement), Some(pay_to)) = (
+    let (Some(challenge), Some(requirement), Some(declared), Some(pay_to)) = (
         &route.challenge,
         &route.requirement,
+        &route.declared,
         state.config.pay_to.as_deref(),
     ) else {
         return error_response(&ApiError::unavailable(
@@ -305,10 +311,16 @@ where
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
     // a payment that may have moved with no record of its outcome.
+    // The seal names the request by the ledger's hash; computed only when signing is on.
+    let request_sha256 = state
+        .evidence
+        .as_ref()
+        .map(|_| crate::support::canonical::canonical_sha256(&request));
     let call = PaidCall {
         state: Arc::clone(state),
         machine: route.machine,
         requirement: requirement.clone(),
+        declared: declared.clone(),
         pay_to: pay_to.to_string(),
         request,
         work,
@@ -319,7 +331,7 @@ where
     // this span, so it carries the request id.
     let span = tracing::info_span!("request", request_id = incoming.request_id);
     match tokio::spawn(call.run().instrument(span)).await {
-        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
+        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome, request_sha256.as_deref()),
         Ok(Err(error)) => error_response(&error),
         Err(error) => {
             tracing::error!(%error, machine = %route.machine.machine, request_id = incoming.request_id, "paid call task failed");
@@ -337,6 +349,7 @@ struct PaidCall {
     state: Arc<AppState>,
     machine: &'static Machine,
     requirement: Value,
+    declared: Declared,
     pay_to: String,
     request: Value,
     work: Work,
@@ -357,6 +370,7 @@ impl PaidCall {
         let call = gate::PaidCall {
             machine: self.machine,
             requirement: &self.requirement,
+            declared: &self.declared,
             pay_to: &self.pay_to,
             request: &self.request,
             header: &self.signature,
@@ -372,6 +386,7 @@ fn paid_response(
     route: &PaidRoute,
     pay_to: &str,
     outcome: PaidOutcome,
+    request_sha256: Option<&str>,
 ) -> Response<Bytes> {
     match outcome {
         PaidOutcome::Delivered {
@@ -379,14 +394,38 @@ fn paid_response(
             payment_response,
         } => {
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let sealed = sealed_answer(state, route, request_sha256, &payment_response, &bytes);
             let mut response = base_response(StatusCode::OK, JSON, bytes);
-            insert_header(
-                &mut response,
-                challenge::PAYMENT_RESPONSE,
-                &payment_response,
-            );
+            let payment_response = sealed
+                .as_ref()
+                .map_or(payment_response.as_str(), |s| s.payment_response.as_str());
+            insert_header(&mut response, challenge::PAYMENT_RESPONSE, payment_response);
+            let headers = response.headers_mut();
+            match sealed {
+                Some(sealed) => {
+                    headers.insert(const { HeaderName::from_static(SEAL_HEADER) }, sealed.seal);
+                    headers.insert(
+                        const { HeaderName::from_static("content-digest") },
+                        sealed.content_digest,
+                    );
+                    // No proxy may re-encode the bytes the seal and digest name.
+                    headers.insert(
+                        CACHE_CONTROL,
+                        const { HeaderValue::from_static("private, no-transform") },
+                    );
+                }
+                // A paid answer is the buyer's alone: no shared cache keeps it.
+                None => {
+                    headers.insert(CACHE_CONTROL, const { HeaderValue::from_static("private") });
+                }
+            }
             response
         }
+        PaidOutcome::Pending {
+            transaction,
+            retry_after_seconds,
+            payment_response,
+        } => settlement_pending(transaction, retry_after_seconds, &payment_response),
         PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, &reason),
         PaidOutcome::SettleFailed {
             reason,
@@ -402,6 +441,24 @@ fn paid_response(
         }
         PaidOutcome::Failed(refusal) => error_response(&ApiError::from(&refusal)),
     }
+}
+
+/// The receipt, seal and Content-Digest of a settled answer when signing is on; a signing
+/// failure is logged and the answer goes out unsealed (the buyer has paid for it).
+fn sealed_answer(
+    state: &AppState,
+    route: &PaidRoute,
+    request_sha256: Option<&str>,
+    payment_response: &str,
+    body: &[u8],
+) -> Option<sealed::Sealed> {
+    let (identity, request_sha256) = (state.evidence.as_deref()?, request_sha256?);
+    let resource_url = challenge::resource_url(&state.base_url, route.machine);
+    sealed::seal(identity, &resource_url, route.machine, request_sha256, payment_response, body)
+        .map_err(|error| {
+            tracing::error!(%error, machine = %route.machine.machine, "paid answer sent without its evidence seal");
+        })
+        .ok()
 }
 
 /// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
@@ -422,6 +479,32 @@ fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) ->
             reason,
         )),
     }
+}
+
+/// 503 for a payment whose outcome is unknown: no fresh challenge (a client must not sign
+/// again), `Retry-After` until the authorization's outcome must be decided, and the
+/// PAYMENT-RESPONSE `settlement_pending` with the transaction when known.
+fn settlement_pending(
+    transaction: Option<String>,
+    retry_after_seconds: u64,
+    payment_response: &str,
+) -> Response<Bytes> {
+    let body = serde_json::json!({
+        "error": {
+            "code": "settlement_pending",
+            "message": "the payment is being settled and its outcome is not known yet: do not sign a new payment for this request, this one may still be charged. The operator's reconciliation records the outcome from the chain.",
+        },
+        "transaction": transaction,
+        "retry_after_seconds": retry_after_seconds,
+    });
+    let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+    let mut response = base_response(StatusCode::SERVICE_UNAVAILABLE, JSON, bytes);
+    insert_header(&mut response, challenge::PAYMENT_RESPONSE, payment_response);
+    if let Ok(value) = HeaderValue::from_str(&retry_after_seconds.to_string()) {
+        response.headers_mut().insert(RETRY_AFTER, value);
+    }
+    response.headers_mut().insert(CACHE_CONTROL, NO_STORE);
+    response
 }
 
 fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str) {
@@ -615,15 +698,25 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
 
 fn payment_required(challenge: &Challenge) -> Response<Bytes> {
     let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         const { HeaderName::from_static(challenge::PAYMENT_REQUIRED) },
         challenge.header.clone(),
     );
+    // A challenge (and a refusal's fresh one) is per request: never cached.
+    headers.insert(CACHE_CONTROL, NO_STORE);
     response
 }
 
 pub(crate) fn error_response(error: &ApiError) -> Response<Bytes> {
-    base_response(error.status, JSON, Bytes::from(error.body()))
+    let mut response = base_response(error.status, JSON, Bytes::from(error.body()));
+    if error.status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            RETRY_AFTER,
+            const { HeaderValue::from_static(RETRY_UNAVAILABLE) },
+        );
+    }
+    response
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Bytes> {

@@ -22,6 +22,7 @@ use crate::http::connections::ConnectionCounters;
 use crate::http::free_docs::FreeDoc;
 use crate::machines::{self, Entry, NotReady, WorkContext};
 use crate::net::gateway::Gateway;
+use crate::pay::echo::Declared;
 use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::PaymentRail;
 use crate::pay::ledger;
@@ -42,11 +43,14 @@ pub(super) struct PaidRoute {
     pub(super) max_body: usize,
     /// None when no pay_to is configured: valid requests answer 503 service_disabled.
     pub(super) challenge: Option<Challenge>,
-    /// The PaymentRequirements a payment's `accepted` must equal.
+    /// The PaymentRequirements a payment's `accepted` must match.
     pub(super) requirement: Option<Value>,
     /// The `offer-receipt` extension with the signed offer of its requirement, signed once
     /// at start-up (every 402 carries it); None when signing is off or no pay_to is set.
     pub(super) offers: Option<Value>,
+    /// What the route's 402 declared: the buyer's echo is checked against it, and the
+    /// facilitator gets it instead of the echo.
+    pub(super) declared: Option<Declared>,
     /// Whether this deployment configures what the machine needs: a configuration fact, so
     /// it is settled at start-up and a machine that cannot serve never asks for a payment.
     pub(super) readiness: Result<(), NotReady>,
@@ -209,10 +213,14 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
-    let chain = config
-        .rpc_url_eip155_8453
-        .as_ref()
-        .map(|url| AuthorizationReader::new(gateway.clone(), url, SETTLE_CHECK_RPC_TIMEOUT));
+    let chain = config.rpc_url_eip155_8453.as_ref().map(|url| {
+        AuthorizationReader::new(
+            gateway.clone(),
+            url,
+            SETTLE_CHECK_RPC_TIMEOUT,
+            config.rpc_max_log_blocks,
+        )
+    });
     let domain = local_check::payment_domain(&MANIFEST.payment)
         .map_err(|e| StartError::Prepare(e.to_string()))?;
     Ok(Some(PaymentRail {
@@ -220,6 +228,8 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         ledger: Arc::new(ledger),
         chain,
         domain,
+        settlement_wait: std::time::Duration::from_millis(config.settlement_wait_ms),
+        strike_seconds: config.unpaid_strike_seconds,
         refused_locally: Default::default(),
         signatures_deferred: Default::default(),
     }))
@@ -311,6 +321,7 @@ impl PaidRoute {
                 "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
             );
         }
+        let declared = pay_to.map(|pay_to| declared(manifest, machine, base_url, pay_to));
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
         Ok(PaidRoute {
             machine,
@@ -320,9 +331,28 @@ impl PaidRoute {
             challenge,
             requirement,
             offers,
+            declared,
             readiness: entry.readiness(machine, config),
             counters: metrics().route(machine.machine.as_str(), &[200, 400, 402, 503]),
         })
+    }
+}
+
+/// The resource and extensions a machine's 402 declares, in the header and in the body.
+fn declared(manifest: &Manifest, machine: &Machine, base_url: &str, pay_to: &str) -> Declared {
+    let header = challenge::header_payment_required(manifest, machine, base_url, pay_to, None);
+    let body = challenge::payment_required(manifest, machine, base_url, pay_to, None);
+    let extensions = |value: &Value| {
+        value
+            .get("extensions")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    };
+    Declared {
+        resource: body.get("resource").cloned().unwrap_or_default(),
+        header_extensions: extensions(&header),
+        full_extensions: extensions(&body),
     }
 }
 

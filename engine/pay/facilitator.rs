@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -41,6 +43,16 @@ pub(crate) struct SettleOutcome {
     pub error_reason: Option<String>,
     /// The SettleResponse JSON to send back to the buyer.
     pub response: Value,
+}
+
+/// x402 v2's non-terminal settle answer: broadcast, receipt not seen yet (§5.3.2).
+pub(crate) const SETTLEMENT_PENDING: &str = "settlement_pending";
+
+impl SettleOutcome {
+    /// The facilitator broadcast but did not see the receipt: the transaction is the handle.
+    pub(crate) fn is_pending(&self) -> bool {
+        !self.success && self.error_reason.as_deref() == Some(SETTLEMENT_PENDING)
+    }
 }
 
 /// What each facilitator request carries to authenticate.
@@ -123,6 +135,11 @@ impl FacilitatorClient {
         }
     }
 
+    /// The configured `/verify` timeout (the window check counts it).
+    pub(crate) fn verify_timeout(&self) -> Duration {
+        self.verify_timeout
+    }
+
     fn endpoint(&self, name: &str) -> reqwest::Url {
         let mut url = self.base.clone();
         let path = format!("{}/{name}", url.path().trim_end_matches('/'));
@@ -182,38 +199,45 @@ impl FacilitatorClient {
         json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirement})
     }
 
-    /// `POST /verify` with our own requirement (never the client's copy).
+    /// The configured timeout of a step, clipped to what is left before `deadline`.
+    fn within(configured: Duration, deadline: Instant) -> Result<Duration, FacilitatorError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(FacilitatorError::Unavailable(
+                "no time left before the authorization's deadline".into(),
+            ));
+        }
+        Ok(configured.min(left))
+    }
+
+    /// `POST /verify` with our own requirement (never the client's copy), answered before
+    /// `deadline`.
     pub(crate) async fn verify(
         &self,
         payload: &Value,
         requirement: &Value,
+        deadline: Instant,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let body = Self::body(payload, requirement);
+        let timeout = Self::within(self.verify_timeout, deadline)?;
         let (status, value) = self
-            .call(
-                reqwest::Method::POST,
-                "verify",
-                Some(&body),
-                self.verify_timeout,
-            )
+            .call(reqwest::Method::POST, "verify", Some(&body), timeout)
             .await?;
         serde_json::from_value(value).map_err(|_| FacilitatorError::BadAnswer { status })
     }
 
-    /// `POST /settle`. A parseable verdict of failure is an `Ok` with `success: false`.
+    /// `POST /settle`, answered before `deadline`. A parseable verdict of failure is an `Ok`
+    /// with `success: false`.
     pub(crate) async fn settle(
         &self,
         payload: &Value,
         requirement: &Value,
+        deadline: Instant,
     ) -> Result<SettleOutcome, FacilitatorError> {
         let body = Self::body(payload, requirement);
+        let timeout = Self::within(self.settle_timeout, deadline)?;
         let (status, mut value) = self
-            .call(
-                reqwest::Method::POST,
-                "settle",
-                Some(&body),
-                self.settle_timeout,
-            )
+            .call(reqwest::Method::POST, "settle", Some(&body), timeout)
             .await?;
         let Some(success) = value.get("success").and_then(Value::as_bool) else {
             return Err(FacilitatorError::BadAnswer { status });

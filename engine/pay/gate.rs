@@ -1,32 +1,44 @@
-//! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`:
-//! decode → x402Version 2 → `accepted` equals our requirement → the local check (signature,
-//! payee, price, window; see `local_check`) → facilitator `/verify` →
-//! ledger reserve → the machine's work → facilitator `/settle` → ledger record.
+//! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`.
+//! It keeps only the order of the steps; each step's rules live in their own module:
 //!
-//! A payment the local check refuses never costs a facilitator call. Nothing goes outbound
-//! before `/verify` says the payment is valid, and the unique nonce in
-//! the ledger makes sure one authorization runs the work at most once.
+//! decode → `accepted` and the buyer's echo (`echo`) → the authorization's window (`window`)
+//! → the local check (`local_check`) → the ledger's nonce and strike pre-check → facilitator
+//! `/verify` → ledger reserve → the machine's work → the settlement (`settlement`) → ledger
+//! record.
+//!
+//! A payment refused before `/verify` never costs an outbound request. Nothing goes outbound
+//! before `/verify` says the payment is valid, and the unique nonce in the ledger makes sure
+//! one authorization runs the work at most once.
 
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use alloy::sol_types::Eip712Domain;
 use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 use crate::catalog::manifest::{Machine, Manifest};
-use crate::chain::authorization::AuthorizationReader;
-use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
-use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome, Resolution};
+use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
+use crate::pay::echo::{self, Declared};
+use crate::pay::facilitator::{FacilitatorClient, FacilitatorError};
+use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
+use crate::pay::settlement::{self, Payment, Settlement, Settling};
+use crate::pay::window::{self, Bounds, WindowRefusal};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
+/// The 402 reason of a payment whose nonce another authorization spent.
+pub(crate) const NONCE_BURNED: &str = "payment_nonce_burned";
+/// The 402 reason of a payer refused during the cooling period after an unpaid payment.
+pub(crate) const PAYER_STRUCK: &str = "payer_recently_unpaid";
 
 /// The configured facilitator and ledger, and what the local check needs.
 pub(crate) struct PaymentRail {
@@ -34,23 +46,36 @@ pub(crate) struct PaymentRail {
     pub facilitator: FacilitatorClient,
     /// Where every paid attempt is recorded.
     pub ledger: Arc<Ledger>,
-    /// Asks the chain whether a settlement the facilitator did not confirm landed anyway;
-    /// None without an eip155:8453 RPC endpoint.
+    /// Reads the payment chain when a settlement's outcome is not a plain success; None
+    /// without an eip155:8453 RPC endpoint.
     pub chain: Option<AuthorizationReader>,
     /// The asset's EIP-712 domain (`local_check::payment_domain`).
     pub domain: Eip712Domain,
+    /// How long an unknown settlement is followed on chain.
+    pub settlement_wait: Duration,
+    /// How long a payer whose verified payment ended unpaid is refused (seconds; 0 = off).
+    pub strike_seconds: u64,
     /// Payments refused by the local check, which never reached the facilitator.
     pub refused_locally: AtomicU64,
     /// Smart-wallet signatures passed to the facilitator unchecked.
     pub signatures_deferred: AtomicU64,
 }
 
+impl PaymentRail {
+    /// The chain reader, when it may decide a payment's outcome.
+    fn trusted_chain(&self) -> Option<&AuthorizationReader> {
+        self.chain.as_ref()
+    }
+}
+
 /// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
 pub(crate) struct PaidCall<'a> {
     /// The manifest entry of the machine sold.
     pub machine: &'a Machine,
-    /// The PaymentRequirements a payment's `accepted` must equal.
+    /// The PaymentRequirements a payment's `accepted` must match.
     pub requirement: &'a Value,
+    /// What the route's 402 declared (resource, extensions).
+    pub declared: &'a Declared,
     /// Our configured payTo address.
     pub pay_to: &'a str,
     /// The request as received, for the ledger's request hash.
@@ -105,9 +130,16 @@ pub(crate) enum PaidOutcome {
     },
     /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
     Rejected { reason: String },
-    /// 402 with PAYMENT-RESPONSE success:false; the work ran but its result is withheld.
+    /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
     SettleFailed {
         reason: String,
+        payment_response: String,
+    },
+    /// 503 with `Retry-After` and PAYMENT-RESPONSE `settlement_pending`, and no fresh
+    /// challenge: the payment's outcome is unknown, the buyer must not pay again.
+    Pending {
+        transaction: Option<String>,
+        retry_after_seconds: u64,
         payment_response: String,
     },
     /// A refusal of ours; nothing was charged.
@@ -117,10 +149,10 @@ pub(crate) enum PaidOutcome {
 /// The parts of a PaymentPayload the gate relies on.
 struct Presented {
     payload: Value,
-    payer: String,
+    payer: Address,
     nonce_sha256: String,
-    nonce: String,
-    valid_before: String,
+    nonce: B256,
+    valid_before: u64,
 }
 
 fn reject(reason: &str) -> PaidOutcome {
@@ -130,8 +162,16 @@ fn reject(reason: &str) -> PaidOutcome {
     }
 }
 
-/// Decodes and checks a `PAYMENT-SIGNATURE` against the machine's requirement.
-fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> {
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// Decodes a `PAYMENT-SIGNATURE`: base64 of JSON, x402Version 2, an authorization with a
+/// nonce, a payer and a `validBefore`.
+fn decode(header: &[u8]) -> Result<Presented, PaidOutcome> {
     if header.len() > MAX_PAYMENT_HEADER_BYTES {
         return Err(reject("invalid_payload"));
     }
@@ -145,9 +185,6 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     if payload.get("x402Version").and_then(Value::as_u64) != Some(2) {
         return Err(reject("invalid_x402_version"));
     }
-    if payload.get("accepted") != Some(requirement) {
-        return Err(reject("payment_requirements_mismatch"));
-    }
     let authorization = payload.pointer("/payload/authorization");
     let field = |name: &str| {
         authorization
@@ -157,19 +194,41 @@ fn decode(header: &[u8], requirement: &Value) -> Result<Presented, PaidOutcome> 
     let nonce: B256 = field("nonce")
         .and_then(|n| n.parse().ok())
         .ok_or_else(|| reject("invalid_payload"))?;
-    let payer = field("from")
-        .ok_or_else(|| reject("invalid_payload"))?
-        .to_string();
+    let payer: Address = field("from")
+        .and_then(|f| Address::from_str(f).ok())
+        .ok_or_else(|| reject("invalid_payload"))?;
     let valid_before = field("validBefore")
-        .filter(|v| v.parse::<u64>().is_ok())
-        .ok_or_else(|| reject("invalid_payload"))?
-        .to_string();
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| reject("invalid_payload"))?;
     Ok(Presented {
         nonce_sha256: sha256_hex(nonce.as_slice()),
-        nonce: nonce.to_string(),
+        nonce,
         valid_before,
         payer,
         payload,
+    })
+}
+
+/// The window check: the call's deadline, or a 402 before any outbound request.
+fn call_deadline(
+    rail: &PaymentRail,
+    machine: &Machine,
+    manifest: &Manifest,
+    presented: &Presented,
+) -> Result<Instant, PaidOutcome> {
+    let bounds = Bounds {
+        verify: rail.facilitator.verify_timeout(),
+        work: machine.overall_timeout(),
+        max_timeout_seconds: manifest.payment.max_timeout_seconds,
+    };
+    window::deadline(presented.valid_before, unix_now(), &bounds).map_err(|refusal| {
+        rail.refused_locally.fetch_add(1, Ordering::Relaxed);
+        let kind = match refusal {
+            WindowRefusal::TooShort => "too_short",
+            WindowRefusal::TooLong => "too_long",
+        };
+        tracing::info!(machine = %machine.machine, window = kind, %refusal, "payment refused before /verify");
+        reject("invalid_exact_evm_payload_authorization_valid_before")
     })
 }
 
@@ -186,15 +245,11 @@ fn check_locally(
     ) else {
         return Err(PaidOutcome::Failed(Refusal::Misconfigured));
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
     let expected = Expected {
         domain: &rail.domain,
         pay_to,
         amount,
-        now,
+        now: unix_now(),
     };
     let payload = presented.payload.get("payload").unwrap_or(&Value::Null);
     match local_check::check(payload, &expected) {
@@ -211,9 +266,80 @@ fn check_locally(
     }
 }
 
+/// The ledger's pre-check: a nonce already presented, or a payer in its cooling period.
+async fn precheck(rail: &PaymentRail, presented: &Presented) -> Result<(), PaidOutcome> {
+    let payer = format!("{:#x}", presented.payer);
+    match rail
+        .ledger
+        .precheck(&presented.nonce_sha256, &payer, unix_now())
+        .await
+    {
+        Ok(found) if found.nonce_known => Err(reject("payment_nonce_already_presented")),
+        Ok(found) if found.payer_struck => {
+            metrics().payment("payer_struck", "");
+            tracing::info!(%payer, "payer refused before /verify: a recent verified payment ended unpaid");
+            Err(reject(PAYER_STRUCK))
+        }
+        Ok(_) => Ok(()),
+        Err(error) => Err(ledger_failure(&error)),
+    }
+}
+
 fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
     PaidOutcome::Failed(Refusal::LedgerUnavailable)
+}
+
+/// Every check before `/verify`, in order; none goes outbound.
+async fn admit(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    call: &PaidCall<'_>,
+) -> Result<(Presented, Instant), PaidOutcome> {
+    let presented = decode(call.header)?;
+    echo::check(&presented.payload, call.requirement, call.declared)
+        .map_err(|refusal| reject(refusal.reason()))?;
+    let deadline = call_deadline(rail, call.machine, manifest, &presented)?;
+    check_locally(rail, call.machine, call.pay_to, &presented)?;
+    precheck(rail, &presented).await?;
+    Ok((presented, deadline))
+}
+
+/// `/verify` with our own resource, extensions and requirements.
+async fn verify(
+    rail: &PaymentRail,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+    sent: &Value,
+    deadline: Instant,
+) -> Result<(), PaidOutcome> {
+    match rail
+        .facilitator
+        .verify(sent, call.requirement, deadline)
+        .await
+    {
+        Ok(verdict) if verdict.is_valid => {
+            metrics().payment("verified", "");
+            Ok(())
+        }
+        Ok(verdict) => {
+            // A copy racing the first presentation of the same payment can reach /verify after
+            // that one settled, and the facilitator then calls the nonce used: the buyer's
+            // truthful reason is ours, the payment was already presented here.
+            if matches!(
+                rail.ledger.knows_nonce(&presented.nonce_sha256).await,
+                Ok(true)
+            ) {
+                return Err(reject("payment_nonce_already_presented"));
+            }
+            let reason = verdict
+                .invalid_reason
+                .unwrap_or_else(|| "payment_invalid".into());
+            tracing::info!(machine = %call.machine.machine, %reason, "payment refused by the facilitator");
+            Err(reject(&reason))
+        }
+        Err(error) => Err(facilitator_down("verify", &error)),
+    }
 }
 
 /// Runs the whole paid path for one request. `work` is the machine's paid work, not yet
@@ -224,78 +350,75 @@ pub(crate) async fn run<E: std::fmt::Display>(
     call: PaidCall<'_>,
     work: impl Future<Output = Result<Value, E>>,
 ) -> PaidOutcome {
-    let PaidCall {
-        machine,
-        requirement,
-        pay_to,
-        request,
-        header,
-        request_id,
-    } = call;
-    let presented = match decode(header, requirement) {
-        Ok(presented) => presented,
+    let (presented, deadline) = match admit(rail, manifest, &call).await {
+        Ok(admitted) => admitted,
         Err(outcome) => return outcome,
     };
-    if let Err(outcome) = check_locally(rail, machine, pay_to, &presented) {
+    let sent = echo::for_facilitator(&presented.payload, call.requirement, call.declared);
+    if let Err(outcome) = verify(rail, &call, &presented, &sent, deadline).await {
         return outcome;
     }
-    match rail.ledger.knows_nonce(&presented.nonce_sha256).await {
-        Ok(true) => return reject("payment_nonce_already_presented"),
-        Ok(false) => {}
-        Err(error) => return ledger_failure(&error),
-    }
-    match rail
-        .facilitator
-        .verify(&presented.payload, requirement)
-        .await
-    {
-        Ok(verdict) if verdict.is_valid => metrics().payment("verified", ""),
-        Ok(verdict) => {
-            // A copy racing the first presentation of the same payment can reach /verify after
-            // that one settled, and the facilitator then calls the nonce used: the buyer's
-            // truthful reason is ours, the payment was already presented here.
-            if matches!(
-                rail.ledger.knows_nonce(&presented.nonce_sha256).await,
-                Ok(true)
-            ) {
-                return reject("payment_nonce_already_presented");
-            }
-            let reason = verdict
-                .invalid_reason
-                .unwrap_or_else(|| "payment_invalid".into());
-            tracing::info!(machine = %machine.machine, %reason, "payment refused by the facilitator");
-            return reject(&reason);
-        }
-        Err(error) => return facilitator_down("verify", &error),
-    }
-    let attempt = NewAttempt {
-        machine: machine.machine.clone(),
-        family: machine.family.clone(),
-        payer: presented.payer.clone(),
-        amount_atomic: machine.price_atomic.clone(),
-        asset: manifest.payment.asset.clone(),
-        network: manifest.payment.network.clone(),
-        pay_to: pay_to.to_string(),
-        nonce_sha256: presented.nonce_sha256.clone(),
-        nonce: presented.nonce.clone(),
-        valid_before: presented.valid_before.clone(),
-        request_sha256: canonical_sha256(request),
-        request_id: request_id.to_string(),
-    };
+    let attempt = new_attempt(manifest, &call, &presented);
+    let reserved_at = unix_now();
     let id = match rail.ledger.reserve(&attempt).await {
         Ok(id) => id,
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
-    let body = match work.await {
-        Ok(body) => body,
-        Err(error) => return work_failed(rail, id, machine, error.to_string()).await,
+    let budget = call.machine.overall_timeout();
+    let body = match tokio::time::timeout_at(deadline.min(Instant::now() + budget), work).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(error)) => return work_failed(rail, id, call.machine, error.to_string()).await,
+        Err(_) => {
+            let reason = format!("the work ran past its {} ms budget", budget.as_millis());
+            return work_failed(rail, id, call.machine, reason).await;
+        }
     };
-    let settled = rail
-        .facilitator
-        .settle(&presented.payload, requirement)
-        .await;
-    finish_settlement(rail, id, machine, manifest, &presented, settled, body).await
+    let Some(terms) = terms_of(manifest, &call, &presented) else {
+        return PaidOutcome::Failed(Refusal::Misconfigured);
+    };
+    let settling = Settling {
+        facilitator: &rail.facilitator,
+        chain: rail.trusted_chain(),
+        payload: &sent,
+        requirement: call.requirement,
+        payment: Payment {
+            terms,
+            reserved_at,
+            valid_before: presented.valid_before,
+        },
+        deadline,
+        wait: rail.settlement_wait,
+    };
+    let settled = settlement::settle(&settling).await;
+    record(rail, id, call.machine, manifest, &presented, settled, body).await
+}
+
+fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> NewAttempt {
+    NewAttempt {
+        machine: call.machine.machine.clone(),
+        family: call.machine.family.clone(),
+        payer: presented.payer.to_checksum(None),
+        amount_atomic: call.machine.price_atomic.clone(),
+        asset: manifest.payment.asset.clone(),
+        network: manifest.payment.network.clone(),
+        pay_to: call.pay_to.to_string(),
+        nonce_sha256: presented.nonce_sha256.clone(),
+        nonce: presented.nonce.to_string(),
+        valid_before: presented.valid_before.to_string(),
+        request_sha256: canonical_sha256(call.request),
+        request_id: call.request_id.to_string(),
+    }
+}
+
+fn terms_of(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> Option<PaymentTerms> {
+    Some(PaymentTerms {
+        asset: manifest.payment.asset.parse().ok()?,
+        payer: presented.payer,
+        pay_to: call.pay_to.parse().ok()?,
+        value: U256::from_str_radix(&call.machine.price_atomic, 10).ok()?,
+        nonce: presented.nonce,
+    })
 }
 
 async fn work_failed(
@@ -316,139 +439,165 @@ async fn work_failed(
     PaidOutcome::Failed(Refusal::WorkFailed)
 }
 
-async fn finish_settlement(
+fn encoded(response: &Value) -> String {
+    STANDARD.encode(serde_json::to_vec(response).unwrap_or_default())
+}
+
+/// A SettleResponse of ours (when the facilitator's is not the answer).
+fn settle_response(
+    manifest: &Manifest,
+    presented: &Presented,
+    success: bool,
+    reason: Option<&str>,
+    transaction: Option<&str>,
+) -> Value {
+    let mut response = json!({
+        "success": success,
+        "transaction": transaction.unwrap_or_default(),
+        "network": manifest.payment.network,
+        "payer": presented.payer.to_checksum(None),
+    });
+    if let Some(reason) = reason {
+        response["errorReason"] = json!(reason);
+    }
+    response
+}
+
+/// Records the settlement and decides the answer.
+async fn record(
     rail: &PaymentRail,
     id: i64,
     machine: &Machine,
     manifest: &Manifest,
     presented: &Presented,
-    settled: Result<SettleOutcome, FacilitatorError>,
+    settled: Settlement,
     body: Value,
 ) -> PaidOutcome {
-    let ledger = rail.ledger.as_ref();
+    let strike_until =
+        (rail.strike_seconds > 0).then(|| unix_now().saturating_add(rail.strike_seconds));
     match settled {
-        Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
-            let transaction = outcome.transaction.clone().unwrap_or_default();
+        Settlement::Paid {
+            transaction,
+            transfer_log_index,
+            response,
+            evidence,
+        } => {
+            let outcome = Outcome::Settled {
+                transaction: transaction.clone(),
+                transfer_log_index,
+                evidence,
+            };
+            match rail.ledger.finish(id, &outcome).await {
+                Err(LedgerError::Duplicate) => {
+                    let evidence = format!("the Transfer in {transaction} already proves another row");
+                    return burned(rail, id, machine, manifest, presented, transaction, evidence, strike_until).await;
+                }
+                // Paid on chain: deliver; the row left reserved is reported at start-up.
+                Err(error) => tracing::error!(%error, attempt = id, "settled but not recorded"),
+                Ok(()) => {}
+            }
             tracing::info!(machine = %machine.machine, %transaction, "payment settled");
             metrics().payment("settled", "");
-            if let Err(error) = ledger.finish(id, &Outcome::Settled { transaction }).await {
-                // Settled on chain: deliver, and leave the row reserved for start-up reporting.
-                tracing::error!(%error, attempt = id, "settled but not recorded");
-            }
+            let response = response.unwrap_or_else(|| {
+                settle_response(manifest, presented, true, None, Some(&transaction))
+            });
             PaidOutcome::Delivered {
                 body,
-                payment_response: STANDARD
-                    .encode(serde_json::to_vec(&outcome.response).unwrap_or_default()),
+                payment_response: encoded(&response),
             }
         }
-        Ok(outcome) => {
-            if let Some(delivered) = landed_anyway(rail, id, manifest, presented, &body).await {
-                return delivered;
-            }
-            let reason = outcome
-                .error_reason
-                .clone()
-                .unwrap_or_else(|| "settlement_failed".into());
-            tracing::warn!(machine = %machine.machine, %reason, "settlement failed; result withheld");
-            record_settle_failure(ledger, id, reason.clone()).await;
-            let mut response = outcome.response;
+        Settlement::Burned {
+            transaction,
+            evidence,
+        } => burned(rail, id, machine, manifest, presented, transaction, evidence, strike_until).await,
+        Settlement::Unpaid {
+            reason,
+            response,
+            evidence,
+            payer_fault,
+        } => {
+            tracing::warn!(machine = %machine.machine, %reason, %evidence, "settlement failed; result withheld");
+            metrics().payment("settle_failed", "");
+            let outcome = Outcome::SettleFailed {
+                reason: reason.clone(),
+                evidence: Some(evidence),
+                strike_until: strike_until.filter(|_| payer_fault),
+            };
+            finish_logged(rail, id, &outcome).await;
+            let mut response = response.unwrap_or_else(|| {
+                settle_response(manifest, presented, false, Some(&reason), None)
+            });
             response["success"] = json!(false);
             if response.get("transaction").is_none() {
                 response["transaction"] = json!("");
             }
             PaidOutcome::SettleFailed {
                 reason,
-                payment_response: STANDARD
-                    .encode(serde_json::to_vec(&response).unwrap_or_default()),
+                payment_response: encoded(&response),
             }
         }
-        Err(error) => {
-            if let Some(delivered) = landed_anyway(rail, id, manifest, presented, &body).await {
-                return delivered;
-            }
-            tracing::error!(machine = %machine.machine, %error, "settlement outcome unknown; result withheld");
-            let reason = "settlement_unconfirmed".to_string();
-            record_settle_failure(ledger, id, format!("{reason}: {error}")).await;
-            let response = json!({
-                "success": false,
-                "errorReason": reason,
-                "transaction": "",
-                "network": manifest.payment.network,
-                "payer": presented.payer,
-            });
-            PaidOutcome::SettleFailed {
-                reason,
-                payment_response: STANDARD
-                    .encode(serde_json::to_vec(&response).unwrap_or_default()),
+        Settlement::Pending {
+            transaction,
+            evidence,
+        } => {
+            tracing::warn!(machine = %machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
+            metrics().payment("settle_pending", "");
+            let outcome = Outcome::SettlePending {
+                transaction: transaction.clone(),
+                evidence,
+            };
+            finish_logged(rail, id, &outcome).await;
+            let response = settle_response(
+                manifest,
+                presented,
+                false,
+                Some(crate::pay::facilitator::SETTLEMENT_PENDING),
+                transaction.as_deref(),
+            );
+            PaidOutcome::Pending {
+                transaction,
+                retry_after_seconds: presented.valid_before.saturating_sub(unix_now()).max(1),
+                payment_response: encoded(&response),
             }
         }
     }
 }
 
-/// After a settle that failed or errored, asks the chain once: when the authorization was
-/// used (its `AuthorizationUsed` event found), the buyer has paid, so the result is delivered with the transaction seen on chain
-/// and the row recorded settled. None when the chain shows it unused or cannot be read.
-async fn landed_anyway(
+#[allow(clippy::too_many_arguments)]
+async fn burned(
     rail: &PaymentRail,
     id: i64,
+    machine: &Machine,
     manifest: &Manifest,
     presented: &Presented,
-    body: &Value,
-) -> Option<PaidOutcome> {
-    let chain = rail.chain.as_ref()?;
-    let asset = manifest.payment.asset.parse().ok()?;
-    let payer = presented.payer.parse().ok()?;
-    let nonce = presented.nonce.parse().ok()?;
-    let facts = match chain.read(asset, payer, nonce).await {
-        Ok(facts) => facts,
-        Err(error) => {
-            tracing::warn!(%error, attempt = id, "after a failed settle the chain could not be read");
-            return None;
-        }
+    transaction: String,
+    evidence: String,
+    strike_until: Option<u64>,
+) -> PaidOutcome {
+    tracing::warn!(machine = %machine.machine, %transaction, %evidence, "the payment's nonce was spent by another authorization; result withheld");
+    metrics().payment("nonce_burned", "");
+    let outcome = Outcome::NonceBurned {
+        transaction: transaction.clone(),
+        evidence,
+        strike_until,
     };
-    // authorizationState is also true for an authorization its signer cancelled: only the
-    // AuthorizationUsed event proves the payment moved.
-    let transaction = match (facts.used, &facts.transaction) {
-        (true, Some(transaction)) => transaction.clone(),
-        _ => return None,
-    };
-    tracing::warn!(attempt = id, %transaction, block = facts.block, "the facilitator did not confirm the settlement but the authorization was used on chain: delivering");
-    let evidence = format!(
-        "settle not confirmed by the facilitator; authorizationState used at block {}; AuthorizationUsed in transaction {transaction}",
-        facts.block
+    finish_logged(rail, id, &outcome).await;
+    let response = settle_response(
+        manifest,
+        presented,
+        false,
+        Some(NONCE_BURNED),
+        Some(&transaction),
     );
-    let resolution = Resolution::Settled {
-        transaction: Some(transaction.clone()),
-    };
-    match rail
-        .ledger
-        .resolve(id, "reserved", &resolution, &evidence)
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => tracing::error!(
-            attempt = id,
-            "settled on chain but the row was no longer reserved"
-        ),
-        Err(error) => tracing::error!(%error, attempt = id, "settled on chain but not recorded"),
+    PaidOutcome::SettleFailed {
+        reason: NONCE_BURNED.into(),
+        payment_response: encoded(&response),
     }
-    metrics().payment("settled", "");
-    let response = json!({
-        "success": true,
-        "transaction": transaction,
-        "network": manifest.payment.network,
-        "payer": presented.payer,
-    });
-    Some(PaidOutcome::Delivered {
-        body: body.clone(),
-        payment_response: STANDARD.encode(serde_json::to_vec(&response).unwrap_or_default()),
-    })
 }
 
-async fn record_settle_failure(ledger: &Ledger, id: i64, reason: String) {
-    metrics().payment("settle_failed", "");
-    if let Err(error) = ledger.finish(id, &Outcome::SettleFailed { reason }).await {
-        tracing::error!(%error, attempt = id, "could not record settle_failed");
+async fn finish_logged(rail: &PaymentRail, id: i64, outcome: &Outcome) {
+    if let Err(error) = rail.ledger.finish(id, outcome).await {
+        tracing::error!(%error, attempt = id, state = outcome.state(), "could not record the settlement outcome");
     }
 }
 

@@ -1,9 +1,12 @@
 //! The x402 payment gate: verify, run the work once, settle, and record every attempt.
 
 pub(crate) mod cdp_auth;
+pub(crate) mod echo;
 pub(crate) mod facilitator;
 pub(crate) mod gate;
 pub mod ledger;
 pub(crate) mod local_check;
 pub mod reconcile;
 pub mod report;
+pub(crate) mod settlement;
+pub(crate) mod window;

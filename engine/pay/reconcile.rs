@@ -1,18 +1,21 @@
 //! `factomat ledger reconcile`: rows whose settlement outcome is unknown (`reserved` after a
-//! crash, `settle_failed` after a settle that errored) are matched against the chain.
+//! crash, `settle_pending` after a wait that ended undecided, `settle_failed` from builds that
+//! decided too early) are matched against the chain by the settlement's own rules
+//! (`settlement::find`): a receipt with the payment's Transfer → `settled`; the nonce spent by
+//! another authorization or cancelled → `nonce_burned`; unused past `validBefore` → `expired`
+//! (`settle_failed` from `settle_pending`); anything else is left alone with what was seen.
+//! Rows named with `--id` are examined whatever their state: a `settled` row's transaction is
+//! re-checked against the Transfer rule and the verdict printed, the row left as it is.
 //!
-//! The authorization used, with its `AuthorizationUsed` event → the buyer paid: the row
-//! becomes `settled` with that transaction (cancelled by the payer instead → `expired`).
-//! Unused and past `validBefore` by the chain's own clock →
-//! it can never be used: the row becomes `expired`. Unused and still valid → left alone
-//! (another replica may be settling it right now). Every change is a conditional update from
-//! the state that was read, so running it on several replicas at once, or twice, is safe.
+//! Every change is a conditional update from the state that was read, so running it on
+//! several replicas at once, or twice, is safe.
 
-use alloy_primitives::{Address, B256};
+use alloy_primitives::{Address, B256, U256};
 use serde::Serialize;
 
-use crate::chain::authorization::{AuthorizationFacts, AuthorizationReader};
-use crate::pay::ledger::{AttemptRow, Ledger, LedgerError, Resolution};
+use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
+use crate::pay::ledger::{AttemptRow, Ledger, LedgerError, Outcome, UNRESOLVED};
+use crate::pay::settlement::{self, Finding, Payment};
 
 /// The only network whose RPC endpoint reconciliation reads.
 pub const NETWORK: &str = "eip155:8453";
@@ -36,51 +39,6 @@ pub struct Examined {
     pub evidence: String,
 }
 
-/// What the chain says means for one row.
-fn decide(row: &AttemptRow, facts: &AuthorizationFacts) -> (Option<Resolution>, String) {
-    let at = format!("block {} (time {})", facts.block, facts.block_timestamp);
-    if facts.used {
-        return match (&facts.transaction, &facts.canceled_in) {
-            (Some(tx), _) => (
-                Some(Resolution::Settled {
-                    transaction: Some(tx.clone()),
-                }),
-                format!("authorizationState used at {at}; AuthorizationUsed in transaction {tx}"),
-            ),
-            (None, Some(tx)) => (
-                Some(Resolution::Expired),
-                format!(
-                    "authorizationState used at {at}; AuthorizationCanceled in transaction {tx}: the payer cancelled it, never charged"
-                ),
-            ),
-            (None, None) => (
-                None,
-                format!(
-                    "authorizationState used at {at} but neither AuthorizationUsed nor AuthorizationCanceled was found in the searched range: left alone, check by hand"
-                ),
-            ),
-        };
-    }
-    let valid_before = row
-        .valid_before
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok());
-    match valid_before {
-        Some(limit) if facts.block_timestamp >= limit => (
-            Some(Resolution::Expired),
-            format!("authorizationState unused at {at}, past validBefore {limit}: never charged"),
-        ),
-        Some(limit) => (
-            None,
-            format!("authorizationState unused at {at}; still valid until {limit}: left alone"),
-        ),
-        None => (
-            None,
-            format!("authorizationState unused at {at}; validBefore unknown: left alone"),
-        ),
-    }
-}
-
 /// Why a row's authorization cannot be asked of the chain.
 #[derive(Debug, thiserror::Error)]
 enum Unreadable {
@@ -88,15 +46,11 @@ enum Unreadable {
     OtherNetwork(String),
     #[error("the row predates kept nonces: check the payer's transfers by hand")]
     NoNonce,
-    #[error("the stored nonce is not 32 bytes of hex")]
-    BadNonce,
-    #[error("the stored asset is not an address")]
-    BadAsset,
-    #[error("the stored payer is not an address")]
-    BadPayer,
+    #[error("the stored {0} is unreadable")]
+    Bad(&'static str),
 }
 
-fn authorization_of(row: &AttemptRow) -> Result<(Address, Address, B256), Unreadable> {
+fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
     if row.network != NETWORK {
         return Err(Unreadable::OtherNetwork(row.network.clone()));
     }
@@ -105,16 +59,77 @@ fn authorization_of(row: &AttemptRow) -> Result<(Address, Address, B256), Unread
         .as_deref()
         .ok_or(Unreadable::NoNonce)?
         .parse::<B256>()
-        .map_err(|_| Unreadable::BadNonce)?;
-    let asset = row
-        .asset
-        .parse::<Address>()
-        .map_err(|_| Unreadable::BadAsset)?;
-    let payer = row
-        .payer
-        .parse::<Address>()
-        .map_err(|_| Unreadable::BadPayer)?;
-    Ok((asset, payer, nonce))
+        .map_err(|_| Unreadable::Bad("nonce"))?;
+    let address = |text: &str, what| text.parse::<Address>().map_err(|_| Unreadable::Bad(what));
+    let terms = PaymentTerms {
+        asset: address(&row.asset, "asset")?,
+        payer: address(&row.payer, "payer")?,
+        pay_to: address(&row.pay_to, "pay_to")?,
+        value: U256::from_str_radix(&row.amount_atomic, 10)
+            .map_err(|_| Unreadable::Bad("amount"))?,
+        nonce,
+    };
+    let valid_before = row
+        .valid_before
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or(Unreadable::Bad("validBefore"))?;
+    let reserved_at = chrono::DateTime::parse_from_rfc3339(&row.created_at)
+        .ok()
+        .and_then(|at| u64::try_from(at.timestamp()).ok())
+        .ok_or(Unreadable::Bad("created_at"))?;
+    Ok(Payment {
+        terms,
+        reserved_at,
+        valid_before,
+    })
+}
+
+/// The outcome a finding gives a row in `state`, if any.
+fn outcome_of(state: &str, finding: &Finding) -> Option<Outcome> {
+    match (finding, state) {
+        (_, "settled") | (Finding::Unknown { .. }, _) => None,
+        (
+            Finding::Paid {
+                transaction,
+                transfer_log_index,
+                evidence,
+            },
+            _,
+        ) => Some(Outcome::Settled {
+            transaction: transaction.clone(),
+            transfer_log_index: Some(*transfer_log_index),
+            evidence: Some(evidence.clone()),
+        }),
+        (
+            Finding::Burned {
+                transaction,
+                evidence,
+            },
+            _,
+        ) => Some(Outcome::NonceBurned {
+            transaction: transaction.clone(),
+            evidence: evidence.clone(),
+            strike_until: None,
+        }),
+        (Finding::Unpaid { evidence }, "settle_pending") => Some(Outcome::SettleFailed {
+            reason: "settlement_failed".into(),
+            evidence: Some(evidence.clone()),
+            strike_until: None,
+        }),
+        (Finding::Unpaid { evidence }, _) => Some(Outcome::Expired {
+            evidence: evidence.clone(),
+        }),
+    }
+}
+
+fn evidence_of(finding: &Finding) -> String {
+    match finding {
+        Finding::Paid { evidence, .. }
+        | Finding::Burned { evidence, .. }
+        | Finding::Unpaid { evidence }
+        | Finding::Unknown { evidence } => evidence.clone(),
+    }
 }
 
 /// Examines one row and records what the chain says.
@@ -123,27 +138,28 @@ async fn examine(
     chain: &AuthorizationReader,
     row: &AttemptRow,
 ) -> Result<Examined, LedgerError> {
-    let (resolution, evidence) = match authorization_of(row) {
-        Err(why) => (None, why.to_string()),
-        Ok((asset, payer, nonce)) => match chain.read(asset, payer, nonce).await {
-            Ok(facts) => decide(row, &facts),
-            Err(error) => (None, format!("the chain could not be read: {error}")),
+    let finding = match payment_of(row) {
+        Err(why) => Finding::Unknown {
+            evidence: why.to_string(),
         },
+        Ok(payment) => settlement::find(chain, &payment, row.transaction_hash.as_deref()).await,
     };
+    let mut evidence = evidence_of(&finding);
+    if row.state == "settled" && !matches!(finding, Finding::Paid { .. }) {
+        evidence = format!("NOT proven by a Transfer of the row's terms, check by hand: {evidence}");
+    }
     let mut state_after = row.state.clone();
-    let mut evidence = evidence;
-    if let Some(resolution) = resolution {
-        if ledger
-            .resolve(row.id, &row.state, &resolution, &evidence)
-            .await?
-        {
-            state_after = match resolution {
-                Resolution::Settled { .. } => "settled".into(),
-                Resolution::Expired => "expired".into(),
-            };
-        } else {
-            evidence = format!("{evidence}; another process changed the row first");
-            state_after = "changed elsewhere".into();
+    if let Some(outcome) = outcome_of(&row.state, &finding) {
+        match ledger.resolve(row.id, &row.state, &outcome).await {
+            Ok(true) => state_after = outcome.state().to_string(),
+            Ok(false) => {
+                evidence = format!("{evidence}; another process changed the row first");
+                state_after = "changed elsewhere".into();
+            }
+            Err(LedgerError::Duplicate) => {
+                evidence = format!("{evidence}; that Transfer already proves another row: left alone");
+            }
+            Err(error) => return Err(error),
         }
     }
     Ok(Examined {
@@ -157,13 +173,20 @@ async fn examine(
     })
 }
 
-/// Reconciles every `reserved` and `settle_failed` row.
+/// Reconciles every `reserved`, `settle_pending` and `settle_failed` row, or only the rows
+/// named by `ids` (whatever their state).
 pub async fn run(
     ledger: &Ledger,
     chain: &AuthorizationReader,
+    ids: &[i64],
 ) -> Result<Vec<Examined>, LedgerError> {
+    let rows = if ids.is_empty() {
+        ledger.unresolved().await?
+    } else {
+        ledger.rows_by_id(ids).await?
+    };
     let mut examined = Vec::new();
-    for row in ledger.unresolved().await? {
+    for row in rows {
         let entry = examine(ledger, chain, &row).await?;
         tracing::info!(
             attempt = entry.id, before = %entry.state_before, after = %entry.state_after,
@@ -177,7 +200,7 @@ pub async fn run(
 /// The examined rows as a text table.
 pub fn render_text(examined: &[Examined]) -> String {
     if examined.is_empty() {
-        return "no reserved or settle_failed rows: nothing to reconcile\n".into();
+        return format!("no {} rows: nothing to reconcile\n", UNRESOLVED.join(", "));
     }
     let mut out = String::from("id  machine  state before -> after  evidence\n");
     for e in examined {

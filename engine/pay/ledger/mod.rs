@@ -46,37 +46,56 @@ pub struct NewAttempt {
     pub request_id: String,
 }
 
-/// How an attempt ended.
+/// How an attempt ended, or what the chain later showed about it: the row's new state and
+/// the columns that go with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// Settled on chain.
+    /// Paid: the facilitator's success, or a receipt with the payment's Transfer.
     Settled {
         /// The settlement transaction.
         transaction: String,
+        /// The proving Transfer's log index when the chain was read: one (transaction, log
+        /// index) proves at most one row.
+        transfer_log_index: Option<u64>,
+        /// What the chain showed, when it was read.
+        evidence: Option<String>,
     },
-    /// The facilitator did not settle; the result was withheld.
+    /// The outcome is unknown: the facilitator broadcast, timed out or failed naming a
+    /// transaction, and the chain has not decided within the wait.
+    SettlePending {
+        /// The transaction the facilitator named, if any.
+        transaction: Option<String>,
+        /// What the chain showed.
+        evidence: String,
+    },
+    /// Unpaid for sure; the result was withheld.
     SettleFailed {
         /// Why.
         reason: String,
+        /// What the chain showed, when it was read.
+        evidence: Option<String>,
+        /// Until when the payer is refused before `/verify` (unix seconds).
+        strike_until: Option<u64>,
+    },
+    /// The nonce was spent by another authorization or cancelled: never paid, never revenue.
+    NonceBurned {
+        /// The transaction that spent it.
+        transaction: String,
+        /// What the chain showed.
+        evidence: String,
+        /// Until when the payer is refused before `/verify` (unix seconds).
+        strike_until: Option<u64>,
     },
     /// The work failed; nothing was settled.
     WorkFailed {
         /// Why.
         reason: String,
     },
-}
-
-/// What reconciliation learned from the chain about a `reserved` or `settle_failed` row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Resolution {
-    /// The authorization was used: the buyer paid. The transaction is None when the
-    /// `AuthorizationUsed` event could not be found.
-    Settled {
-        /// The transaction of the `AuthorizationUsed` event, when found.
-        transaction: Option<String>,
-    },
     /// Unused and past `validBefore`: nothing was or ever will be charged.
-    Expired,
+    Expired {
+        /// What the chain showed.
+        evidence: String,
+    },
 }
 
 /// A row as stored (for reports, start-up recovery and reconciliation).
@@ -96,6 +115,8 @@ pub struct AttemptRow {
     pub asset: String,
     /// The payment network (CAIP-2).
     pub network: String,
+    /// Our payTo when the row was reserved: the address a proving Transfer must pay.
+    pub pay_to: String,
     /// One of `STATES`.
     pub state: String,
     /// The settlement transaction, once settled.
@@ -113,6 +134,8 @@ pub struct AttemptRow {
     pub created_at: String,
     /// The request's `x-request-id`; None on rows written before it was kept.
     pub request_id: Option<String>,
+    /// The log index of the Transfer that proved the payment, when the chain was read.
+    pub transfer_log_index: Option<i64>,
 }
 
 /// A ledger failure.
@@ -130,6 +153,15 @@ pub enum LedgerError {
     /// The database URL names no supported backend.
     #[error("{0} is neither sqlite:PATH nor postgres://…")]
     UnknownUrl(String),
+}
+
+/// What the ledger says before `/verify`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precheck {
+    /// The nonce is already on record (any state).
+    pub nonce_known: bool,
+    /// A payment of this payer ended unpaid after `/verify` within the cooling period.
+    pub payer_struck: bool,
 }
 
 /// Connection settings of a networked ledger (ignored by SQLite).
@@ -162,17 +194,23 @@ impl Default for PoolOptions {
 }
 
 /// The columns every backend selects, in `AttemptRow` order.
-const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, state,
-    transaction_hash, nonce, valid_before, failure_reason, evidence, created_at, request_id";
+const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
+    state, transaction_hash, nonce, valid_before, failure_reason, evidence, created_at,
+    request_id, transfer_log_index";
 
-/// The states a row can be in.
-pub const STATES: [&str; 5] = [
+/// The states a row can be in (docs/payment.md draws their transitions).
+pub const STATES: [&str; 7] = [
     "reserved",
     "settled",
+    "settle_pending",
     "settle_failed",
+    "nonce_burned",
     "work_failed",
     "expired",
 ];
+
+/// The states whose outcome the chain must still tell.
+pub const UNRESOLVED: [&str; 3] = ["reserved", "settle_pending", "settle_failed"];
 
 use crate::support::timestamp::now_millis as now;
 
@@ -195,9 +233,11 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     valid_before     TEXT,
     request_sha256   TEXT NOT NULL,
     request_id       TEXT,
-    state            TEXT NOT NULL CHECK (state IN
-                     ('reserved', 'settled', 'settle_failed', 'work_failed', 'expired')),
+    state            TEXT NOT NULL CONSTRAINT payment_attempts_state_check CHECK (state IN
+                     ({STATE_LIST})),
     transaction_hash TEXT,
+    transfer_log_index BIGINT,
+    strike_until     BIGINT,
     failure_reason   TEXT,
     evidence         TEXT,
     created_at       TEXT NOT NULL,
@@ -208,20 +248,117 @@ CREATE INDEX IF NOT EXISTS payment_attempts_state ON payment_attempts (state);
     )
 }
 
-fn outcome_columns(outcome: &Outcome) -> (&'static str, Option<&str>, Option<&str>) {
-    match outcome {
-        Outcome::Settled { transaction } => ("settled", Some(transaction.as_str()), None),
-        Outcome::SettleFailed { reason } => ("settle_failed", None, Some(reason.as_str())),
-        Outcome::WorkFailed { reason } => ("work_failed", None, Some(reason.as_str())),
+/// The states as an SQL list.
+const STATE_LIST: &str = "'reserved', 'settled', 'settle_pending', 'settle_failed', 'nonce_burned',
+                     'work_failed', 'expired'";
+
+/// Indexes over columns a migration may add, so created after it: one Transfer proves one
+/// row, and struck payers are found by their lower-cased address.
+const INDEXES: &str = "
+CREATE UNIQUE INDEX IF NOT EXISTS payment_attempts_transfer
+    ON payment_attempts (transaction_hash, transfer_log_index);
+CREATE INDEX IF NOT EXISTS payment_attempts_payer ON payment_attempts (lower(payer));
+";
+
+/// One row change: the new state and the columns it sets (None keeps a column's value,
+/// except the log index and the strike, which each change sets).
+struct Change<'a> {
+    state: &'static str,
+    transaction: Option<&'a str>,
+    transfer_log_index: Option<i64>,
+    failure_reason: Option<&'a str>,
+    evidence: Option<&'a str>,
+    strike_until: Option<i64>,
+}
+
+/// The UPDATE both backends run (PostgreSQL's copy numbers its placeholders `$n`).
+const CHANGE_SQL: &str = "UPDATE payment_attempts
+     SET state = ?1, transaction_hash = COALESCE(?2, transaction_hash),
+         transfer_log_index = ?3, failure_reason = COALESCE(?4, failure_reason),
+         evidence = COALESCE(?5, evidence), strike_until = ?6, updated_at = ?7
+     WHERE id = ?8 AND state = ?9";
+
+/// The pre-`/verify` query both backends run: is the nonce known, is the payer struck?
+const PRECHECK_SQL: &str = "SELECT
+     EXISTS (SELECT 1 FROM payment_attempts WHERE nonce_sha256 = ?1),
+     EXISTS (SELECT 1 FROM payment_attempts WHERE lower(payer) = ?2 AND strike_until > ?3)";
+
+fn as_i64(value: Option<u64>) -> Option<i64> {
+    value.and_then(|v| i64::try_from(v).ok())
+}
+
+impl Outcome {
+    fn change(&self) -> Change<'_> {
+        let empty = Change {
+            state: "",
+            transaction: None,
+            transfer_log_index: None,
+            failure_reason: None,
+            evidence: None,
+            strike_until: None,
+        };
+        match self {
+            Outcome::Settled {
+                transaction,
+                transfer_log_index,
+                evidence,
+            } => Change {
+                state: "settled",
+                transaction: Some(transaction),
+                transfer_log_index: as_i64(*transfer_log_index),
+                evidence: evidence.as_deref(),
+                ..empty
+            },
+            Outcome::SettlePending {
+                transaction,
+                evidence,
+            } => Change {
+                state: "settle_pending",
+                transaction: transaction.as_deref(),
+                evidence: Some(evidence),
+                ..empty
+            },
+            Outcome::SettleFailed {
+                reason,
+                evidence,
+                strike_until,
+            } => Change {
+                state: "settle_failed",
+                failure_reason: Some(reason),
+                evidence: evidence.as_deref(),
+                strike_until: as_i64(*strike_until),
+                ..empty
+            },
+            Outcome::NonceBurned {
+                transaction,
+                evidence,
+                strike_until,
+            } => Change {
+                state: "nonce_burned",
+                transaction: Some(transaction),
+                evidence: Some(evidence),
+                strike_until: as_i64(*strike_until),
+                ..empty
+            },
+            Outcome::WorkFailed { reason } => Change {
+                state: "work_failed",
+                failure_reason: Some(reason),
+                ..empty
+            },
+            Outcome::Expired { evidence } => Change {
+                state: "expired",
+                evidence: Some(evidence),
+                ..empty
+            },
+        }
+    }
+
+    /// The state this outcome puts a row in.
+    pub fn state(&self) -> &'static str {
+        self.change().state
     }
 }
 
-fn resolution_columns(resolution: &Resolution) -> (&'static str, Option<&str>) {
-    match resolution {
-        Resolution::Settled { transaction } => ("settled", transaction.as_deref()),
-        Resolution::Expired => ("expired", None),
-    }
-}
 
 /// True when a URL names a PostgreSQL database.
 pub fn is_postgres_url(database_url: &str) -> bool {
@@ -288,32 +425,48 @@ impl Ledger {
 
     /// True when a nonce is already on record (any state).
     pub async fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+        Ok(self.precheck(nonce_sha256, "", 0).await?.nonce_known)
+    }
+
+    /// The checks before `/verify`, in one statement: is the nonce on record, and is the
+    /// payer (lower-cased address) refused until after `now` (unix seconds)?
+    pub async fn precheck(
+        &self,
+        nonce_sha256: &str,
+        payer_lower: &str,
+        now: u64,
+    ) -> Result<Precheck, LedgerError> {
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
         match self {
-            Ledger::Sqlite(l) => l.knows_nonce(nonce_sha256),
-            Ledger::Postgres(l) => l.knows_nonce(nonce_sha256).await,
+            Ledger::Sqlite(l) => l.precheck(nonce_sha256, payer_lower, now),
+            Ledger::Postgres(l) => l.precheck(nonce_sha256, payer_lower, now).await,
         }
     }
 
-    /// Records how a reserved attempt ended.
+    /// Records how a reserved attempt ended. `Duplicate` when its Transfer already proves
+    /// another row.
     pub async fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
-        match self {
-            Ledger::Sqlite(l) => l.finish(id, outcome),
-            Ledger::Postgres(l) => l.finish(id, outcome).await,
+        if self.resolve(id, "reserved", outcome).await? {
+            Ok(())
+        } else {
+            Err(LedgerError::Storage(format!(
+                "attempt {id} is not reserved"
+            )))
         }
     }
 
-    /// Records what the chain says about a row still in `from` (`reserved` or
-    /// `settle_failed`). False when another process changed the row first.
+    /// Moves a row still in `from` to `outcome`. False when another process changed the row
+    /// first; `Duplicate` when the outcome's Transfer already proves another row.
     pub async fn resolve(
         &self,
         id: i64,
         from: &str,
-        resolution: &Resolution,
-        evidence: &str,
+        outcome: &Outcome,
     ) -> Result<bool, LedgerError> {
+        let change = outcome.change();
         match self {
-            Ledger::Sqlite(l) => l.resolve(id, from, resolution, evidence),
-            Ledger::Postgres(l) => l.resolve(id, from, resolution, evidence).await,
+            Ledger::Sqlite(l) => l.change(id, from, &change),
+            Ledger::Postgres(l) => l.change(id, from, &change).await,
         }
     }
 
@@ -338,9 +491,17 @@ impl Ledger {
         self.select("WHERE state = 'reserved'").await
     }
 
-    /// Rows whose settlement outcome the chain must tell: `reserved`, and `settle_failed`.
+    /// Rows whose settlement outcome the chain must tell: `reserved`, `settle_pending` and
+    /// `settle_failed`.
     pub async fn unresolved(&self) -> Result<Vec<AttemptRow>, LedgerError> {
-        self.select("WHERE state IN ('reserved', 'settle_failed')")
+        self.select("WHERE state IN ('reserved', 'settle_pending', 'settle_failed')")
+            .await
+    }
+
+    /// The rows with these ids (reconcile re-checks rows it is asked about).
+    pub async fn rows_by_id(&self, ids: &[i64]) -> Result<Vec<AttemptRow>, LedgerError> {
+        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+        self.select(&format!("WHERE id IN ({})", list.join(", ")))
             .await
     }
 

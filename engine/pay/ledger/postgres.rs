@@ -14,16 +14,40 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AttemptRow, LedgerError, NewAttempt, Outcome, PoolOptions, Resolution, now, outcome_columns,
-    redacted, resolution_columns, schema,
+    AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions,
+    Precheck, STATE_LIST, now, redacted, schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6661_6374_6f6d_6174;
 
-/// Ledgers created before `request_id` gain it.
-const ADD_REQUEST_ID: &str =
-    "ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;\n";
+/// Ledgers created before these columns gain them.
+const ADD_COLUMNS: &str = "
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS transfer_log_index BIGINT;
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS strike_until BIGINT;
+";
+
+/// A ledger whose state check predates `nonce_burned` gets the current one (the table scan
+/// that validates it runs once, under the migration lock).
+fn current_states() -> String {
+    format!(
+        "DO $$ BEGIN
+           IF NOT EXISTS (SELECT 1 FROM pg_constraint
+                          WHERE conname = 'payment_attempts_state_check'
+                            AND pg_get_constraintdef(oid) LIKE '%nonce_burned%') THEN
+             ALTER TABLE payment_attempts DROP CONSTRAINT IF EXISTS payment_attempts_state_check;
+             ALTER TABLE payment_attempts ADD CONSTRAINT payment_attempts_state_check
+                 CHECK (state IN ({STATE_LIST}));
+           END IF;
+         END $$;"
+    )
+}
+
+/// A statement written with `?n` placeholders, numbered as PostgreSQL wants.
+fn numbered(sql: &str) -> String {
+    sql.replace('?', "$")
+}
 
 /// A pooled PostgreSQL ledger.
 pub struct PostgresLedger {
@@ -64,14 +88,16 @@ fn attempt_row(row: &Row) -> AttemptRow {
         amount_atomic: row.get(4),
         asset: row.get(5),
         network: row.get(6),
-        state: row.get(7),
-        transaction_hash: row.get(8),
-        nonce: row.get(9),
-        valid_before: row.get(10),
-        failure_reason: row.get(11),
-        evidence: row.get(12),
-        created_at: row.get(13),
-        request_id: row.get(14),
+        pay_to: row.get(7),
+        state: row.get(8),
+        transaction_hash: row.get(9),
+        nonce: row.get(10),
+        valid_before: row.get(11),
+        failure_reason: row.get(12),
+        evidence: row.get(13),
+        created_at: row.get(14),
+        request_id: row.get(15),
+        transfer_log_index: row.get(16),
     }
 }
 
@@ -123,7 +149,7 @@ impl PostgresLedger {
             .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
         transaction
-            .batch_execute(&(schema("BIGSERIAL") + ADD_REQUEST_ID))
+            .batch_execute(&(schema("BIGSERIAL") + ADD_COLUMNS + &current_states() + INDEXES))
             .await?;
         transaction.commit().await?;
         tracing::info!("PostgreSQL ledger schema is current");
@@ -195,47 +221,57 @@ impl PostgresLedger {
         .await
     }
 
-    pub(super) async fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+    pub(super) async fn precheck(
+        &self,
+        nonce_sha256: &str,
+        payer_lower: &str,
+        now: i64,
+    ) -> Result<Precheck, LedgerError> {
         self.ready().await?;
         self.bounded(async {
             let client = self.pool.get().await?;
-            let statement = client
-                .prepare_cached("SELECT 1 FROM payment_attempts WHERE nonce_sha256 = $1")
+            let statement = client.prepare_cached(&numbered(PRECHECK_SQL)).await?;
+            let row = client
+                .query_one(&statement, &[&nonce_sha256, &payer_lower, &now])
                 .await?;
-            Ok(client
-                .query_opt(&statement, &[&nonce_sha256])
-                .await?
-                .is_some())
+            Ok(Precheck {
+                nonce_known: row.get(0),
+                payer_struck: row.get(1),
+            })
         })
         .await
     }
 
-    pub(super) async fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
+    pub(super) async fn change(
+        &self,
+        id: i64,
+        from: &str,
+        c: &Change<'_>,
+    ) -> Result<bool, LedgerError> {
         self.ready().await?;
-        let (state, transaction, reason) = outcome_columns(outcome);
         let changed = self
             .bounded(async {
                 let client = self.pool.get().await?;
-                let statement = client
-                    .prepare_cached(
-                        "UPDATE payment_attempts
-                         SET state = $1, transaction_hash = $2, failure_reason = $3,
-                             updated_at = $4
-                         WHERE id = $5 AND state = 'reserved'",
-                    )
-                    .await?;
+                let statement = client.prepare_cached(&numbered(CHANGE_SQL)).await?;
                 Ok(client
-                    .execute(&statement, &[&state, &transaction, &reason, &now(), &id])
+                    .execute(
+                        &statement,
+                        &[
+                            &c.state,
+                            &c.transaction,
+                            &c.transfer_log_index,
+                            &c.failure_reason,
+                            &c.evidence,
+                            &c.strike_until,
+                            &now(),
+                            &id,
+                            &from,
+                        ],
+                    )
                     .await?)
             })
             .await?;
-        if changed == 1 {
-            Ok(())
-        } else {
-            Err(LedgerError::Storage(format!(
-                "attempt {id} is not reserved"
-            )))
-        }
+        Ok(changed == 1)
     }
 
     pub(super) async fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
@@ -269,31 +305,5 @@ impl PostgresLedger {
             Ok(())
         })
         .await
-    }
-
-    pub(super) async fn resolve(
-        &self,
-        id: i64,
-        from: &str,
-        resolution: &Resolution,
-        evidence: &str,
-    ) -> Result<bool, LedgerError> {
-        self.ready().await?;
-        let (state, transaction) = resolution_columns(resolution);
-        let changed = self
-            .bounded(async {
-                let client = self.pool.get().await?;
-                Ok(client
-                    .execute(
-                        "UPDATE payment_attempts
-                         SET state = $1, transaction_hash = COALESCE($2, transaction_hash),
-                             evidence = $3, updated_at = $4
-                         WHERE id = $5 AND state = $6",
-                        &[&state, &transaction, &evidence, &now(), &id, &from],
-                    )
-                    .await?)
-            })
-            .await?;
-        Ok(changed == 1)
     }
 }

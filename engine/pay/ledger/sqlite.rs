@@ -3,12 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, params};
 
-use super::{
-    AttemptRow, LedgerError, NewAttempt, Outcome, Resolution, now, outcome_columns,
-    resolution_columns, schema,
-};
+use super::{AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, now, schema};
 
 impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> Self {
@@ -27,48 +24,58 @@ pub struct SqliteLedger {
     connection: Mutex<Connection>,
 }
 
-/// Columns added after the first release; a ledger file created before them gains them.
-const ADDED_COLUMNS: [&str; 4] = ["nonce", "valid_before", "request_id", "evidence"];
+/// Columns added after the first release, with their types; a ledger file created before
+/// them gains them.
+const ADDED_COLUMNS: [(&str, &str); 6] = [
+    ("nonce", "TEXT"),
+    ("valid_before", "TEXT"),
+    ("request_id", "TEXT"),
+    ("evidence", "TEXT"),
+    ("transfer_log_index", "BIGINT"),
+    ("strike_until", "BIGINT"),
+];
 
 /// The columns copied when an older table is rebuilt (all but `id`'s type are unchanged).
 const COPIED_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
-    nonce_sha256, nonce, valid_before, request_sha256, request_id, state, transaction_hash, failure_reason,
-    evidence, created_at, updated_at";
+    nonce_sha256, nonce, valid_before, request_sha256, request_id, state, transaction_hash,
+    transfer_log_index, strike_until, failure_reason, evidence, created_at, updated_at";
 
 fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
     let present: Vec<String> = connection
         .prepare("SELECT name FROM pragma_table_info('payment_attempts')")?
         .query_map([], |row| row.get(0))?
         .collect::<Result<_, _>>()?;
-    for column in ADDED_COLUMNS {
+    for (column, kind) in ADDED_COLUMNS {
         if !present.iter().any(|name| name == column) {
             connection.execute_batch(&format!(
-                "ALTER TABLE payment_attempts ADD COLUMN {column} TEXT"
+                "ALTER TABLE payment_attempts ADD COLUMN {column} {kind}"
             ))?;
         }
     }
     Ok(())
 }
 
-/// SQLite cannot alter a CHECK constraint: a table whose states predate `expired` is
-/// rebuilt with its rows.
-fn allow_expired_state(connection: &Connection) -> Result<(), rusqlite::Error> {
+/// SQLite cannot alter a CHECK constraint: a table whose states predate `nonce_burned` (or
+/// `expired`) is rebuilt with its rows.
+fn allow_current_states(connection: &Connection) -> Result<(), rusqlite::Error> {
     let table_sql: String = connection.query_row(
         "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'payment_attempts'",
         [],
         |row| row.get(0),
     )?;
-    if table_sql.contains("'expired'") || !table_sql.contains("CHECK") {
+    if table_sql.contains("'nonce_burned'") || !table_sql.contains("CHECK") {
         return Ok(());
     }
     let schema = schema("INTEGER");
     connection.execute_batch(&format!(
-        "ALTER TABLE payment_attempts RENAME TO payment_attempts_before_expired;
+        "ALTER TABLE payment_attempts RENAME TO payment_attempts_before;
          DROP INDEX IF EXISTS payment_attempts_state;
+         DROP INDEX IF EXISTS payment_attempts_transfer;
+         DROP INDEX IF EXISTS payment_attempts_payer;
          {schema}
          INSERT INTO payment_attempts ({COPIED_COLUMNS})
-             SELECT {COPIED_COLUMNS} FROM payment_attempts_before_expired;
-         DROP TABLE payment_attempts_before_expired;"
+             SELECT {COPIED_COLUMNS} FROM payment_attempts_before;
+         DROP TABLE payment_attempts_before;"
     ))
 }
 
@@ -81,7 +88,9 @@ impl SqliteLedger {
         let path = PathBuf::from(path.strip_prefix("//").unwrap_or(path));
         let mut connection = Connection::open(&path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
-        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        // FULL: a commit is on disk before the reserve or the record returns, so a power loss
+        // never rolls back a row whose transfer happened (NORMAL may, in WAL mode).
+        connection.pragma_update(None, "synchronous", "FULL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         // One immediate transaction: two processes opening an old file at once must not both
         // try to migrate it.
@@ -89,7 +98,8 @@ impl SqliteLedger {
             connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         migration.execute_batch(&schema("INTEGER"))?;
         add_missing_columns(&migration)?;
-        allow_expired_state(&migration)?;
+        allow_current_states(&migration)?;
+        migration.execute_batch(INDEXES)?;
         migration.commit()?;
         Ok(SqliteLedger {
             connection: Mutex::new(connection),
@@ -119,14 +129,16 @@ impl SqliteLedger {
                     amount_atomic: r.get(4)?,
                     asset: r.get(5)?,
                     network: r.get(6)?,
-                    state: r.get(7)?,
-                    transaction_hash: r.get(8)?,
-                    nonce: r.get(9)?,
-                    valid_before: r.get(10)?,
-                    failure_reason: r.get(11)?,
-                    evidence: r.get(12)?,
-                    created_at: r.get(13)?,
-                    request_id: r.get(14)?,
+                    pay_to: r.get(7)?,
+                    state: r.get(8)?,
+                    transaction_hash: r.get(9)?,
+                    nonce: r.get(10)?,
+                    valid_before: r.get(11)?,
+                    failure_reason: r.get(12)?,
+                    evidence: r.get(13)?,
+                    created_at: r.get(14)?,
+                    request_id: r.get(15)?,
+                    transfer_log_index: r.get(16)?,
                 })
             })?;
             rows.collect()
@@ -152,32 +164,38 @@ impl SqliteLedger {
         })
     }
 
-    pub(super) fn knows_nonce(&self, nonce_sha256: &str) -> Result<bool, LedgerError> {
+    pub(super) fn precheck(
+        &self,
+        nonce_sha256: &str,
+        payer_lower: &str,
+        now: i64,
+    ) -> Result<Precheck, LedgerError> {
         self.with(|c| {
-            c.prepare_cached("SELECT 1 FROM payment_attempts WHERE nonce_sha256 = ?1")?
-                .query_row([nonce_sha256], |_| Ok(()))
-                .optional()
-                .map(|found| found.is_some())
+            c.prepare_cached(PRECHECK_SQL)?
+                .query_row(params![nonce_sha256, payer_lower, now], |r| {
+                    Ok(Precheck {
+                        nonce_known: r.get(0)?,
+                        payer_struck: r.get(1)?,
+                    })
+                })
         })
     }
 
-    pub(super) fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
-        let (state, transaction, reason) = outcome_columns(outcome);
-        let changed = self.with(|c| {
-            c.prepare_cached(
-                "UPDATE payment_attempts
-                 SET state = ?1, transaction_hash = ?2, failure_reason = ?3, updated_at = ?4
-                 WHERE id = ?5 AND state = 'reserved'",
-            )?
-            .execute(params![state, transaction, reason, now(), id])
+    pub(super) fn change(&self, id: i64, from: &str, c: &Change<'_>) -> Result<bool, LedgerError> {
+        let changed = self.with(|connection| {
+            connection.prepare_cached(CHANGE_SQL)?.execute(params![
+                c.state,
+                c.transaction,
+                c.transfer_log_index,
+                c.failure_reason,
+                c.evidence,
+                c.strike_until,
+                now(),
+                id,
+                from
+            ])
         })?;
-        if changed == 1 {
-            Ok(())
-        } else {
-            Err(LedgerError::Storage(format!(
-                "attempt {id} is not reserved"
-            )))
-        }
+        Ok(changed == 1)
     }
 
     pub(super) fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {
@@ -193,32 +211,22 @@ impl SqliteLedger {
     pub(super) fn check_writable(&self) -> Result<(), LedgerError> {
         self.with(|c| c.execute_batch("BEGIN IMMEDIATE; ROLLBACK;"))
     }
-
-    pub(super) fn resolve(
-        &self,
-        id: i64,
-        from: &str,
-        resolution: &Resolution,
-        evidence: &str,
-    ) -> Result<bool, LedgerError> {
-        let (state, transaction) = resolution_columns(resolution);
-        let changed = self.with(|c| {
-            c.execute(
-                "UPDATE payment_attempts
-                 SET state = ?1, transaction_hash = COALESCE(?2, transaction_hash),
-                     evidence = ?3, updated_at = ?4
-                 WHERE id = ?5 AND state = ?6",
-                params![state, transaction, evidence, now(), id, from],
-            )
-        })?;
-        Ok(changed == 1)
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::ROW_COLUMNS;
+    use super::super::{Outcome, ROW_COLUMNS};
     use super::*;
+
+    fn resolve(ledger: &SqliteLedger, id: i64, from: &str, outcome: &Outcome) -> bool {
+        ledger.change(id, from, &outcome.change()).expect("change")
+    }
+
+    fn expired(evidence: &str) -> Outcome {
+        Outcome::Expired {
+            evidence: evidence.into(),
+        }
+    }
 
     fn stored(ledger: &SqliteLedger, filter: &str) -> Vec<AttemptRow> {
         ledger
@@ -260,20 +268,11 @@ mod tests {
         assert_eq!(before.len(), 1);
         assert_eq!((before[0].id, before[0].state.as_str()), (7, "reserved"));
         assert!(
-            ledger
-                .resolve(
-                    7,
-                    "reserved",
-                    &Resolution::Expired,
-                    "unused, past validBefore"
-                )
-                .expect("resolve"),
+            resolve(&ledger, 7, "reserved", &expired("unused, past validBefore")),
             "the rebuilt table accepts the expired state"
         );
         assert!(
-            !ledger
-                .resolve(7, "reserved", &Resolution::Expired, "again")
-                .expect("resolve"),
+            !resolve(&ledger, 7, "reserved", &expired("again")),
             "a row resolved once is not resolved again"
         );
         let after = stored(&ledger, "");
@@ -322,6 +321,64 @@ mod tests {
     }
 
     #[test]
+    fn every_commit_waits_for_the_disk() {
+        let dir = std::env::temp_dir().join(format!("factomat-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let level: i64 = ledger
+            .with(|c| c.pragma_query_value(None, "synchronous", |r| r.get(0)))
+            .expect("pragma");
+        // 2 = FULL: a power loss cannot roll back a reserved or settled row.
+        assert_eq!(level, 2);
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn one_transfer_proves_one_row_and_a_strike_ends_on_time() {
+        let dir = std::env::temp_dir().join(format!("factomat-proof-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let first = ledger.reserve(&attempt(1)).expect("reserve");
+        let second = ledger.reserve(&attempt(2)).expect("reserve");
+        let proven = Outcome::Settled {
+            transaction: "0xfeed".into(),
+            transfer_log_index: Some(3),
+            evidence: None,
+        };
+        assert!(resolve(&ledger, first, "reserved", &proven));
+        assert!(matches!(
+            ledger.change(second, "reserved", &proven.change()),
+            Err(LedgerError::Duplicate)
+        ));
+        let burned = Outcome::NonceBurned {
+            transaction: "0xfeed".into(),
+            evidence: "spent elsewhere".into(),
+            strike_until: Some(2_000),
+        };
+        assert!(resolve(&ledger, second, "reserved", &burned));
+        let check = |payer: &str, now| {
+            ledger
+                .precheck(&format!("{:064x}", 9), payer, now)
+                .expect("precheck")
+        };
+        assert!(check("0xabc", 1_999).payer_struck);
+        assert!(!check("0xabc", 2_000).payer_struck, "the strike ends");
+        assert!(!check("0xdef", 1_000).payer_struck);
+        assert!(
+            ledger
+                .precheck(&format!("{:064x}", 1), "0xdef", 0)
+                .expect("precheck")
+                .nonce_known
+        );
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_wal_stays_bounded_under_many_commits() {
         let dir = std::env::temp_dir().join(format!("factomat-wal-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -330,14 +387,12 @@ mod tests {
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         for n in 0..3000 {
             ledger.reserve(&attempt(n)).expect("reserve");
-            ledger
-                .finish(
-                    i64::try_from(n + 1).expect("id"),
-                    &Outcome::Settled {
-                        transaction: format!("0x{n:064x}"),
-                    },
-                )
-                .expect("finish");
+            let settled = Outcome::Settled {
+                transaction: format!("0x{n:064x}"),
+                transfer_log_index: Some(1),
+                evidence: None,
+            };
+            assert!(resolve(&ledger, i64::try_from(n + 1).expect("id"), "reserved", &settled));
         }
         let wal = std::fs::metadata(dir.join("ledger.db-wal")).map_or(0, |m| m.len());
         // 6000 commits of a few pages each would make a WAL of tens of MB without checkpoints;

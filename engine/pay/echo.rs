@@ -1,0 +1,226 @@
+//! What the buyer echoes of our 402, and what we hand the facilitator instead.
+//!
+//! The facilitator catalogs a listing from `paymentPayload.resource` and
+//! `paymentPayload.extensions`, so those must be ours, never the buyer's: `/verify` and
+//! `/settle` get our own resource and extensions and our own `accepted`. The buyer's echo is
+//! still checked as x402 v2 §5.1.2 allows a client to write it (it includes at least what it
+//! received and may add): an absent echo passes; `resource.url` must be ours by the URL
+//! equality rule; for each extension we declared, the `info` our header carried must be
+//! contained in the echoed `info`; `accepted` must match every field we declared, and keys a
+//! client adds to `accepted.extra` are ignored.
+
+use serde_json::{Map, Value};
+use url::Url;
+
+/// What a paid route declared in its 402, prepared once at start-up.
+#[derive(Debug, Clone)]
+pub(crate) struct Declared {
+    /// The 402's `resource` object (url, description, mimeType).
+    pub resource: Value,
+    /// The extensions as the `PAYMENT-REQUIRED` header carried them: what a client echoes.
+    pub header_extensions: Map<String, Value>,
+    /// The extensions in full, as the 402's body carries them: what the facilitator gets.
+    pub full_extensions: Map<String, Value>,
+}
+
+/// Why an echo was refused; the reason is the 402's `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EchoRefusal {
+    /// `accepted` differs from our requirement in a field we declared.
+    #[error("payment_requirements_mismatch")]
+    Requirements,
+    /// The echoed `resource.url` is not our resource.
+    #[error("resource_url_mismatch")]
+    ResourceUrl,
+    /// An echoed extension does not contain what we declared.
+    #[error("extension_echo_mismatch")]
+    Extension,
+}
+
+impl EchoRefusal {
+    /// The reason written into the 402.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            EchoRefusal::Requirements => "payment_requirements_mismatch",
+            EchoRefusal::ResourceUrl => "resource_url_mismatch",
+            EchoRefusal::Extension => "extension_echo_mismatch",
+        }
+    }
+}
+
+/// Checks the buyer's `accepted`, `resource` and `extensions` against what we declared.
+pub(crate) fn check(
+    payload: &Value,
+    requirement: &Value,
+    declared: &Declared,
+) -> Result<(), EchoRefusal> {
+    let accepted = payload.get("accepted").ok_or(EchoRefusal::Requirements)?;
+    if !accepted_matches(accepted, requirement) {
+        return Err(EchoRefusal::Requirements);
+    }
+    if let Some(resource) = payload.get("resource") {
+        let ours = declared.resource.get("url").and_then(Value::as_str);
+        let theirs = resource.get("url").and_then(Value::as_str);
+        if !matches!((ours, theirs), (Some(a), Some(b)) if same_url(a, b)) {
+            return Err(EchoRefusal::ResourceUrl);
+        }
+    }
+    let Some(echoed) = payload.get("extensions") else {
+        return Ok(());
+    };
+    let echoed = echoed.as_object().ok_or(EchoRefusal::Extension)?;
+    for (name, ours) in &declared.header_extensions {
+        let Some(theirs) = echoed.get(name) else {
+            continue;
+        };
+        if !contains(theirs.get("info"), ours.get("info")) {
+            return Err(EchoRefusal::Extension);
+        }
+    }
+    Ok(())
+}
+
+/// The PaymentPayload the facilitator gets: the buyer's signed `payload` and version, with
+/// our own `accepted`, `resource` and `extensions`.
+pub(crate) fn for_facilitator(payload: &Value, requirement: &Value, declared: &Declared) -> Value {
+    let mut ours = Map::new();
+    for (key, value) in payload.as_object().into_iter().flatten() {
+        match key.as_str() {
+            "accepted" | "resource" | "extensions" => {}
+            _ => {
+                ours.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    ours.insert("accepted".into(), requirement.clone());
+    ours.insert("resource".into(), declared.resource.clone());
+    ours.insert(
+        "extensions".into(),
+        Value::Object(declared.full_extensions.clone()),
+    );
+    Value::Object(ours)
+}
+
+/// Every field of our requirement is equal in `accepted`; `extra` may hold more keys.
+fn accepted_matches(accepted: &Value, requirement: &Value) -> bool {
+    let (Some(accepted), Some(requirement)) = (accepted.as_object(), requirement.as_object())
+    else {
+        return false;
+    };
+    requirement.iter().all(|(key, ours)| match key.as_str() {
+        "extra" => contains(accepted.get("extra"), Some(ours)),
+        _ => accepted.get(key) == Some(ours),
+    }) && accepted.keys().all(|key| requirement.contains_key(key))
+}
+
+/// True when every key of `ours` is in `theirs` with a contained value (arrays and scalars
+/// equal). Nothing declared is contained in anything.
+fn contains(theirs: Option<&Value>, ours: Option<&Value>) -> bool {
+    match (theirs, ours) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(Value::Object(theirs)), Some(Value::Object(ours))) => ours
+            .iter()
+            .all(|(key, value)| contains(theirs.get(key), Some(value))),
+        (Some(theirs), Some(ours)) => theirs == ours,
+    }
+}
+
+/// The URL equality rule of SPEC: the same scheme, lowercased host and effective port, and
+/// the same path and query, byte for byte; userinfo and fragments are refused.
+pub(crate) fn same_url(ours: &str, theirs: &str) -> bool {
+    let (Ok(ours), Ok(theirs)) = (Url::parse(ours), Url::parse(theirs)) else {
+        return false;
+    };
+    let clean = |url: &Url| {
+        url.username().is_empty() && url.password().is_none() && url.fragment().is_none()
+    };
+    clean(&theirs)
+        && ours.scheme() == theirs.scheme()
+        && ours.host_str() == theirs.host_str()
+        && ours.port_or_known_default() == theirs.port_or_known_default()
+        && ours.path() == theirs.path()
+        && ours.query().unwrap_or_default() == theirs.query().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn declared() -> Declared {
+        let extensions = json!({"bazaar": {"info": {"input": {"type": "http", "method": "POST"}}}});
+        Declared {
+            resource: json!({"url": "https://factomat.test.example/v1/x", "mimeType": "application/json"}),
+            header_extensions: extensions.as_object().cloned().unwrap_or_default(),
+            full_extensions: extensions.as_object().cloned().unwrap_or_default(),
+        }
+    }
+
+    fn requirement() -> Value {
+        json!({"scheme": "exact", "amount": "10000", "extra": {"name": "USD Coin", "version": "2"}})
+    }
+
+    fn payload(changes: Value) -> Value {
+        let mut payload = json!({
+            "x402Version": 2,
+            "accepted": requirement(),
+            "resource": {"url": "https://FACTOMAT.test.example:443/v1/x"},
+            "extensions": {"bazaar": {"info": {"input": {"type": "http", "method": "POST", "body": {}}}}},
+            "payload": {"signature": "0x"},
+        });
+        for (key, value) in changes.as_object().into_iter().flatten() {
+            payload[key] = value.clone();
+        }
+        payload
+    }
+
+    #[test]
+    fn an_echo_that_adds_to_what_we_declared_passes() {
+        let mut extra = payload(json!({}));
+        extra["accepted"]["extra"]["clientKey"] = json!(1);
+        assert_eq!(check(&extra, &requirement(), &declared()), Ok(()));
+        let bare = json!({"accepted": requirement(), "payload": {}});
+        assert_eq!(check(&bare, &requirement(), &declared()), Ok(()));
+    }
+
+    #[test]
+    fn a_rewritten_resource_or_extension_or_term_is_refused() {
+        let cases = [
+            (
+                json!({"resource": {"url": "https://evil.example/v1/x"}}),
+                EchoRefusal::ResourceUrl,
+            ),
+            (
+                json!({"extensions": {"bazaar": {"info": {"input": {"type": "http", "method": "GET"}}}}}),
+                EchoRefusal::Extension,
+            ),
+            (json!({"extensions": {"bazaar": {}}}), EchoRefusal::Extension),
+            (
+                json!({"accepted": {"scheme": "exact", "amount": "1", "extra": {"name": "USD Coin", "version": "2"}}}),
+                EchoRefusal::Requirements,
+            ),
+        ];
+        for (change, refusal) in cases {
+            assert_eq!(
+                check(&payload(change.clone()), &requirement(), &declared()),
+                Err(refusal),
+                "{change}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_facilitator_gets_our_resource_extensions_and_terms() {
+        let mut sent = payload(json!({"resource": {"url": "https://factomat.test.example/v1/x", "description": "theirs"}}));
+        sent["accepted"]["extra"]["clientKey"] = json!(1);
+        let forwarded = for_facilitator(&sent, &requirement(), &declared());
+        assert_eq!(forwarded["resource"], declared().resource);
+        assert_eq!(forwarded["accepted"], requirement());
+        assert_eq!(forwarded["payload"], sent["payload"]);
+        assert_eq!(
+            forwarded["extensions"],
+            Value::Object(declared().full_extensions)
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! The settlement outcome of one paid call: settle, and whenever the facilitator's answer is
+//! not a plain success, find the truth on chain — a proof, a bounded wait, or "pending".
+//!
+//! | The facilitator answers | We do |
+//! |---|---|
+//! | `success` with a transaction | paid (the facilitator's answer) |
+//! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
+//! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
+//! | a failure with no transaction | read `authorizationState`: unused → unpaid now; used → follow |
+//!
+//! Following polls, until the wait ends or the call's deadline: the hash's receipt (the
+//! proof rule of `chain::authorization`), else `authorizationState` at a pinned block, and,
+//! when it reads used, the event that spent the nonce. Definite answers only: **paid** (a
+//! receipt with our Transfer), **burned** (the nonce spent by another authorization or
+//! cancelled), **unpaid** (unused at a block whose timestamp is ≥ `validBefore`). Anything
+//! else when the wait ends is **pending**, never unpaid. Without a chain reader we trust,
+//! nothing is concluded from the chain: every non-success is pending.
+
+use std::time::Duration;
+
+use alloy_primitives::B256;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerdict};
+use crate::pay::facilitator::{FacilitatorClient, SettleOutcome};
+
+/// How often a pending settlement is asked about: about one Base block.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What the chain says about one payment, now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finding {
+    /// A receipt proves the transfer to us.
+    Paid {
+        /// The transaction.
+        transaction: String,
+        /// The proving Transfer's log index.
+        transfer_log_index: u64,
+        /// What was read.
+        evidence: String,
+    },
+    /// The nonce was spent by another authorization, or cancelled.
+    Burned {
+        /// The transaction that spent it.
+        transaction: String,
+        /// What was read.
+        evidence: String,
+    },
+    /// Unused at a block past `validBefore`: it can never pay.
+    Unpaid {
+        /// What was read.
+        evidence: String,
+    },
+    /// Not decided yet (not mined, unused but still valid, unreadable, or used with the
+    /// spending event not found yet).
+    Unknown {
+        /// What was read.
+        evidence: String,
+    },
+}
+
+/// One payment as the chain is asked about it.
+#[derive(Debug, Clone)]
+pub(crate) struct Payment {
+    /// The terms a transfer must match.
+    pub terms: PaymentTerms,
+    /// When the row was reserved (unix seconds): where an event search starts.
+    pub reserved_at: u64,
+    /// The authorization's `validBefore` (unix seconds).
+    pub valid_before: u64,
+}
+
+/// Asks the chain once. `hint` is a transaction the facilitator named.
+pub(crate) async fn find(
+    chain: &AuthorizationReader,
+    payment: &Payment,
+    hint: Option<&str>,
+) -> Finding {
+    let terms = &payment.terms;
+    let mut evidence = Vec::new();
+    if let Some(hash) = hint.and_then(|h| h.parse::<B256>().ok()) {
+        match chain.receipt(hash, terms).await {
+            Ok(Some(verdict)) => {
+                if let Some(finding) = from_receipt(verdict, "receipt of the named transaction")
+                {
+                    return finding;
+                }
+                evidence.push(format!("transaction {hash} does not touch this authorization"));
+            }
+            Ok(None) => evidence.push(format!("transaction {hash} has no receipt yet")),
+            Err(error) => evidence.push(format!("receipt of {hash} unreadable: {error}")),
+        }
+    }
+    let state = match chain.state(terms).await {
+        Ok(state) => state,
+        Err(error) => {
+            evidence.push(format!("authorizationState unreadable: {error}"));
+            return unknown(evidence);
+        }
+    };
+    let at = format!("block {} (time {})", state.block, state.timestamp);
+    if !state.used {
+        if state.timestamp >= payment.valid_before {
+            evidence.push(format!(
+                "authorizationState unused at {at}, past validBefore {}: never charged",
+                payment.valid_before
+            ));
+            return Finding::Unpaid {
+                evidence: evidence.join("; "),
+            };
+        }
+        evidence.push(format!(
+            "authorizationState unused at {at}; valid until {}",
+            payment.valid_before
+        ));
+        return unknown(evidence);
+    }
+    match chain
+        .find_spender(terms, payment.reserved_at, state.block)
+        .await
+    {
+        Ok(Some(verdict)) => {
+            let how = format!("authorizationState used at {at}; the event's transaction");
+            from_receipt(verdict, &how).unwrap_or_else(|| {
+                evidence.push(format!("used at {at}; the event's receipt is unrelated"));
+                unknown(evidence)
+            })
+        }
+        Ok(None) => {
+            evidence.push(format!(
+                "authorizationState used at {at}; the spending event is not found yet"
+            ));
+            unknown(evidence)
+        }
+        Err(error) => {
+            evidence.push(format!(
+                "authorizationState used at {at}; event search failed: {error}"
+            ));
+            unknown(evidence)
+        }
+    }
+}
+
+fn unknown(evidence: Vec<String>) -> Finding {
+    Finding::Unknown {
+        evidence: evidence.join("; "),
+    }
+}
+
+fn from_receipt(verdict: ReceiptVerdict, source: &str) -> Option<Finding> {
+    match verdict {
+        ReceiptVerdict::Paid {
+            transaction,
+            transfer_log_index,
+        } => Some(Finding::Paid {
+            evidence: format!(
+                "{source}: AuthorizationUsed then Transfer of the payment's terms (log {transfer_log_index}) in {transaction}"
+            ),
+            transaction,
+            transfer_log_index,
+        }),
+        ReceiptVerdict::Burned { transaction, how } => Some(Finding::Burned {
+            evidence: format!("{source}: {how} in {transaction}"),
+            transaction,
+        }),
+        ReceiptVerdict::Unrelated => None,
+    }
+}
+
+/// How one paid call's settlement ended.
+#[derive(Debug, Clone)]
+pub(crate) enum Settlement {
+    /// Paid: deliver.
+    Paid {
+        /// The settlement transaction.
+        transaction: String,
+        /// The proving Transfer's log index, when the chain was read.
+        transfer_log_index: Option<u64>,
+        /// The facilitator's SettleResponse when it said success.
+        response: Option<Value>,
+        /// What the chain showed, when it was read.
+        evidence: Option<String>,
+    },
+    /// The nonce was spent elsewhere or cancelled: nothing paid, the payer is struck.
+    Burned {
+        /// The transaction that spent it.
+        transaction: String,
+        /// What the chain showed.
+        evidence: String,
+    },
+    /// Unpaid for sure: withhold and challenge again.
+    Unpaid {
+        /// The reason the 402 names.
+        reason: String,
+        /// The facilitator's SettleResponse, if any.
+        response: Option<Value>,
+        /// What the chain showed.
+        evidence: String,
+        /// The payer moved the funds away after `/verify`: they are struck.
+        payer_fault: bool,
+    },
+    /// Unknown when the wait ended: never challenge again.
+    Pending {
+        /// The transaction the facilitator named, if any.
+        transaction: Option<String>,
+        /// Why it is still unknown.
+        evidence: String,
+    },
+}
+
+/// Everything one settlement needs.
+pub(crate) struct Settling<'a> {
+    /// The facilitator client.
+    pub facilitator: &'a FacilitatorClient,
+    /// A payment-chain reader we trust, if any.
+    pub chain: Option<&'a AuthorizationReader>,
+    /// The PaymentPayload and requirements sent to `/settle` (identical on the retry).
+    pub payload: &'a Value,
+    /// Our requirements.
+    pub requirement: &'a Value,
+    /// What the chain is asked about.
+    pub payment: Payment,
+    /// The call's deadline (`validBefore` − 6 s).
+    pub deadline: Instant,
+    /// How long an unknown outcome is followed at most.
+    pub wait: Duration,
+}
+
+/// Settles and decides.
+pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
+    let first = s.facilitator.settle(s.payload, s.requirement, s.deadline).await;
+    let hint = match first {
+        Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
+            return Settlement::Paid {
+                transaction: outcome.transaction.unwrap_or_default(),
+                transfer_log_index: None,
+                response: Some(outcome.response),
+                evidence: None,
+            };
+        }
+        Ok(outcome) if outcome.is_pending() => retry_pending(s, outcome).await,
+        Ok(outcome) if outcome.transaction.is_none() => return before_broadcast(s, outcome).await,
+        Ok(outcome) => {
+            tracing::warn!(reason = ?outcome.error_reason, transaction = ?outcome.transaction, "settle failed naming a transaction: following it");
+            outcome.transaction
+        }
+        Err(error) => {
+            tracing::warn!(%error, "settle outcome unknown: following the chain");
+            None
+        }
+    };
+    follow(s, hint).await
+}
+
+/// x402's pending answer: the reference servers' one retry with the identical payload, which
+/// a facilitator that keeps pending settlements answers from the same broadcast. A success
+/// is still proven on chain (we read it anyway).
+async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String> {
+    tracing::info!(transaction = ?first.transaction, "settlement pending: asking /settle once more");
+    match s.facilitator.settle(s.payload, s.requirement, s.deadline).await {
+        Ok(again) if again.transaction.is_some() => again.transaction,
+        _ => first.transaction,
+    }
+}
+
+/// A failure before any broadcast: unpaid now if the chain shows the authorization unused.
+async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlement {
+    let reason = outcome
+        .error_reason
+        .clone()
+        .unwrap_or_else(|| "settlement_failed".into());
+    let Some(chain) = s.chain else {
+        return pending(None, format!("settle failed ({reason}); no trusted chain reader"));
+    };
+    match chain.state(&s.payment.terms).await {
+        Ok(state) if !state.used => Settlement::Unpaid {
+            evidence: format!(
+                "settle failed before broadcasting ({reason}); authorizationState unused at block {}",
+                state.block
+            ),
+            payer_fault: reason.contains("insufficient"),
+            reason,
+            response: Some(outcome.response),
+        },
+        _ => follow(s, None).await,
+    }
+}
+
+/// Polls the chain until a definite finding, the wait's end or the deadline.
+async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
+    let Some(chain) = s.chain else {
+        return pending(hint, "no trusted chain reader: the outcome is left to reconcile".into());
+    };
+    let until = s.deadline.min(Instant::now() + s.wait);
+    loop {
+        match find(chain, &s.payment, hint.as_deref()).await {
+            Finding::Paid {
+                transaction,
+                transfer_log_index,
+                evidence,
+            } => {
+                return Settlement::Paid {
+                    transaction,
+                    transfer_log_index: Some(transfer_log_index),
+                    response: None,
+                    evidence: Some(evidence),
+                };
+            }
+            Finding::Burned {
+                transaction,
+                evidence,
+            } => {
+                return Settlement::Burned {
+                    transaction,
+                    evidence,
+                };
+            }
+            Finding::Unpaid { evidence } => {
+                return Settlement::Unpaid {
+                    reason: "settlement_failed".into(),
+                    response: None,
+                    evidence,
+                    payer_fault: false,
+                };
+            }
+            Finding::Unknown { evidence } => {
+                if Instant::now() + POLL_INTERVAL >= until {
+                    return pending(hint, evidence);
+                }
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+fn pending(transaction: Option<String>, evidence: String) -> Settlement {
+    Settlement::Pending {
+        transaction,
+        evidence,
+    }
+}
