@@ -66,6 +66,13 @@ async fn without_a_key_nothing_is_signed_and_health_says_so() {
     let (_, path, body) = &paid_routes()[0];
     let response = server.post_json(path, body).await;
     assert_eq!(response.status(), 402);
+    let exposed = response.headers()["access-control-expose-headers"]
+        .to_str()
+        .expect("ascii");
+    assert!(
+        exposed.contains("Evidence-Seal") && exposed.contains("Content-Digest"),
+        "{exposed}"
+    );
     let header = decode_header(
         response.headers()["payment-required"]
             .to_str()

@@ -41,7 +41,9 @@ const JSON: &str = "application/json";
 /// `Retry-After` of a 503 of ours (ledger, facilitator, readiness): seconds.
 const RETRY_UNAVAILABLE: &str = "5";
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
-const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
+/// Headers a browser buyer may read: the x402 ones and a paid answer's evidence.
+const CORS_EXPOSE: &str =
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, Evidence-Seal, Content-Digest, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
 /// A server running in the background, for the binary and for tests.
