@@ -263,6 +263,19 @@ pub fn now_seconds() -> u64 {
         .unwrap_or_default()
 }
 
+/// The facts of one paid answer, for the tests of this module and of verification.
+#[cfg(test)]
+pub(crate) const TEST_FACTS: AnswerFacts<'static> = AnswerFacts {
+    resource_url: "https://x.example/v1/a",
+    machine: "VM01",
+    methodology_version: "m-1",
+    request_sha256: "ab",
+    payer: "0x857b06519E91e3A54538791bDbb0E22373e36b66",
+    network: "eip155:8453",
+    transaction: "0x01",
+    issued_at: 1_700_000_000,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,16 +314,7 @@ mod tests {
             &[],
         )
         .expect("identity");
-        let facts = AnswerFacts {
-            resource_url: "https://x.example/v1/a",
-            machine: "VM01",
-            methodology_version: "m-1",
-            request_sha256: "ab",
-            payer: "0x857b06519E91e3A54538791bDbb0E22373e36b66",
-            network: "eip155:8453",
-            transaction: "0x01",
-            issued_at: 1_700_000_000,
-        };
+        let facts = TEST_FACTS;
         let claims = serde_json::to_value(identity.seal_claims(&facts, b"{}")).expect("json");
         let mut names: Vec<&String> = claims.as_object().expect("object").keys().collect();
         names.sort();

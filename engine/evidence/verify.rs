@@ -202,7 +202,7 @@ pub fn receipt_matches_seal(receipt: &Value, seal: &Value) -> Result<(), VerifyE
 mod tests {
     use super::*;
     use crate::evidence::identity::{Identity, PublicKey};
-    use crate::evidence::payloads::AnswerFacts;
+    use crate::evidence::payloads::{AnswerFacts, TEST_FACTS};
     use serde_json::json;
 
     fn identity(seeds: &[u8], retired: &[u8]) -> Identity {
@@ -224,16 +224,7 @@ mod tests {
         Identity::from_keys("https://x.example", &keys, &retired).expect("identity")
     }
 
-    const FACTS: AnswerFacts<'static> = AnswerFacts {
-        resource_url: "https://x.example/v1/a",
-        machine: "VM01",
-        methodology_version: "m-1",
-        request_sha256: "ab",
-        payer: "0x857b06519E91e3A54538791bDbb0E22373e36b66",
-        network: "eip155:8453",
-        transaction: "0x01",
-        issued_at: 1_700_000_000,
-    };
+    const FACTS: AnswerFacts<'static> = TEST_FACTS;
 
     #[test]
     fn a_seal_verifies_and_one_flipped_byte_anywhere_fails_it() {
