@@ -17,12 +17,26 @@
 //     aave-setup <provider-address>                   MockAavePool deployed, MockPoolAddressesProvider placed (anvil_setCode)
 //                                                     at <provider-address> with setPool(pool)
 //     aave-set-reserve <pool> <asset> <liquidity-rate-ray> <variable-borrow-rate-ray> <a-token>
+//     burn-nonce --from-key K <nonce> [--token T]      K signs an EIP-3009 TransferWithAuthorization K -> K, value 0,
+//                                                     this 32-byte nonce, validAfter 0, validBefore now + 1 year; the
+//                                                     admin gets it mined. Prints {transaction, block_number, authorizer, nonce}
+//     batch-authorizations --burn-key K --burn-nonce X --execute '<json>' [--token T]
+//                                                     ONE transaction (AuthorizationBatch, deployed on first use) that first
+//                                                     burns nonce X (K -> K, value 0) and then executes the given signed
+//                                                     authorization; <json> is {authorization, signature} (a payment's
+//                                                     payload.payload, or the whole payment payload). Prints {transaction, ...}
+//     new-buyer <amount>                              a fresh random key with <amount> atomic USDC minted to it (0 ETH);
+//                                                     prints {key, address, balance}
+//     advance-time <seconds>                          evm_increaseTime + evm_mine; prints the new block {number, timestamp}
+//     receipt <hash>                                  {transaction, status, block_number, logs:[{log_index, address, topics,
+//                                                     data, event?, args?}]}; event/args for Transfer, AuthorizationUsed,
+//                                                     AuthorizationCanceled, Approval. Waits (bounded) for the receipt.
 // --chain-id 1 selects the state's rpc_url_eip155_1 (start with --mainnet-anvil); "usdc" only exists on 8453.
 // Transactions are sent by anvil account #1 ("admin"); account #0 belongs to the facilitator.
 import { parseArgs } from 'node:util';
 import path from 'node:path';
-import { createPublicClient, createWalletClient, http, getAddress, isHex, pad, parseEther } from 'viem';
-import { privateKeyToAccount } from 'viem/accounts';
+import { createPublicClient, createWalletClient, http, getAddress, isHex, pad, parseEther, decodeEventLog } from 'viem';
+import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
 import {
   DEFAULT_STATE_PATH,
   USDC_ADDRESS,
@@ -35,6 +49,16 @@ import {
 } from './lib.mjs';
 
 const ERC20_ABI = loadArtifact('TestERC20').abi; // superset of LocalUSDC's ABI
+const AUTHORIZATION_TYPES = {
+  TransferWithAuthorization: [
+    { name: 'from', type: 'address' },
+    { name: 'to', type: 'address' },
+    { name: 'value', type: 'uint256' },
+    { name: 'validAfter', type: 'uint256' },
+    { name: 'validBefore', type: 'uint256' },
+    { name: 'nonce', type: 'bytes32' },
+  ],
+};
 
 function fail(msg) {
   console.log(jsonLine({ error: msg }));
@@ -53,6 +77,9 @@ try {
     token: { type: 'string', default: 'usdc' },
     'mint-to': { type: 'string' },
     amount: { type: 'string' },
+    'burn-key': { type: 'string' },
+    'burn-nonce': { type: 'string' },
+    execute: { type: 'string' },
   },
   }));
 } catch (e) {
@@ -68,7 +95,8 @@ async function main() {
     if (!rpcUrl) throw new Error(`state file has no rpc_url_eip155_${chainId} (start with --mainnet-anvil?)`);
   }
   const chain = localChain(chainId, rpcUrl);
-  const pub = createPublicClient({ chain, transport: http(rpcUrl) });
+  // A short polling interval: with --block-time the receipt comes at the next block, not at once.
+  const pub = createPublicClient({ chain, transport: http(rpcUrl), pollingInterval: 100 });
   const admin = createWalletClient({ account: anvilAccount(1), chain, transport: http(rpcUrl) });
 
   const token = (t) => {
@@ -85,6 +113,39 @@ async function main() {
     return r;
   };
   const read = (address, functionName, args) => pub.readContract({ address, abi: ERC20_ABI, functionName, args });
+  const nonceArg = (v, what) => {
+    if (!/^0x[0-9a-fA-F]{64}$/.test(String(v ?? ''))) throw new Error(`${what} must be 0x followed by 64 hex digits (32 bytes)`);
+    return v;
+  };
+  // K signs TransferWithAuthorization(K -> K, 0, validAfter 0, validBefore now + 1 year, nonce) for token t.
+  const selfAuthorization = async (t, key, nonce) => {
+    const acct = privateKeyToAccount(key);
+    const [name, version] = await Promise.all([read(t, 'name', []), read(t, 'version', [])]);
+    const message = {
+      from: acct.address,
+      to: acct.address,
+      value: 0n,
+      validAfter: 0n,
+      validBefore: BigInt(Math.floor(Date.now() / 1000) + 365 * 24 * 3600),
+      nonce,
+    };
+    const signature = await acct.signTypedData({
+      domain: { name, version, chainId, verifyingContract: t },
+      types: AUTHORIZATION_TYPES,
+      primaryType: 'TransferWithAuthorization',
+      message,
+    });
+    return { ...message, signature };
+  };
+  const authTuple = (a) => ({
+    from: getAddress(a.from),
+    to: getAddress(a.to),
+    value: BigInt(a.value),
+    validAfter: BigInt(a.validAfter),
+    validBefore: BigInt(a.validBefore),
+    nonce: a.nonce,
+    signature: a.signature,
+  });
 
   const [cmd, ...a] = pos;
   switch (cmd) {
@@ -204,6 +265,78 @@ async function main() {
       const hash = await admin.writeContract({ address: pool, abi: art.abi, functionName: 'setReserve', args: [asset, liquidity, borrow, aToken] });
       await wait(hash);
       return { pool, asset, liquidity_rate_ray: liquidity, variable_borrow_rate_ray: borrow, a_token: aToken, tx: hash };
+    }
+    case 'burn-nonce': {
+      if (!opt['from-key'] || a.length !== 1) throw new Error('usage: burn-nonce --from-key K <nonce> [--token T]');
+      const t = token(opt.token);
+      const auth = await selfAuthorization(t, opt['from-key'], nonceArg(a[0], 'nonce'));
+      const hash = await admin.writeContract({
+        address: t,
+        abi: ERC20_ABI,
+        functionName: 'transferWithAuthorization',
+        args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
+      });
+      const r = await wait(hash);
+      return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: auth.from, nonce: auth.nonce };
+    }
+    case 'batch-authorizations': {
+      if (!opt['burn-key'] || !opt['burn-nonce'] || !opt.execute || a.length !== 0) {
+        throw new Error("usage: batch-authorizations --burn-key K --burn-nonce X --execute '<json {authorization, signature}>' [--token T]");
+      }
+      const t = token(opt.token);
+      let given = JSON.parse(opt.execute);
+      if (given?.payload?.authorization) given = given.payload; // a whole payment payload
+      if (!given?.authorization || typeof given.signature !== 'string') throw new Error('--execute must hold {authorization, signature}');
+      const burn = await selfAuthorization(t, opt['burn-key'], nonceArg(opt['burn-nonce'], '--burn-nonce'));
+      const art = loadArtifact('AuthorizationBatch');
+      const deployed = await wait(await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [] }));
+      const batch = getAddress(deployed.contractAddress);
+      const hash = await admin.writeContract({
+        address: batch,
+        abi: art.abi,
+        functionName: 'executeTwo',
+        args: [t, authTuple(burn), authTuple({ ...given.authorization, signature: given.signature })],
+      });
+      const r = await wait(hash);
+      return {
+        transaction: hash,
+        block_number: r.blockNumber,
+        batch_contract: batch,
+        burned: { authorizer: burn.from, nonce: burn.nonce },
+        executed: { authorizer: getAddress(given.authorization.from), nonce: given.authorization.nonce },
+      };
+    }
+    case 'new-buyer': {
+      if (a.length !== 1) throw new Error('usage: new-buyer <amount>');
+      const amount = uint(a[0], 'amount');
+      const key = generatePrivateKey();
+      const address = privateKeyToAccount(key).address;
+      await wait(await admin.writeContract({ address: USDC_ADDRESS, abi: ERC20_ABI, functionName: 'mint', args: [address, amount] }));
+      return { key, address, balance: await read(USDC_ADDRESS, 'balanceOf', [address]) };
+    }
+    case 'advance-time': {
+      if (a.length !== 1) throw new Error('usage: advance-time <seconds>');
+      const seconds = uint(a[0], 'seconds');
+      await pub.request({ method: 'evm_increaseTime', params: [`0x${seconds.toString(16)}`] });
+      await pub.request({ method: 'evm_mine', params: [] });
+      const b = await pub.getBlock();
+      return { advanced_seconds: seconds, number: b.number, timestamp: b.timestamp };
+    }
+    case 'receipt': {
+      if (a.length !== 1 || !/^0x[0-9a-fA-F]{64}$/.test(a[0])) throw new Error('usage: receipt <0x transaction hash>');
+      const r = await pub.waitForTransactionReceipt({ hash: a[0], timeout: 30_000 });
+      const logs = r.logs.map((l) => {
+        const entry = { log_index: l.logIndex, address: getAddress(l.address), topics: l.topics, data: l.data };
+        try {
+          const d = decodeEventLog({ abi: ERC20_ABI, data: l.data, topics: l.topics });
+          entry.event = d.eventName;
+          entry.args = d.args;
+        } catch {
+          /* not one of the token's events */
+        }
+        return entry;
+      });
+      return { transaction: r.transactionHash, status: r.status, block_number: r.blockNumber, from: r.from, to: r.to, logs };
     }
     default:
       throw new Error(`unknown command ${JSON.stringify(cmd ?? '')}; see the header of devstack/chain.mjs`);

@@ -20,6 +20,7 @@ const TARGETS = {
   RevertProbe: 'RevertProbe.sol',
   MockPoolAddressesProvider: 'MockAave.sol',
   MockAavePool: 'MockAave.sol',
+  AuthorizationBatch: 'AuthorizationBatch.sol',
 };
 const SETTINGS = {
   optimizer: { enabled: true, runs: 200 },

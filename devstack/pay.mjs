@@ -3,9 +3,12 @@
 // and print ONE line of JSON to stdout:
 //   {status, headers:{"payment-response","payment-required","evidence-seal","content-digest",
 //    "cache-control"}, body, body_text, payment_response, payment_required, payment_signature,
-//    payment_payload, requests, elapsed_ms, error}
+//    payment_payload, requests, signed, signatures_sent, elapsed_ms, error}
 // payment_signature is the exact PAYMENT-SIGNATURE header value the client sent (captured in the
 // fetch passed to the wrapper), so tests can replay it byte for byte. null when no payment was sent.
+// signed is how many EIP-712 payment signatures the client produced (counted at the account);
+// signatures_sent how many requests carried a PAYMENT-SIGNATURE (payment_signatures lists them when > 1).
+// devstack/pay.py does the same with the official Python client.
 //
 //   node devstack/pay.mjs --url URL [--method POST] [--body JSON] [--header 'K: V']... [--key 0x..]
 //                         [--state PATH] [--no-spend-controls] [--timeout-ms 30000]
@@ -31,6 +34,8 @@ const out = {
   payment_signature: null,
   payment_payload: null,
   requests: 0,
+  signed: 0,
+  signatures_sent: 0,
   elapsed_ms: null,
   error: null,
 };
@@ -66,6 +71,11 @@ async function main() {
     key = JSON.parse(fs.readFileSync(statePath, 'utf8')).buyer_private_key;
   }
   const account = privateKeyToAccount(key);
+  const signTypedData = account.signTypedData;
+  account.signTypedData = async (typed) => {
+    out.signed += 1;
+    return signTypedData(typed);
+  };
 
   // The inner fetch sees every request the wrapper makes; record the PAYMENT-SIGNATURE exactly.
   const signatures = [];
@@ -110,6 +120,7 @@ async function main() {
     }
     throw e;
   } finally {
+    out.signatures_sent = signatures.length;
     out.payment_signature = signatures.length ? signatures[signatures.length - 1] : null;
     if (signatures.length > 1) out.payment_signatures = signatures;
     out.payment_payload = decodeB64Json(out.payment_signature);

@@ -30,6 +30,14 @@
 //   --corrupt-signature     XOR 0xff into byte 32 of the 65-byte signature (first byte of s; length unchanged)
 //   --x402-version N        top-level x402Version = N
 //   --nonce 0x..            use this 32-byte nonce (emitted exactly as typed)
+//   --resource-url URL      paymentPayload.resource.url = URL (the other resource fields echoed as received)
+//   --extension-info NAME=JSON   paymentPayload.extensions[NAME].info = JSON (replaced whole; repeatable;
+//                           creates extensions[NAME] when the 402 did not declare it)
+//   --accepted-extra KEY=VALUE   an additive key in accepted.extra (VALUE parsed as JSON when it is JSON,
+//                           else the string; repeatable; the EIP-712 domain is unchanged)
+//   --no-echo               omit resource and extensions from the payload (x402Version, payload, accepted only)
+// Echo: like the official client, the payload carries the 402's extensions (when present) and resource
+// verbatim, in the key order x402Version, payload, extensions, resource, accepted.
 // Bad arguments: message on stderr, exit code 2. Signing failure: message on stderr, exit code 1.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -46,7 +54,8 @@ const DEFAULT_STATE_PATH = path.join(path.dirname(fileURLToPath(import.meta.url)
 const USAGE =
   'usage: node devstack/sign.mjs --required <base64 PAYMENT-REQUIRED> [--state PATH] [--key 0x..] ' +
   '[--signed-value N] [--to 0xADDR] [--accepted-network S] [--accepted-asset 0xADDR] [--accepted-amount N] ' +
-  '[--valid-before N] [--valid-after N] [--corrupt-signature] [--x402-version N] [--nonce 0x..32 bytes]';
+  '[--valid-before N] [--valid-after N] [--corrupt-signature] [--x402-version N] [--nonce 0x..32 bytes] ' +
+  '[--resource-url URL] [--extension-info NAME=JSON]... [--accepted-extra KEY=VALUE]... [--no-echo]';
 
 class UsageError extends Error {}
 const usage = (msg) => {
@@ -79,6 +88,10 @@ const MUTATIONS = [
   'corrupt-signature',
   'x402-version',
   'nonce',
+  'resource-url',
+  'extension-info',
+  'accepted-extra',
+  'no-echo',
 ];
 
 function uint256Arg(name, v) {
@@ -113,6 +126,10 @@ function parseCli() {
         'corrupt-signature': { type: 'boolean' },
         'x402-version': { type: 'string' },
         nonce: { type: 'string' },
+        'resource-url': { type: 'string' },
+        'extension-info': { type: 'string', multiple: true },
+        'accepted-extra': { type: 'string', multiple: true },
+        'no-echo': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     }));
@@ -139,7 +156,32 @@ function parseCli() {
     usage(`--nonce must be 0x followed by 64 hex digits (32 bytes), got ${JSON.stringify(values.nonce)}`);
   }
   if (values.key !== undefined && !BYTES32_RE.test(values.key)) usage('--key must be 0x followed by 64 hex digits');
+  if (values['resource-url'] === '') usage('--resource-url must not be empty');
+  values.extensionInfo = (values['extension-info'] ?? []).map((pair) => {
+    const [name, json] = splitPair('extension-info', pair);
+    try {
+      return [name, JSON.parse(json)];
+    } catch (e) {
+      return usage(`--extension-info ${name}: the value is not JSON (${e.message})`);
+    }
+  });
+  values.acceptedExtra = (values['accepted-extra'] ?? []).map((pair) => {
+    const [key, raw] = splitPair('accepted-extra', pair);
+    if (key === 'name' || key === 'version') usage('--accepted-extra adds a key; extra.name and extra.version are the EIP-712 domain');
+    try {
+      return [key, JSON.parse(raw)];
+    } catch {
+      return [key, raw];
+    }
+  });
   return values;
+}
+
+// "NAME=VALUE" -> [NAME, VALUE] (VALUE may contain '=').
+function splitPair(flag, pair) {
+  const i = pair.indexOf('=');
+  if (i <= 0) usage(`--${flag} wants NAME=VALUE, got ${JSON.stringify(pair)}`);
+  return [pair.slice(0, i), pair.slice(i + 1)];
 }
 
 function decodeRequired(b64) {
@@ -209,6 +251,7 @@ async function mutatedPayload(pr, account, opt) {
   if (opt['accepted-network'] !== undefined) accepted.network = opt['accepted-network'];
   if (opt['accepted-asset'] !== undefined) accepted.asset = opt['accepted-asset'];
   if (opt['accepted-amount'] !== undefined) accepted.amount = opt['accepted-amount'];
+  for (const [key, value] of opt.acceptedExtra) accepted.extra = { ...accepted.extra, [key]: value };
 
   const nonce = opt.nonce ?? '0x' + Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('hex');
   const authorization = {
@@ -251,8 +294,17 @@ async function mutatedPayload(pr, account, opt) {
     x402Version: opt['x402-version'] !== undefined ? Number(opt['x402-version']) : pr.x402Version ?? 2,
     payload: { authorization, signature },
   };
-  if (pr.extensions !== undefined) payload.extensions = pr.extensions;
-  if (pr.resource !== undefined) payload.resource = pr.resource;
+  if (!opt['no-echo']) {
+    let extensions = pr.extensions === undefined ? undefined : JSON.parse(JSON.stringify(pr.extensions));
+    for (const [name, info] of opt.extensionInfo) {
+      extensions = extensions ?? {};
+      extensions[name] = { ...(extensions[name] ?? {}), info };
+    }
+    if (extensions !== undefined) payload.extensions = extensions;
+    let resource = pr.resource;
+    if (opt['resource-url'] !== undefined) resource = { ...(resource ?? {}), url: opt['resource-url'] };
+    if (resource !== undefined) payload.resource = resource;
+  }
   payload.accepted = accepted;
   return { header: toB64(payload), payload };
 }

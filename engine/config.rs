@@ -621,7 +621,10 @@ impl RawLayer {
                 .ok()
                 .filter(|s| *s <= 604_800)
                 .ok_or_else(|| {
-                    self.error(key, format!("{value:?} is not a number of seconds from 0 to 604800"))
+                    self.error(
+                        key,
+                        format!("{value:?} is not a number of seconds from 0 to 604800"),
+                    )
                 }),
         }
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
+use common::ledgers::{fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
 use common::onchain::serve;
 use common::{TestServer, decode_header, temp_path};
@@ -20,61 +21,6 @@ const PRICE: u128 = 10_000;
 const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
 const UINT256_MAX: &str =
     "115792089237316195423570985008687907853269984665640564039457584007913129639935";
-
-/// Which ledger backend a test's rig uses (set per test by `on_both_ledgers!`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-tokio::task_local! {
-    static BACKEND: Backend;
-}
-
-fn backend() -> Backend {
-    BACKEND.try_with(|b| *b).unwrap_or(Backend::Sqlite)
-}
-
-/// A fresh ledger of the test's backend.
-fn fresh_ledger_url() -> String {
-    match backend() {
-        Backend::Sqlite => format!("sqlite:{}", temp_path("ledger.db").display()),
-        Backend::Postgres => common::postgres::fresh_database(),
-    }
-}
-
-/// Every row of a ledger, through the engine's own reader.
-async fn rows_of(url: &str) -> Vec<AttemptRow> {
-    Ledger::open(url, PoolOptions::default())
-        .expect("ledger")
-        .rows()
-        .await
-        .expect("rows")
-}
-
-/// Runs each named test body once per ledger backend: `sqlite_ledger::NAME` and
-/// `postgres_ledger::NAME`.
-macro_rules! on_both_ledgers {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite_ledger {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::BACKEND.scope(super::Backend::Sqlite, super::$name()).await
-                }
-            )*
-        }
-        mod postgres_ledger {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::BACKEND.scope(super::Backend::Postgres, super::$name()).await
-                }
-            )*
-        }
-    };
-}
 
 on_both_ledgers!(
     the_official_client_pays_for_vm02_and_the_observation_is_exact,
@@ -519,7 +465,8 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 402);
     assert_eq!(
-        response.headers()["cache-control"], "no-store",
+        response.headers()["cache-control"],
+        "no-store",
         "a refusal's fresh challenge is never cached"
     );
     let settlement = decode_header(
@@ -1040,7 +987,8 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
     assert_eq!(
-        response.headers()["cache-control"], "private",
+        response.headers()["cache-control"],
+        "private",
         "a paid answer is the buyer's alone"
     );
     let settlement = decode_header(

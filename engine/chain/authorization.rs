@@ -23,7 +23,7 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{Filter, Log};
 use alloy::sol;
 use alloy::sol_types::SolEvent;
-use alloy::transports::{RpcError, TransportError};
+use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::networks::BASE;
 use crate::chain::rpc::{CountedRpc, describe_error};
@@ -227,8 +227,11 @@ impl AuthorizationReader {
                     }
                     start = end + 1;
                 }
-                // A provider refuses a range it finds too wide with an error answer: narrower.
-                Err(RpcError::ErrorResp(_)) if window > MIN_LOG_WINDOW => window = window.div_ceil(2),
+                // A provider refuses a range it finds too wide (an error answer, or QuickNode's
+                // HTTP 413): narrower.
+                Err(error) if window > MIN_LOG_WINDOW && is_range_refusal(&error) => {
+                    window = window.div_ceil(2);
+                }
                 Err(error) => return Err(ChainReadError::rpc(&error)),
             }
         }
@@ -262,6 +265,17 @@ impl AuthorizationReader {
     }
 }
 
+/// An answer that may mean "range too wide": a JSON-RPC error, or HTTP 400/413.
+fn is_range_refusal(error: &TransportError) -> bool {
+    match error {
+        RpcError::ErrorResp(_) => true,
+        RpcError::Transport(TransportErrorKind::HttpError(http)) => {
+            matches!(http.status, 400 | 413)
+        }
+        _ => false,
+    }
+}
+
 /// The proof rule over one receipt's logs: our `AuthorizationUsed(payer, nonce)` must be
 /// followed, at the next log index, by `Transfer(payer → pay_to, value)`, both from the
 /// asset. Anything else that spent the nonce burned it.
@@ -272,9 +286,10 @@ pub(crate) fn judge_logs(logs: &[Log], terms: &PaymentTerms, transaction: &str) 
             && log.inner.data.topics().get(2) == Some(&terms.nonce)
     };
     let topic0 = |log: &Log| log.inner.data.topics().first().copied();
-    let canceled = logs.iter().filter(ours).find(|log| {
-        topic0(log) == Some(IEip3009State::AuthorizationCanceled::SIGNATURE_HASH)
-    });
+    let canceled = logs
+        .iter()
+        .filter(ours)
+        .find(|log| topic0(log) == Some(IEip3009State::AuthorizationCanceled::SIGNATURE_HASH));
     if canceled.is_some() {
         return ReceiptVerdict::Burned {
             transaction: transaction.to_string(),

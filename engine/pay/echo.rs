@@ -195,7 +195,10 @@ mod tests {
                 json!({"extensions": {"bazaar": {"info": {"input": {"type": "http", "method": "GET"}}}}}),
                 EchoRefusal::Extension,
             ),
-            (json!({"extensions": {"bazaar": {}}}), EchoRefusal::Extension),
+            (
+                json!({"extensions": {"bazaar": {}}}),
+                EchoRefusal::Extension,
+            ),
             (
                 json!({"accepted": {"scheme": "exact", "amount": "1", "extra": {"name": "USD Coin", "version": "2"}}}),
                 EchoRefusal::Requirements,
@@ -212,7 +215,9 @@ mod tests {
 
     #[test]
     fn the_facilitator_gets_our_resource_extensions_and_terms() {
-        let mut sent = payload(json!({"resource": {"url": "https://factomat.test.example/v1/x", "description": "theirs"}}));
+        let mut sent = payload(
+            json!({"resource": {"url": "https://factomat.test.example/v1/x", "description": "theirs"}}),
+        );
         sent["accepted"]["extra"]["clientKey"] = json!(1);
         let forwarded = for_facilitator(&sent, &requirement(), &declared());
         assert_eq!(forwarded["resource"], declared().resource);

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
 use crate::pay::echo::{self, Declared};
-use crate::pay::facilitator::{FacilitatorClient, FacilitatorError};
+use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SETTLEMENT_PENDING};
 use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::pay::settlement::{self, Payment, Settlement, Settling};
@@ -391,7 +391,14 @@ pub(crate) async fn run<E: std::fmt::Display>(
         wait: rail.settlement_wait,
     };
     let settled = settlement::settle(&settling).await;
-    record(rail, id, call.machine, manifest, &presented, settled, body).await
+    let row = Row {
+        rail,
+        id,
+        machine: call.machine,
+        manifest,
+        presented: &presented,
+    };
+    row.record(settled, body).await
 }
 
 fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> NewAttempt {
@@ -411,7 +418,11 @@ fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) 
     }
 }
 
-fn terms_of(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> Option<PaymentTerms> {
+fn terms_of(
+    manifest: &Manifest,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> Option<PaymentTerms> {
     Some(PaymentTerms {
         asset: manifest.payment.asset.parse().ok()?,
         payer: presented.payer,
@@ -463,135 +474,154 @@ fn settle_response(
     response
 }
 
-/// Records the settlement and decides the answer.
-async fn record(
-    rail: &PaymentRail,
+/// The reserved row of one paid call, and what its answer is made of.
+struct Row<'a> {
+    rail: &'a PaymentRail,
     id: i64,
-    machine: &Machine,
-    manifest: &Manifest,
-    presented: &Presented,
-    settled: Settlement,
-    body: Value,
-) -> PaidOutcome {
-    let strike_until =
-        (rail.strike_seconds > 0).then(|| unix_now().saturating_add(rail.strike_seconds));
-    match settled {
-        Settlement::Paid {
-            transaction,
-            transfer_log_index,
-            response,
-            evidence,
-        } => {
-            let outcome = Outcome::Settled {
-                transaction: transaction.clone(),
-                transfer_log_index,
-                evidence,
-            };
-            match rail.ledger.finish(id, &outcome).await {
-                Err(LedgerError::Duplicate) => {
-                    let evidence = format!("the Transfer in {transaction} already proves another row");
-                    return burned(rail, id, machine, manifest, presented, transaction, evidence, strike_until).await;
-                }
-                // Paid on chain: deliver; the row left reserved is reported at start-up.
-                Err(error) => tracing::error!(%error, attempt = id, "settled but not recorded"),
-                Ok(()) => {}
-            }
-            tracing::info!(machine = %machine.machine, %transaction, "payment settled");
-            metrics().payment("settled", "");
-            let response = response.unwrap_or_else(|| {
-                settle_response(manifest, presented, true, None, Some(&transaction))
-            });
-            PaidOutcome::Delivered {
-                body,
-                payment_response: encoded(&response),
-            }
-        }
-        Settlement::Burned {
-            transaction,
-            evidence,
-        } => burned(rail, id, machine, manifest, presented, transaction, evidence, strike_until).await,
-        Settlement::Unpaid {
-            reason,
-            response,
-            evidence,
-            payer_fault,
-        } => {
-            tracing::warn!(machine = %machine.machine, %reason, %evidence, "settlement failed; result withheld");
-            metrics().payment("settle_failed", "");
-            let outcome = Outcome::SettleFailed {
-                reason: reason.clone(),
-                evidence: Some(evidence),
-                strike_until: strike_until.filter(|_| payer_fault),
-            };
-            finish_logged(rail, id, &outcome).await;
-            let mut response = response.unwrap_or_else(|| {
-                settle_response(manifest, presented, false, Some(&reason), None)
-            });
-            response["success"] = json!(false);
-            if response.get("transaction").is_none() {
-                response["transaction"] = json!("");
-            }
-            PaidOutcome::SettleFailed {
-                reason,
-                payment_response: encoded(&response),
-            }
-        }
-        Settlement::Pending {
-            transaction,
-            evidence,
-        } => {
-            tracing::warn!(machine = %machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
-            metrics().payment("settle_pending", "");
-            let outcome = Outcome::SettlePending {
-                transaction: transaction.clone(),
-                evidence,
-            };
-            finish_logged(rail, id, &outcome).await;
-            let response = settle_response(
-                manifest,
-                presented,
-                false,
-                Some(crate::pay::facilitator::SETTLEMENT_PENDING),
-                transaction.as_deref(),
-            );
-            PaidOutcome::Pending {
-                transaction,
-                retry_after_seconds: presented.valid_before.saturating_sub(unix_now()).max(1),
-                payment_response: encoded(&response),
-            }
-        }
-    }
+    machine: &'a Machine,
+    manifest: &'a Manifest,
+    presented: &'a Presented,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn burned(
-    rail: &PaymentRail,
-    id: i64,
-    machine: &Machine,
-    manifest: &Manifest,
-    presented: &Presented,
-    transaction: String,
-    evidence: String,
-    strike_until: Option<u64>,
-) -> PaidOutcome {
-    tracing::warn!(machine = %machine.machine, %transaction, %evidence, "the payment's nonce was spent by another authorization; result withheld");
-    metrics().payment("nonce_burned", "");
-    let outcome = Outcome::NonceBurned {
-        transaction: transaction.clone(),
-        evidence,
-        strike_until,
-    };
-    finish_logged(rail, id, &outcome).await;
-    let response = settle_response(
-        manifest,
-        presented,
-        false,
-        Some(NONCE_BURNED),
-        Some(&transaction),
-    );
-    PaidOutcome::SettleFailed {
-        reason: NONCE_BURNED.into(),
-        payment_response: encoded(&response),
+impl Row<'_> {
+    /// Until when the payer is refused, when the payment ended unpaid by their doing.
+    fn strike_until(&self) -> Option<u64> {
+        let seconds = self.rail.strike_seconds;
+        (seconds > 0).then(|| unix_now().saturating_add(seconds))
+    }
+
+    fn response(&self, success: bool, reason: Option<&str>, transaction: Option<&str>) -> Value {
+        settle_response(self.manifest, self.presented, success, reason, transaction)
+    }
+
+    async fn finish(&self, outcome: &Outcome) -> Result<(), LedgerError> {
+        self.rail.ledger.finish(self.id, outcome).await
+    }
+
+    async fn finish_logged(&self, outcome: &Outcome) {
+        finish_logged(self.rail, self.id, outcome).await;
+    }
+
+    /// Records the settlement and decides the answer.
+    async fn record(&self, settled: Settlement, body: Value) -> PaidOutcome {
+        match settled {
+            Settlement::Paid {
+                transaction,
+                transfer_log_index,
+                response,
+                evidence,
+            } => {
+                self.paid(transaction, transfer_log_index, response, evidence, body)
+                    .await
+            }
+            Settlement::Burned {
+                transaction,
+                evidence,
+            } => self.burned(transaction, evidence).await,
+            Settlement::Unpaid {
+                reason,
+                response,
+                evidence,
+                payer_fault,
+            } => self.unpaid(reason, response, evidence, payer_fault).await,
+            Settlement::Pending {
+                transaction,
+                evidence,
+            } => self.pending(transaction, evidence).await,
+        }
+    }
+
+    async fn paid(
+        &self,
+        transaction: String,
+        transfer_log_index: Option<u64>,
+        response: Option<Value>,
+        evidence: Option<String>,
+        body: Value,
+    ) -> PaidOutcome {
+        let outcome = Outcome::Settled {
+            transaction: transaction.clone(),
+            transfer_log_index,
+            evidence,
+        };
+        match self.finish(&outcome).await {
+            Err(LedgerError::Duplicate) => {
+                let evidence = format!("the Transfer in {transaction} already proves another row");
+                return self.burned(transaction, evidence).await;
+            }
+            // Paid on chain: deliver; the row left reserved is reported at start-up.
+            Err(error) => tracing::error!(%error, attempt = self.id, "settled but not recorded"),
+            Ok(()) => {}
+        }
+        tracing::info!(machine = %self.machine.machine, %transaction, "payment settled");
+        metrics().payment("settled", "");
+        let response = response.unwrap_or_else(|| self.response(true, None, Some(&transaction)));
+        PaidOutcome::Delivered {
+            body,
+            payment_response: encoded(&response),
+        }
+    }
+
+    async fn burned(&self, transaction: String, evidence: String) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, %transaction, %evidence, "the payment's nonce was spent by another authorization; result withheld");
+        metrics().payment("nonce_burned", "");
+        let outcome = Outcome::NonceBurned {
+            transaction: transaction.clone(),
+            evidence,
+            strike_until: self.strike_until(),
+        };
+        self.finish_logged(&outcome).await;
+        let response = self.response(false, Some(NONCE_BURNED), Some(&transaction));
+        PaidOutcome::SettleFailed {
+            reason: NONCE_BURNED.into(),
+            payment_response: encoded(&response),
+        }
+    }
+
+    async fn unpaid(
+        &self,
+        reason: String,
+        response: Option<Value>,
+        evidence: String,
+        payer_fault: bool,
+    ) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, %reason, %evidence, "settlement failed; result withheld");
+        metrics().payment("settle_failed", "");
+        let outcome = Outcome::SettleFailed {
+            reason: reason.clone(),
+            evidence: Some(evidence),
+            strike_until: self.strike_until().filter(|_| payer_fault),
+        };
+        self.finish_logged(&outcome).await;
+        let mut response = response.unwrap_or_else(|| self.response(false, Some(&reason), None));
+        response["success"] = json!(false);
+        if response.get("transaction").is_none() {
+            response["transaction"] = json!("");
+        }
+        PaidOutcome::SettleFailed {
+            reason,
+            payment_response: encoded(&response),
+        }
+    }
+
+    async fn pending(&self, transaction: Option<String>, evidence: String) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
+        metrics().payment("settle_pending", "");
+        let outcome = Outcome::SettlePending {
+            transaction: transaction.clone(),
+            evidence,
+        };
+        self.finish_logged(&outcome).await;
+        let response = self.response(false, Some(SETTLEMENT_PENDING), transaction.as_deref());
+        PaidOutcome::Pending {
+            transaction,
+            retry_after_seconds: self
+                .presented
+                .valid_before
+                .saturating_sub(unix_now())
+                .max(1),
+            payment_response: encoded(&response),
+        }
     }
 }
 

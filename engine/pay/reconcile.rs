@@ -146,7 +146,8 @@ async fn examine(
     };
     let mut evidence = evidence_of(&finding);
     if row.state == "settled" && !matches!(finding, Finding::Paid { .. }) {
-        evidence = format!("NOT proven by a Transfer of the row's terms, check by hand: {evidence}");
+        evidence =
+            format!("NOT proven by a Transfer of the row's terms, check by hand: {evidence}");
     }
     let mut state_after = row.state.clone();
     if let Some(outcome) = outcome_of(&row.state, &finding) {
@@ -157,7 +158,8 @@ async fn examine(
                 state_after = "changed elsewhere".into();
             }
             Err(LedgerError::Duplicate) => {
-                evidence = format!("{evidence}; that Transfer already proves another row: left alone");
+                evidence =
+                    format!("{evidence}; that Transfer already proves another row: left alone");
             }
             Err(error) => return Err(error),
         }

@@ -82,11 +82,12 @@ pub(crate) async fn find(
     if let Some(hash) = hint.and_then(|h| h.parse::<B256>().ok()) {
         match chain.receipt(hash, terms).await {
             Ok(Some(verdict)) => {
-                if let Some(finding) = from_receipt(verdict, "receipt of the named transaction")
-                {
+                if let Some(finding) = from_receipt(verdict, "receipt of the named transaction") {
                     return finding;
                 }
-                evidence.push(format!("transaction {hash} does not touch this authorization"));
+                evidence.push(format!(
+                    "transaction {hash} does not touch this authorization"
+                ));
             }
             Ok(None) => evidence.push(format!("transaction {hash} has no receipt yet")),
             Err(error) => evidence.push(format!("receipt of {hash} unreadable: {error}")),
@@ -229,7 +230,10 @@ pub(crate) struct Settling<'a> {
 
 /// Settles and decides.
 pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
-    let first = s.facilitator.settle(s.payload, s.requirement, s.deadline).await;
+    let first = s
+        .facilitator
+        .settle(s.payload, s.requirement, s.deadline)
+        .await;
     let hint = match first {
         Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
             return Settlement::Paid {
@@ -258,7 +262,11 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
 /// is still proven on chain (we read it anyway).
 async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String> {
     tracing::info!(transaction = ?first.transaction, "settlement pending: asking /settle once more");
-    match s.facilitator.settle(s.payload, s.requirement, s.deadline).await {
+    match s
+        .facilitator
+        .settle(s.payload, s.requirement, s.deadline)
+        .await
+    {
         Ok(again) if again.transaction.is_some() => again.transaction,
         _ => first.transaction,
     }
@@ -271,7 +279,10 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
         .clone()
         .unwrap_or_else(|| "settlement_failed".into());
     let Some(chain) = s.chain else {
-        return pending(None, format!("settle failed ({reason}); no trusted chain reader"));
+        return pending(
+            None,
+            format!("settle failed ({reason}); no trusted chain reader"),
+        );
     };
     match chain.state(&s.payment.terms).await {
         Ok(state) if !state.used => Settlement::Unpaid {
@@ -290,7 +301,10 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
 /// Polls the chain until a definite finding, the wait's end or the deadline.
 async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
     let Some(chain) = s.chain else {
-        return pending(hint, "no trusted chain reader: the outcome is left to reconcile".into());
+        return pending(
+            hint,
+            "no trusted chain reader: the outcome is left to reconcile".into(),
+        );
     };
     let until = s.deadline.min(Instant::now() + s.wait);
     loop {

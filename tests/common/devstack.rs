@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::LazyLock;
 
 use serde_json::Value;
 
@@ -15,14 +16,50 @@ pub struct DevStack {
     pub state: Value,
 }
 
+/// Runs one devstack/ node script and returns the last JSON line it printed.
+pub fn run_node(script: &str, args: &[&str]) -> Value {
+    node(script, args)
+}
+
+/// 32 unpredictable bytes as 0x-hex (a private key, a nonce, a transaction hash that exists
+/// nowhere): keccak-256 of the time, the process id and a counter.
+pub fn random_hex32() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let seed = format!("{nanos}-{}-{n}", std::process::id());
+    alloy::primitives::hex::encode_prefixed(alloy::primitives::keccak256(seed.as_bytes()))
+}
+
+/// Serializes chain.mjs runs within a test binary: each sends from the same admin account,
+/// and two processes picking the account's next nonce at once would collide.
+static ADMIN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn node(script: &str, args: &[&str]) -> Value {
-    let output = Command::new("node")
+    let _admin = (script == "chain.mjs").then(|| ADMIN.lock().unwrap_or_else(|e| e.into_inner()));
+    one_json_line("node", script, args)
+}
+
+/// The venv's Python (scripts/install-test-tools makes it).
+fn python() -> String {
+    repo_root()
+        .join(".tools/venv/bin/python")
+        .display()
+        .to_string()
+}
+
+/// Runs `program devstack/<script> args` and parses the last line of stdout that is JSON.
+fn one_json_line(program: &str, script: &str, args: &[&str]) -> Value {
+    let output = Command::new(program)
         .arg(repo_root().join("devstack").join(script))
         .args(args)
         .current_dir(repo_root())
         .output()
         .unwrap_or_else(|e| {
-            panic!("node {script}: {e} (is node installed? run scripts/install-test-tools)")
+            panic!("{program} {script}: {e} (is it installed? run scripts/install-test-tools)")
         });
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout
@@ -31,7 +68,7 @@ fn node(script: &str, args: &[&str]) -> Value {
         .find(|l| l.trim_start().starts_with('{'))
         .unwrap_or_else(|| {
             panic!(
-                "node {script} {args:?} printed no JSON (exit {:?}): {}\n{}",
+                "{program} {script} {args:?} printed no JSON (exit {:?}): {}\n{}",
                 output.status.code(),
                 stdout,
                 String::from_utf8_lossy(&output.stderr)
@@ -48,6 +85,11 @@ impl DevStack {
     /// The stack plus a second anvil with chain id 1 (`rpc_url_eip155_1` in the state).
     pub fn start_with_mainnet() -> DevStack {
         DevStack::launch(&["--mainnet-anvil"])
+    }
+
+    /// The stack started with extra `start.mjs` options, e.g. `&["--block-time", "2"]`.
+    pub fn start_with(options: &[&str]) -> DevStack {
+        DevStack::launch(options)
     }
 
     fn launch(extra: &[&str]) -> DevStack {
@@ -117,12 +159,120 @@ impl DevStack {
         node("chain.mjs", &all)
     }
 
+    /// A fresh buyer: a random key holding `usdc_atomic` USDC (and no ETH), so that tests
+    /// sharing one stack never share nonces or balances.
+    pub fn fresh_buyer(&self, usdc_atomic: &str) -> Buyer {
+        let made = self.chain(&["new-buyer", usdc_atomic]);
+        Buyer {
+            key: made["key"].as_str().expect("key").to_string(),
+            address: made["address"].as_str().expect("address").to_string(),
+        }
+    }
+
+    /// The official client (`@x402/fetch`) making one paid call as `buyer`.
+    pub fn pay_as(&self, buyer: &Buyer, url: &str, body: &Value) -> Value {
+        let body = body.to_string();
+        node(
+            "pay.mjs",
+            &[
+                "--url",
+                url,
+                "--body",
+                &body,
+                "--key",
+                &buyer.key,
+                "--state",
+                &self.state_arg(),
+            ],
+        )
+    }
+
+    /// The official Python client (PyPI `x402`, devstack/pay.py) making one paid call as the
+    /// state's buyer; the same output as [`DevStack::pay`].
+    pub fn pay_python(&self, url: &str, body: &Value) -> Value {
+        let key = self.field("buyer_private_key");
+        let address = self.field("buyer_address");
+        self.pay_python_as(&Buyer { key, address }, url, body)
+    }
+
+    /// The official Python client making one paid call as `buyer`.
+    pub fn pay_python_as(&self, buyer: &Buyer, url: &str, body: &Value) -> Value {
+        let body = body.to_string();
+        one_json_line(
+            &python(),
+            "pay.py",
+            &[
+                "--url",
+                url,
+                "--body",
+                &body,
+                "--key",
+                &buyer.key,
+                "--state",
+                &self.state_arg(),
+            ],
+        )
+    }
+
+    /// A PAYMENT-SIGNATURE signed by `buyer`, optionally deliberately wrong.
+    pub fn sign_as(&self, buyer: &Buyer, required: &str, mutations: &[&str]) -> Value {
+        let mut args = vec!["--key", buyer.key.as_str()];
+        args.extend_from_slice(mutations);
+        self.sign(required, &args)
+    }
+
     pub fn usdc_balance(&self, address: &str) -> String {
         let answer = self.chain(&["balance", "usdc", address]);
         answer["balance"]
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| answer["balance"].to_string())
+    }
+}
+
+/// A buyer of a shared stack (see [`DevStack::fresh_buyer`]).
+#[derive(Clone, Debug)]
+pub struct Buyer {
+    pub key: String,
+    pub address: String,
+}
+
+static SHARED: LazyLock<DevStack> = LazyLock::new(|| {
+    let stack = DevStack::start();
+    stack.stop_with_this_process();
+    stack
+});
+
+/// One dev stack for the whole test binary, started on first use and stopped when the binary
+/// exits (a static is never dropped, so a watchdog process does it). Give each test its own
+/// buyer with [`DevStack::fresh_buyer`]; do not warp the shared anvil's clock.
+pub fn shared_stack() -> &'static DevStack {
+    &SHARED
+}
+
+impl DevStack {
+    /// Spawns devstack/watchdog.mjs, which stops this stack's processes once this test
+    /// process has exited.
+    fn stop_with_this_process(&self) {
+        let pids: Vec<String> = self.state["pids"]
+            .as_object()
+            .expect("state.pids")
+            .values()
+            .map(|p| p.to_string())
+            .collect();
+        let mut watchdog = Command::new("node")
+            .arg(repo_root().join("devstack/watchdog.mjs"))
+            .args(["--parent", &std::process::id().to_string()])
+            .args(["--pids", &pids.join(",")])
+            .arg("--state")
+            .arg(&self.state_path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("watchdog starts");
+        // It outlives this process on purpose; reap it if it ends first.
+        std::thread::spawn(move || watchdog.wait());
     }
 }
 

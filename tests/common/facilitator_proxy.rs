@@ -1,68 +1,160 @@
-//! The official facilitator behind a loopback proxy that can fail or delay `/settle`.
+//! The official facilitator behind a loopback proxy that records what it was asked and can
+//! fail, delay, burn the nonce of, or leave pending the `/settle` it forwards.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use warp::Filter;
 
+use super::devstack::{DevStack, run_node};
 use super::onchain::serve;
 
 /// What the facilitator proxy does with `/settle`; `/verify` always reaches the real one.
-#[derive(Clone, Copy)]
+#[derive(Clone, Debug)]
 pub enum Settle {
+    /// Forward as is (the proxy only records).
+    Forward,
     /// Answer `success: false` without asking the real facilitator.
     Fail,
     /// Forward after this delay.
-    After(std::time::Duration),
+    After(Duration),
     /// Forward (the settlement lands on chain), then answer 500 without a verdict.
     ForwardThenFail,
+    /// First get a second authorization with the same nonce (buyer → buyer, value 0, signed
+    /// with `buyer_key`) mined on anvil (`chain.mjs burn-nonce`), then forward.
+    BurnNonceThenForward { buyer_key: String },
+    /// Forward the first settle of a payload in the background, wait until its transaction is
+    /// in anvil's pool (or mined), and answer at once `success: false`, `errorReason:
+    /// "settlement_pending"` with that real hash. A retry of the same payload (same nonce) gets
+    /// the same answer from the proxy: nothing is broadcast twice.
+    PendingWithRealHash,
+    /// Answer `success: false` naming a transaction hash that never gets mined, after (when
+    /// `advance_past_valid_before`) moving anvil's clock past the authorization's
+    /// `validBefore` and mining a block. The real facilitator is not asked.
+    FailNamingUnminedTx { advance_past_valid_before: bool },
+    /// Never answer (the caller's timeout fires).
+    Hang,
+}
+
+/// One request the proxy received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// `verify` or `settle`.
+    pub step: String,
+    /// The request body as JSON (a JSON string when it did not parse).
+    pub body: Value,
+}
+
+/// What the proxy saw and did, shared with the test.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    received: Arc<Mutex<Vec<Received>>>,
+    forwarded_settles: Arc<Mutex<u64>>,
+}
+
+impl Recorder {
+    fn push(&self, step: &str, body: &[u8]) {
+        let body = serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+        self.received.lock().expect("recorder").push(Received {
+            step: step.to_string(),
+            body,
+        });
+    }
+
+    /// Every request received, in order.
+    pub fn all(&self) -> Vec<Received> {
+        self.received.lock().expect("recorder").clone()
+    }
+
+    /// The bodies of the requests to one step (`verify` or `settle`), in order.
+    pub fn bodies(&self, step: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|r| r.step == step)
+            .map(|r| r.body)
+            .collect()
+    }
+
+    /// How many `/verify` requests the proxy received.
+    pub fn verifies(&self) -> usize {
+        self.bodies("verify").len()
+    }
+
+    /// How many `/settle` requests the proxy received.
+    pub fn settles(&self) -> usize {
+        self.bodies("settle").len()
+    }
+
+    /// How many `/settle` requests reached the real facilitator.
+    pub fn forwarded_settles(&self) -> u64 {
+        *self.forwarded_settles.lock().expect("recorder")
+    }
+}
+
+/// A running proxy: its address and what it recorded.
+pub struct FacilitatorProxy {
+    pub addr: SocketAddr,
+    /// `http://addr`, for `FACTOMAT_FACILITATOR_URL`.
+    pub url: String,
+    pub recorder: Recorder,
+}
+
+struct Proxy {
+    real: String,
+    rpc_url: Option<String>,
+    settle: Settle,
+    recorder: Recorder,
+    client: reqwest::Client,
+    /// Pending answers by authorization nonce (PendingWithRealHash).
+    pending: tokio::sync::Mutex<HashMap<String, Value>>,
 }
 
 /// The real facilitator behind a loopback proxy that answers `/supported` itself and treats
-/// `/settle` as `settle` says.
+/// `/settle` as `settle` says. Modes that touch the chain need [`facilitator_proxy`].
 pub async fn proxied_facilitator(real: String, settle: Settle) -> SocketAddr {
-    let client = reqwest::Client::new();
+    start(real, None, settle).await.addr
+}
+
+/// The stack's facilitator behind a recording proxy; modes that touch the chain use the
+/// stack's anvil.
+pub async fn facilitator_proxy(stack: &DevStack, settle: Settle) -> FacilitatorProxy {
+    start(
+        stack.field("facilitator_url"),
+        Some(stack.field("rpc_url")),
+        settle,
+    )
+    .await
+}
+
+async fn start(real: String, rpc_url: Option<String>, settle: Settle) -> FacilitatorProxy {
+    let recorder = Recorder::default();
+    let proxy = Arc::new(Proxy {
+        real,
+        rpc_url,
+        settle,
+        recorder: recorder.clone(),
+        client: reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client"),
+        pending: tokio::sync::Mutex::new(HashMap::new()),
+    });
     let forward = warp::path::param::<String>()
         .and(warp::post())
         .and(warp::body::bytes())
         .then(move |step: String, body: bytes::Bytes| {
-            let (client, real) = (client.clone(), real.clone());
+            let proxy = proxy.clone();
+            // In a task of its own: a caller that gives up (our settle timeout) must not cut
+            // a settlement the proxy still forwards later.
             async move {
-                let reply = |bytes: bytes::Bytes| {
-                    http::Response::builder()
-                        .header("content-type", "application/json")
-                        .body(bytes)
-                        .expect("response")
-                };
-                match (step.as_str(), settle) {
-                    ("settle", Settle::Fail) => {
-                        return reply(bytes::Bytes::from(
-                            json!({"success": false,
-                                "errorReason": "invalid_exact_evm_transaction_failed",
-                                "transaction": "", "network": "eip155:8453"})
-                            .to_string(),
-                        ));
-                    }
-                    ("settle", Settle::After(delay)) => tokio::time::sleep(delay).await,
-                    _ => {}
-                }
-                let answer = client
-                    .post(format!("{real}/{step}"))
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
+                tokio::spawn(async move { proxy.handle(&step, body).await })
                     .await
-                    .expect("real facilitator");
-                let forwarded = answer.bytes().await.expect("body");
-                if step == "settle" && matches!(settle, Settle::ForwardThenFail) {
-                    return http::Response::builder()
-                        .status(500)
-                        .header("content-type", "application/json")
-                        .body(bytes::Bytes::from_static(b"{\"error\":\"internal error\"}"))
-                        .expect("response");
-                }
-                reply(forwarded)
+                    .expect("proxy task")
             }
         });
     let supported = warp::path!("supported").map(|| {
@@ -70,5 +162,233 @@ pub async fn proxied_facilitator(real: String, settle: Settle) -> SocketAddr {
             &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
         )
     });
-    serve(supported.or(forward)).await
+    let addr = serve(supported.or(forward)).await;
+    FacilitatorProxy {
+        addr,
+        url: format!("http://{addr}"),
+        recorder,
+    }
+}
+
+/// A JSON answer with this status.
+fn reply(status: u16, body: Vec<u8>) -> http::Response<bytes::Bytes> {
+    http::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(bytes::Bytes::from(body))
+        .expect("response")
+}
+
+/// `paymentPayload.payload.authorization` of a facilitator request body.
+fn authorization(body: &[u8]) -> Value {
+    let body: Value = serde_json::from_slice(body).expect("facilitator body is JSON");
+    body["paymentPayload"]["payload"]["authorization"].clone()
+}
+
+impl Proxy {
+    async fn handle(&self, step: &str, body: bytes::Bytes) -> http::Response<bytes::Bytes> {
+        self.recorder.push(step, &body);
+        if step != "settle" {
+            let (status, answer) = self.forward(step, body).await;
+            return reply(status, answer);
+        }
+        match self.settle.clone() {
+            Settle::Forward => {}
+            Settle::Fail => {
+                return reply(
+                    200,
+                    json!({"success": false,
+                        "errorReason": "invalid_exact_evm_transaction_failed",
+                        "transaction": "", "network": "eip155:8453"})
+                    .to_string()
+                    .into_bytes(),
+                );
+            }
+            Settle::After(delay) => tokio::time::sleep(delay).await,
+            Settle::ForwardThenFail => {
+                self.forward(step, body).await;
+                return reply(500, b"{\"error\":\"internal error\"}".to_vec());
+            }
+            Settle::BurnNonceThenForward { buyer_key } => self.burn_nonce(&body, &buyer_key).await,
+            Settle::PendingWithRealHash => return reply(200, self.pending(body).await),
+            Settle::FailNamingUnminedTx {
+                advance_past_valid_before,
+            } => {
+                return reply(
+                    200,
+                    self.fail_unmined(&body, advance_past_valid_before).await,
+                );
+            }
+            Settle::Hang => std::future::pending::<()>().await,
+        }
+        let (status, answer) = self.forward(step, body).await;
+        reply(status, answer)
+    }
+
+    /// Sends the request to the real facilitator; returns its status and body.
+    async fn forward(&self, step: &str, body: bytes::Bytes) -> (u16, Vec<u8>) {
+        if step == "settle" {
+            *self.recorder.forwarded_settles.lock().expect("recorder") += 1;
+        }
+        forward_to(&self.client, &self.real, step, body).await
+    }
+
+    fn rpc_url(&self) -> String {
+        self.rpc_url
+            .clone()
+            .expect("this mode needs the chain: start the proxy with facilitator_proxy(&stack, …)")
+    }
+
+    /// Gets a value-0 self-authorization with the payment's nonce mined (chain.mjs burn-nonce).
+    async fn burn_nonce(&self, body: &[u8], buyer_key: &str) {
+        let nonce = authorization(body)["nonce"]
+            .as_str()
+            .expect("authorization.nonce")
+            .to_string();
+        let (rpc, key) = (self.rpc_url(), buyer_key.to_string());
+        let burned = tokio::task::spawn_blocking(move || {
+            run_node(
+                "chain.mjs",
+                &["--rpc-url", &rpc, "burn-nonce", "--from-key", &key, &nonce],
+            )
+        })
+        .await
+        .expect("burn-nonce runs");
+        assert!(
+            burned["transaction"].is_string(),
+            "burn-nonce failed: {burned}"
+        );
+    }
+
+    /// The `settlement_pending` answer with the real hash (see [`Settle::PendingWithRealHash`]).
+    async fn pending(&self, body: bytes::Bytes) -> Vec<u8> {
+        let auth = authorization(&body);
+        let nonce = auth["nonce"].as_str().expect("nonce").to_lowercase();
+        let mut pending = self.pending.lock().await;
+        if let Some(answer) = pending.get(&nonce) {
+            return answer.to_string().into_bytes();
+        }
+        *self.recorder.forwarded_settles.lock().expect("recorder") += 1;
+        let (client, real) = (self.client.clone(), self.real.clone());
+        let settled = tokio::spawn(async move { forward_to(&client, &real, "settle", body).await });
+        let hash = wait_for_settlement(&self.rpc_url(), &nonce, settled).await;
+        let answer = json!({"success": false, "errorReason": "settlement_pending",
+            "transaction": hash, "network": "eip155:8453", "payer": auth["from"]});
+        pending.insert(nonce, answer.clone());
+        answer.to_string().into_bytes()
+    }
+
+    /// A failure naming a hash that is never mined, optionally after expiring the window.
+    async fn fail_unmined(&self, body: &[u8], advance: bool) -> Vec<u8> {
+        let auth = authorization(body);
+        if advance {
+            let valid_before: u64 = auth["validBefore"]
+                .as_str()
+                .expect("validBefore")
+                .parse()
+                .expect("validBefore is a number");
+            advance_past(&self.rpc_url(), valid_before).await;
+        }
+        let hash = super::devstack::random_hex32();
+        json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
+            "errorMessage": "transaction was not confirmed", "transaction": hash,
+            "network": "eip155:8453", "payer": auth["from"]})
+        .to_string()
+        .into_bytes()
+    }
+}
+
+async fn forward_to(
+    client: &reqwest::Client,
+    real: &str,
+    step: &str,
+    body: bytes::Bytes,
+) -> (u16, Vec<u8>) {
+    let answer = client
+        .post(format!("{real}/{step}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("real facilitator");
+    let status = answer.status().as_u16();
+    (status, answer.bytes().await.expect("body").to_vec())
+}
+
+/// One JSON-RPC call to anvil; returns `result` (panics on an error answer).
+pub async fn anvil_rpc(rpc_url: &str, method: &str, params: Value) -> Value {
+    let answer: Value = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .post(rpc_url)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .expect("anvil answers")
+        .json()
+        .await
+        .expect("JSON-RPC answer");
+    assert!(answer["error"].is_null(), "{method}: {answer}");
+    answer["result"].clone()
+}
+
+/// The hash of the settlement transaction carrying `nonce`: found in anvil's pool (block time)
+/// or, once mined, in the real facilitator's answer. Polls every 25 ms for at most 30 s.
+async fn wait_for_settlement(
+    rpc_url: &str,
+    nonce: &str,
+    mut settled: tokio::task::JoinHandle<(u16, Vec<u8>)>,
+) -> String {
+    let needle = nonce.trim_start_matches("0x").to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline {
+        if let Some(hash) = pooled_transaction(rpc_url, &needle).await {
+            return hash;
+        }
+        if settled.is_finished() {
+            let (_, body) = (&mut settled).await.expect("forwarded settle");
+            let answer: Value = serde_json::from_slice(&body).expect("settle answer");
+            return answer["transaction"]
+                .as_str()
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| panic!("the real settle named no transaction: {answer}"))
+                .to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no settlement transaction for nonce {nonce} within 30 s");
+}
+
+/// A transaction in anvil's pool whose input contains `needle` (hex, no 0x).
+async fn pooled_transaction(rpc_url: &str, needle: &str) -> Option<String> {
+    let pool = anvil_rpc(rpc_url, "txpool_content", json!([])).await;
+    let senders = pool["pending"].as_object()?;
+    senders
+        .values()
+        .filter_map(Value::as_object)
+        .flat_map(|txs| txs.values())
+        .find(|tx| {
+            tx["input"]
+                .as_str()
+                .is_some_and(|i| i.to_lowercase().contains(needle))
+        })
+        .and_then(|tx| tx["hash"].as_str().map(str::to_string))
+}
+
+/// Moves anvil's clock so that the next block's timestamp is at least `timestamp`, and mines it.
+pub async fn advance_past(rpc_url: &str, timestamp: u64) {
+    let latest = anvil_rpc(rpc_url, "eth_getBlockByNumber", json!(["latest", false])).await;
+    let now = u64::from_str_radix(
+        latest["timestamp"]
+            .as_str()
+            .expect("timestamp")
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("hex timestamp");
+    if now < timestamp {
+        anvil_rpc(rpc_url, "evm_increaseTime", json!([timestamp - now])).await;
+    }
+    anvil_rpc(rpc_url, "evm_mine", json!([])).await;
 }

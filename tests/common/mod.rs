@@ -8,10 +8,12 @@ pub mod devstack;
 pub mod evidence;
 pub mod facilitator_proxy;
 pub mod https;
+pub mod ledgers;
 pub mod logs;
 pub mod onchain;
 pub mod postgres;
 pub mod replica;
+pub mod rpc_proxy;
 
 use std::path::PathBuf;
 use std::sync::LazyLock;

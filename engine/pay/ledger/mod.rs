@@ -359,7 +359,6 @@ impl Outcome {
     }
 }
 
-
 /// True when a URL names a PostgreSQL database.
 pub fn is_postgres_url(database_url: &str) -> bool {
     database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")

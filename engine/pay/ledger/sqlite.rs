@@ -5,7 +5,10 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, ErrorCode, params};
 
-use super::{AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, now, schema};
+use super::{
+    AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, now,
+    schema,
+};
 
 impl From<rusqlite::Error> for LedgerError {
     fn from(error: rusqlite::Error) -> Self {
@@ -171,13 +174,15 @@ impl SqliteLedger {
         now: i64,
     ) -> Result<Precheck, LedgerError> {
         self.with(|c| {
-            c.prepare_cached(PRECHECK_SQL)?
-                .query_row(params![nonce_sha256, payer_lower, now], |r| {
+            c.prepare_cached(PRECHECK_SQL)?.query_row(
+                params![nonce_sha256, payer_lower, now],
+                |r| {
                     Ok(Precheck {
                         nonce_known: r.get(0)?,
                         payer_struck: r.get(1)?,
                     })
-                })
+                },
+            )
         })
     }
 
@@ -392,7 +397,12 @@ mod tests {
                 transfer_log_index: Some(1),
                 evidence: None,
             };
-            assert!(resolve(&ledger, i64::try_from(n + 1).expect("id"), "reserved", &settled));
+            assert!(resolve(
+                &ledger,
+                i64::try_from(n + 1).expect("id"),
+                "reserved",
+                &settled
+            ));
         }
         let wal = std::fs::metadata(dir.join("ledger.db-wal")).map_or(0, |m| m.len());
         // 6000 commits of a few pages each would make a WAL of tens of MB without checkpoints;

@@ -1,0 +1,485 @@
+//! Settlement that tells the truth, end to end on loopback: anvil, the official facilitator
+//! (behind a proxy that burns nonces, answers `settlement_pending`, hangs or fails), an RPC
+//! proxy that refuses `eth_getLogs` ranges over 10 blocks as Alchemy's free tier does, the
+//! official TypeScript and Python clients, and both ledger backends.
+//!
+//! A payment is paid only when a receipt shows our `AuthorizationUsed` followed by the
+//! payment's Transfer; an unknown outcome is never answered with a fresh challenge.
+
+mod common;
+
+use std::time::Duration;
+
+use common::devstack::{Buyer, DevStack, shared_stack};
+use common::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
+use common::ledgers::{fresh_ledger_url, rows_of};
+use common::rpc_proxy::{RpcProxy, range_limited_rpc};
+use common::{TestServer, decode_header};
+use factomat::pay::ledger::AttemptRow;
+use serde_json::{Value, json};
+
+const VM02: &str = "/v1/allowance-exposure";
+const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+const PRICE: u128 = 10_000;
+/// Alchemy's free tier: 10 blocks per `eth_getLogs`.
+const PROVIDER_LOG_LIMIT: u64 = 10;
+
+on_both_ledgers!(
+    a_burned_nonce_is_never_paid_and_its_payer_cools_off,
+    one_transaction_proves_one_row_and_burns_the_other,
+    an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
+);
+
+/// A server in front of `stack` through a facilitator proxy and a range-limited RPC.
+struct Rig<'a> {
+    stack: &'a DevStack,
+    server: TestServer,
+    facilitator: FacilitatorProxy,
+    rpc: RpcProxy,
+    ledger_url: String,
+}
+
+impl<'a> Rig<'a> {
+    async fn start(stack: &'a DevStack, settle: Settle, env: &[(&str, &str)]) -> Rig<'a> {
+        let facilitator = facilitator_proxy(stack, settle).await;
+        let rpc = range_limited_rpc(&stack.field("rpc_url"), PROVIDER_LOG_LIMIT).await;
+        let ledger_url = fresh_ledger_url();
+        let pay_to = stack.field("pay_to");
+        let mut all = vec![
+            ("FACTOMAT_PAY_TO", pay_to.as_str()),
+            ("FACTOMAT_FACILITATOR_URL", facilitator.url.as_str()),
+            ("FACTOMAT_RPC_URL_EIP155_8453", rpc.url.as_str()),
+            ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
+            ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+        ];
+        all.extend_from_slice(env);
+        let server = TestServer::with_env(&all).await;
+        Rig {
+            stack,
+            server,
+            facilitator,
+            rpc,
+            ledger_url,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("{}{VM02}", self.server.url)
+    }
+
+    fn request(&self, buyer: &Buyer) -> Value {
+        json!({"owner": buyer.address, "token": USDC, "spender": self.stack.field("pay_to")})
+    }
+
+    /// The PAYMENT-REQUIRED header and JSON body of an unpaid call.
+    async fn challenge(&self, body: &Value) -> (String, Value) {
+        let response = self.server.post_json(VM02, body).await;
+        assert_eq!(response.status().as_u16(), 402);
+        let header = response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        (header, response.json().await.expect("402 body"))
+    }
+
+    /// A PAYMENT-SIGNATURE of `buyer` for this call, with sign.mjs mutations.
+    async fn sign(&self, buyer: &Buyer, body: &Value, mutations: &[&str]) -> (String, Value) {
+        let (required, _) = self.challenge(body).await;
+        let signed = self.stack.sign_as(buyer, &required, mutations);
+        let header = signed["header"].as_str().expect("header").to_string();
+        (header, signed)
+    }
+
+    async fn send(&self, body: &Value, header: &str) -> reqwest::Response {
+        self.server
+            .client
+            .post(self.url())
+            .header("content-type", "application/json")
+            .header("PAYMENT-SIGNATURE", header)
+            .json(body)
+            .send()
+            .await
+            .expect("answered")
+    }
+
+    async fn rows(&self) -> Vec<AttemptRow> {
+        rows_of(&self.ledger_url).await
+    }
+
+    fn balance(&self, address: &str) -> u128 {
+        self.stack
+            .usdc_balance(address)
+            .trim_matches('"')
+            .parse()
+            .expect("balance")
+    }
+
+    fn ledger_command(&self, args: &[&str]) -> Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+            .args(["ledger"])
+            .args(args)
+            .arg("--json")
+            .env("FACTOMAT_DATABASE_URL", &self.ledger_url)
+            .env("FACTOMAT_RPC_URL_EIP155_8453", &self.rpc.url)
+            .output()
+            .expect("factomat ledger runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("json")
+    }
+
+    fn reconcile(&self) -> Vec<Value> {
+        let entries = self.ledger_command(&["reconcile"]);
+        entries.as_array().expect("entries").clone()
+    }
+
+    fn vm02_paid_calls(&self) -> u64 {
+        let report = self.ledger_command(&["report"]);
+        report["machines"]
+            .as_array()
+            .expect("machines")
+            .iter()
+            .find(|m| m["machine"] == "VM02")
+            .and_then(|m| m["paid_calls"].as_u64())
+            .expect("VM02 paid calls")
+    }
+}
+
+/// The `error` of a 402's fresh PAYMENT-REQUIRED.
+fn reason_of(response: &reqwest::Response) -> String {
+    let header = response.headers()["payment-required"]
+        .to_str()
+        .expect("ascii");
+    decode_header(header)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn payment_response(response: &reqwest::Response) -> Value {
+    decode_header(
+        response.headers()["payment-response"]
+            .to_str()
+            .expect("ascii"),
+    )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn a_burned_nonce_is_never_paid_and_its_payer_cools_off() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let burn = Settle::BurnNonceThenForward {
+        buyer_key: buyer.key.clone(),
+    };
+    let rig = Rig::start(stack, burn, &[]).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(
+        response.status().as_u16(),
+        402,
+        "withheld: nothing was paid"
+    );
+    assert_eq!(reason_of(&response), "payment_nonce_burned");
+    let settlement = payment_response(&response);
+    assert_eq!(settlement["success"], false);
+    assert!(
+        settlement["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
+        "the burning transaction is named: {settlement}"
+    );
+    let answer: Value = response.json().await.expect("json");
+    assert!(answer.get("machine").is_none(), "result withheld: {answer}");
+    // The buyer's own balance tells (the shared stack's payee is paid by other tests).
+    assert_eq!(rig.balance(&buyer.address), 1_000_000, "no money moved");
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "nonce_burned", "{rows:?}");
+    assert_eq!(
+        rows[0].transaction_hash.as_deref(),
+        settlement["transaction"].as_str()
+    );
+    assert!(
+        rig.rpc.calls("eth_getLogs") > 0,
+        "the burn was found by the event search, through the provider's range limit"
+    );
+    assert_eq!(rig.vm02_paid_calls(), 0, "never revenue");
+    assert!(rig.reconcile().is_empty(), "a burned row is final");
+    assert_eq!(rig.rows().await[0].state, "nonce_burned");
+
+    // The same payer, with a fresh and valid payment: refused before /verify.
+    let verifies = rig.facilitator.recorder.verifies();
+    let outbound = rig.server.outbound();
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(reason_of(&response), "payer_recently_unpaid");
+    assert_eq!(rig.facilitator.recorder.verifies(), verifies);
+    assert_eq!(rig.server.outbound(), outbound, "nothing went outbound");
+}
+
+/// Rows of two payments left `settle_pending` (the facilitator hangs), then one transaction
+/// that burns the first's nonce and executes the second: reconcile settles exactly one.
+async fn one_transaction_proves_one_row_and_burns_the_other() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let short = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+    ];
+    let rig = Rig::start(stack, Settle::Hang, &short).await;
+    let body = rig.request(&buyer);
+    let mut signed = Vec::new();
+    for _ in 0..2 {
+        let (header, payment) = rig.sign(&buyer, &body, &[]).await;
+        let response = rig.send(&body, &header).await;
+        assert_eq!(response.status().as_u16(), 503);
+        assert!(response.headers().get("payment-required").is_none());
+        signed.push(payment);
+    }
+    let rows = rig.rows().await;
+    assert!(rows.iter().all(|r| r.state == "settle_pending"), "{rows:?}");
+    let burned_nonce = signed[0]["nonce"].as_str().expect("nonce");
+    let executed = signed[1]["payload"]["payload"].to_string();
+    let batch = stack.chain(&[
+        "batch-authorizations",
+        "--burn-key",
+        &buyer.key,
+        "--burn-nonce",
+        burned_nonce,
+        "--execute",
+        &executed,
+    ]);
+    let transaction = batch["transaction"].as_str().expect("transaction");
+    assert_eq!(
+        rig.balance(&buyer.address),
+        1_000_000 - PRICE,
+        "one payment moved"
+    );
+
+    let entries = rig.reconcile();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let rows = rig.rows().await;
+    let state_of = |nonce: &str| {
+        rows.iter()
+            .find(|r| {
+                r.nonce
+                    .as_deref()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(nonce))
+            })
+            .map(|r| (r.state.clone(), r.transaction_hash.clone()))
+            .expect("row")
+    };
+    let first = state_of(burned_nonce);
+    let second = state_of(signed[1]["nonce"].as_str().expect("nonce"));
+    assert_eq!(first.0, "nonce_burned", "{rows:?}");
+    assert_eq!(second.0, "settled", "{rows:?}");
+    for (_, hash) in [&first, &second] {
+        assert!(
+            hash.as_deref()
+                .is_some_and(|h| h.eq_ignore_ascii_case(transaction))
+        );
+    }
+    assert_eq!(rig.vm02_paid_calls(), 1, "one payment is revenue");
+}
+
+/// The facilitator settles only after our wait ended: both official clients get 503 pending,
+/// sign once, and are charged once; reconcile then records the row settled.
+async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice() {
+    let stack = shared_stack();
+    let late = Settle::After(Duration::from_secs(6));
+    let short = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1500"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1500"),
+    ];
+    let rig = Rig::start(stack, late, &short).await;
+    let clients: [(&str, fn(&DevStack, &Buyer, &str, &Value) -> Value); 2] = [
+        ("typescript", |s, b, u, body| s.pay_as(b, u, body)),
+        ("python", |s, b, u, body| s.pay_python_as(b, u, body)),
+    ];
+    for (client, pay) in clients {
+        let buyer = stack.fresh_buyer("1000000");
+        let body = rig.request(&buyer);
+        let answer = pay(stack, &buyer, &rig.url(), &body);
+        assert_eq!(answer["status"], 503, "{client}: {answer}");
+        assert_eq!(answer["signed"], 1, "{client} signed once: {answer}");
+        assert_eq!(answer["signatures_sent"], 1, "{client}: {answer}");
+        assert_eq!(
+            answer["payment_response"]["errorReason"], "settlement_pending",
+            "{client}: {answer}"
+        );
+        wait_for("the late settlement lands", async || {
+            rig.balance(&buyer.address) == 1_000_000 - PRICE
+        })
+        .await;
+    }
+    // Each buyer was charged exactly once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|r| r.state == "settle_pending"), "{rows:?}");
+    let entries = rig.reconcile();
+    assert!(
+        entries.iter().all(|e| e["state_after"] == "settled"),
+        "{entries:?}"
+    );
+    assert!(rig.rows().await.iter().all(|r| r.state == "settled"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {
+    // Blocks every 2 s, so the facilitator's answer comes before the receipt.
+    let stack = DevStack::start_with(&["--block-time", "2"]);
+    let rig = Rig::start(&stack, Settle::PendingWithRealHash, &[]).await;
+    let buyer = Buyer {
+        key: stack.field("buyer_private_key"),
+        address: stack.field("buyer_address"),
+    };
+    let body = rig.request(&buyer);
+    let before = rig.balance(&buyer.address);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let settlement = payment_response(&response);
+    assert_eq!(settlement["success"], true, "{settlement}");
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(answer["machine"], "VM02");
+    assert_eq!(before - rig.balance(&buyer.address), PRICE, "one transfer");
+    assert_eq!(
+        (
+            rig.facilitator.recorder.settles(),
+            rig.facilitator.recorder.forwarded_settles()
+        ),
+        (2, 1),
+        "one retry with the identical payload, one broadcast"
+    );
+    let bodies = rig.facilitator.recorder.bodies("settle");
+    assert_eq!(bodies[0], bodies[1], "the retry is identical");
+    let rows = rig.rows().await;
+    assert_eq!(rows[0].state, "settled");
+    assert_eq!(
+        rows[0].transaction_hash.as_deref(),
+        settlement["transaction"].as_str()
+    );
+    assert!(rows[0].transfer_log_index.is_some(), "proven on chain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_that_expires_unused_is_unpaid_for_sure() {
+    // Its own stack: the proxy moves anvil's clock past validBefore.
+    let stack = DevStack::start();
+    let expire = Settle::FailNamingUnminedTx {
+        advance_past_valid_before: true,
+    };
+    let rig = Rig::start(&stack, expire, &[]).await;
+    let buyer = Buyer {
+        key: stack.field("buyer_private_key"),
+        address: stack.field("buyer_address"),
+    };
+    let body = rig.request(&buyer);
+    let before = rig.balance(&buyer.address);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert!(!reason_of(&response).is_empty());
+    assert_eq!(payment_response(&response)["success"], false);
+    assert_eq!(rig.balance(&buyer.address), before);
+    let rows = rig.rows().await;
+    assert_eq!(rows[0].state, "settle_failed", "{rows:?}");
+    assert_eq!(rig.vm02_paid_calls(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_too_short_or_too_long_is_refused_before_any_outbound_request() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    for valid_before in [unix_now() + 7, unix_now() + 86_400] {
+        let outbound = rig.server.outbound();
+        let valid_before = valid_before.to_string();
+        let (header, _) = rig
+            .sign(&buyer, &body, &["--valid-before", &valid_before])
+            .await;
+        let response = rig.send(&body, &header).await;
+        assert_eq!(
+            response.status().as_u16(),
+            402,
+            "validBefore {valid_before}"
+        );
+        assert_eq!(
+            reason_of(&response),
+            "invalid_exact_evm_payload_authorization_valid_before"
+        );
+        assert_eq!(rig.server.outbound(), outbound, "nothing went outbound");
+    }
+    assert_eq!(rig.facilitator.recorder.verifies(), 0);
+    assert!(rig.rows().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_facilitator_sees_our_listing_and_a_rewritten_echo_is_refused() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    let refused = [
+        (
+            vec![
+                "--resource-url",
+                "https://evil.example/v1/allowance-exposure",
+            ],
+            "resource_url_mismatch",
+        ),
+        (
+            vec![
+                "--extension-info",
+                r#"bazaar={"input":{"type":"http","method":"GET"}}"#,
+            ],
+            "extension_echo_mismatch",
+        ),
+    ];
+    for (mutation, reason) in refused {
+        let (header, _) = rig.sign(&buyer, &body, &mutation).await;
+        let response = rig.send(&body, &header).await;
+        assert_eq!(response.status().as_u16(), 402, "{mutation:?}");
+        assert_eq!(reason_of(&response), reason);
+    }
+    assert_eq!(
+        rig.facilitator.recorder.verifies(),
+        0,
+        "refused before /verify"
+    );
+
+    // An additive accepted.extra key is accepted, and never forwarded.
+    let (header, _) = rig
+        .sign(&buyer, &body, &["--accepted-extra", "clientHint=1"])
+        .await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let (_, ours) = rig.challenge(&body).await;
+    for step in ["verify", "settle"] {
+        let sent = &rig.facilitator.recorder.bodies(step)[0]["paymentPayload"];
+        assert_eq!(sent["resource"], ours["resource"], "{step}");
+        assert_eq!(sent["extensions"], ours["extensions"], "{step}");
+        assert_eq!(sent["accepted"], ours["accepts"][0], "{step}");
+    }
+}
