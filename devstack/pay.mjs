@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Make ONE paid HTTP call with the official x402 v2 client (@x402/fetch + @x402/evm exact client)
 // and print ONE line of JSON to stdout:
-//   {status, headers:{"payment-response","payment-required"}, body, payment_response,
-//    payment_required, payment_signature, payment_payload, requests, signed, signatures_sent, elapsed_ms, error}
+//   {status, headers:{"payment-response","payment-required","evidence-seal","content-digest",
+//    "cache-control"}, body, body_text, payment_response, payment_required, payment_signature,
+//    payment_payload, requests, signed, signatures_sent, elapsed_ms, error}
 // payment_signature is the exact PAYMENT-SIGNATURE header value the client sent (captured in the
 // fetch passed to the wrapper), so tests can replay it byte for byte. null when no payment was sent.
 // signed is how many EIP-712 payment signatures the client produced (counted at the account);
@@ -137,7 +138,12 @@ async function main() {
     }
   }
   out.payment_required = decodeB64Json(preq);
+  // A signed answer's evidence (docs/evidence-signatures.md) and its body byte for byte.
+  out.headers['evidence-seal'] = res.headers.get('evidence-seal');
+  out.headers['content-digest'] = res.headers.get('content-digest');
+  out.headers['cache-control'] = res.headers.get('cache-control');
   const text = await res.text();
+  out.body_text = text;
   try {
     out.body = text === '' ? null : JSON.parse(text);
   } catch {

@@ -179,6 +179,18 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "File where `factomat sample capture` stores the captured VM04 answer that /samples/productive-venue-snapshot serves (default factomat-sample.json); without it the sample is an illustrative example.",
     ),
     (
+        "evidence_signing_key_file",
+        "FACTOMAT_EVIDENCE_SIGNING_KEY_FILE",
+        false,
+        "Ed25519 PKCS#8 PEM key file(s), comma-separated: the first signs offers, receipts and seals, all are published in /.well-known/did.json; unset = signing off.",
+    ),
+    (
+        "evidence_retired_public_keys",
+        "FACTOMAT_EVIDENCE_RETIRED_PUBLIC_KEYS",
+        false,
+        "Public keys (JWK x, base64url), comma-separated, of retired signing keys still published so their old signatures verify.",
+    ),
+    (
         "rpc_url_eip155_8453",
         "FACTOMAT_RPC_URL_EIP155_8453",
         true,
@@ -356,6 +368,10 @@ pub struct Config {
     pub shutdown_drain_timeout_ms: u64,
     /// Where the captured VM04 sample is stored and read from.
     pub sample_path: PathBuf,
+    /// The evidence signing key files; the first signs, all are published. Empty = off.
+    pub evidence_signing_key_files: Vec<PathBuf>,
+    /// Public keys (JWK `x`) of retired signing keys, still published in the DID document.
+    pub evidence_retired_public_keys: Vec<String>,
     /// The Base JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_8453: Option<Secret>,
     /// The Ethereum JSON-RPC endpoint (may carry a key).
@@ -599,6 +615,20 @@ impl RawLayer {
                 .unwrap_or_else(|| "default".into()),
             message: message.into(),
         }
+    }
+
+    /// A comma-separated list; empty items are dropped.
+    fn list(&self, key: &'static str) -> Vec<String> {
+        self.get(key)
+            .map(|(value, _)| {
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     fn service_url(&self, key: &'static str) -> Result<Option<url::Url>, ConfigError> {
@@ -969,6 +999,12 @@ impl RawLayer {
             database_pool_size,
             database_connect_timeout_ms,
             shutdown_drain_timeout_ms,
+            evidence_signing_key_files: self
+                .list("evidence_signing_key_file")
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
+            evidence_retired_public_keys: self.list("evidence_retired_public_keys"),
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
             inventory_url_eip155_1: secret("inventory_url_eip155_1")?,
@@ -1151,6 +1187,25 @@ mod tests {
         let err =
             Config::load(None, env(&[("FACTOMAT_BASE_URL", "https://u:p@x.example")])).unwrap_err();
         assert_eq!(err.key, "base_url");
+    }
+
+    #[test]
+    fn evidence_keys_are_comma_separated_lists() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", " new.pem, old.pem ,"),
+                ("FACTOMAT_EVIDENCE_RETIRED_PUBLIC_KEYS", "abc"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(
+            config.evidence_signing_key_files,
+            [PathBuf::from("new.pem"), PathBuf::from("old.pem")]
+        );
+        assert_eq!(config.evidence_retired_public_keys, ["abc"]);
+        let off = Config::load(None, env(&[])).expect("valid");
+        assert!(off.evidence_signing_key_files.is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Layout (see docs/architecture.md): `machines.yaml` → `build.rs` (checks, renders) → this
 //! engine, in layers that import only downward: `http` → `pay` → `machines` →
-//! `providers`/`web`/`chain` → `net`, with `catalog`, `config` and `support` at the bottom.
+//! `providers`/`web`/`chain` → `net`, with `catalog`, `config` and `evidence` above `support` at the bottom.
 
 //!
 //! The public surface is what the binary and the integration tests use; everything else is
@@ -11,6 +11,7 @@
 pub mod catalog;
 pub mod chain;
 pub mod config;
+pub mod evidence;
 pub mod http;
 pub mod machines;
 pub mod net;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use factomat::catalog::embedded::RENDERS;
 use factomat::config::{Config, LogFormat};
+use factomat::evidence;
 use factomat::http::server;
 
 #[derive(Parser)]
@@ -66,6 +67,16 @@ enum Command {
         #[command(subcommand)]
         command: DiscoveryCommand,
     },
+    /// Evidence signing keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Signed evidence: offers, receipts and the evidence seal.
+    Evidence {
+        #[command(subcommand)]
+        command: EvidenceCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -84,6 +95,51 @@ enum DiscoveryCommand {
     OwnershipMessage {
         /// The base URL (default: the configured base_url).
         base_url: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Write a new Ed25519 evidence signing key (PKCS#8 PEM, owner-only 0600) to PATH and
+    /// print its public key. An existing file is never overwritten.
+    Generate {
+        /// Where to write the key.
+        path: PathBuf,
+    },
+    /// Print the public key (JWK x) of a key file, e.g. to retire it through
+    /// evidence_retired_public_keys.
+    Public {
+        /// The key file.
+        path: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum EvidenceCommand {
+    /// Verify a saved paid answer: its body and Evidence-Seal, and its receipt, against our
+    /// DID document. Prints what was signed; exit 0 when everything given verifies, 1 when
+    /// anything does not, 2 when the input is unusable. Reaches out only when --did is a URL.
+    Verify {
+        /// The DID document: a file, or an http(s) URL to fetch it from.
+        #[arg(long)]
+        did: String,
+        /// A JSON bundle {"body": "<body text as received>", "seal": "<Evidence-Seal>",
+        /// "receipt": "<receipt JWS or PAYMENT-RESPONSE>", "content_digest": "<Content-Digest>"}.
+        #[arg(long, conflicts_with_all = ["body", "seal", "receipt", "content_digest"])]
+        bundle: Option<PathBuf>,
+        /// The body file, byte for byte as received.
+        #[arg(long, requires = "seal")]
+        body: Option<PathBuf>,
+        /// The Evidence-Seal header value.
+        #[arg(long, requires = "body")]
+        seal: Option<String>,
+        /// The receipt: a compact JWS, the signed receipt object, or the PAYMENT-RESPONSE
+        /// header value carrying it.
+        #[arg(long)]
+        receipt: Option<String>,
+        /// The Content-Digest header value, checked against the body.
+        #[arg(long, requires = "body")]
+        content_digest: Option<String>,
     },
 }
 
@@ -143,6 +199,35 @@ fn main() -> ExitCode {
         Command::Discovery {
             command: DiscoveryCommand::OwnershipMessage { base_url },
         } => ownership_message(cli.config.as_deref(), base_url.as_deref()),
+        Command::Keys {
+            command: KeysCommand::Generate { path },
+        } => keys_generate(&path),
+        Command::Keys {
+            command: KeysCommand::Public { path },
+        } => keys_public(&path),
+        Command::Evidence {
+            command:
+                EvidenceCommand::Verify {
+                    did,
+                    bundle,
+                    body,
+                    seal,
+                    receipt,
+                    content_digest,
+                },
+        } => {
+            let inputs = match bundle {
+                Some(path) => read_bundle(&path),
+                None => read_evidence_files(body.as_deref(), seal, receipt, content_digest),
+            };
+            match inputs {
+                Ok(inputs) => evidence_verify(&did, &inputs),
+                Err(message) => {
+                    eprintln!("factomat: evidence verify: {message}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Extract {
             files,
             url,
@@ -551,5 +636,211 @@ fn ownership_message(config_path: Option<&Path>, base_url: Option<&str>) -> Exit
             eprintln!("factomat: {base_url:?} has no origin to sign");
             ExitCode::from(2)
         }
+    }
+}
+
+fn keys_generate(path: &Path) -> ExitCode {
+    match evidence::generate_key_file(path) {
+        Ok(public) => {
+            println!(
+                "wrote an Ed25519 evidence signing key to {} (mode 0600)",
+                path.display()
+            );
+            println!("public key (JWK x): {}", public.x());
+            println!("verification method fragment: #{}", public.thumbprint());
+            println!(
+                "use it: FACTOMAT_EVIDENCE_SIGNING_KEY_FILE={}",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("factomat: keys generate: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn keys_public(path: &Path) -> ExitCode {
+    match evidence::read_public_key(path) {
+        Ok(public) => {
+            println!("{}", public.x());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("factomat: keys public: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What `evidence verify` checks, read from files or a bundle.
+struct EvidenceInputs {
+    body: Option<Vec<u8>>,
+    seal: Option<String>,
+    receipt: Option<String>,
+    content_digest: Option<String>,
+}
+
+fn read_evidence_files(
+    body: Option<&Path>,
+    seal: Option<String>,
+    receipt: Option<String>,
+    content_digest: Option<String>,
+) -> Result<EvidenceInputs, String> {
+    let body = body
+        .map(|path| std::fs::read(path).map_err(|e| format!("{}: {e}", path.display())))
+        .transpose()?;
+    if seal.is_none() && receipt.is_none() {
+        return Err("give --seal with --body, --receipt, or --bundle".into());
+    }
+    Ok(EvidenceInputs {
+        body,
+        seal,
+        receipt,
+        content_digest,
+    })
+}
+
+/// A bundle: {"body": text, "seal": JWS, "receipt": …, "content_digest": …}; the body is
+/// the response text exactly as received (JSON bodies are UTF-8 text).
+fn read_bundle(path: &Path) -> Result<EvidenceInputs, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bundle: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let field = |name: &str| {
+        bundle
+            .get(name)
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    };
+    let inputs = EvidenceInputs {
+        body: field("body").map(String::into_bytes),
+        seal: field("seal"),
+        receipt: field("receipt"),
+        content_digest: field("content_digest"),
+    };
+    if inputs.seal.is_some() != inputs.body.is_some() {
+        return Err("a bundle's seal needs its body and a body its seal".into());
+    }
+    if inputs.seal.is_none() && inputs.receipt.is_none() {
+        return Err("the bundle has neither a seal nor a receipt".into());
+    }
+    Ok(inputs)
+}
+
+/// The DID document from a file, or fetched when `source` is an http(s) URL (the only case
+/// in which `evidence verify` goes on the network).
+fn read_did_document(source: &str) -> Result<evidence::DidDocument, String> {
+    let text = if source.starts_with("https://") || source.starts_with("http://") {
+        fetch_did_document(source)?
+    } else {
+        std::fs::read_to_string(source).map_err(|e| format!("{source}: {e}"))?
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{source}: not JSON: {e}"))?;
+    evidence::DidDocument::parse(&value).map_err(|e| format!("{source}: {e}"))
+}
+
+/// A DID document is small; anything larger is not one.
+const MAX_DID_DOCUMENT_BYTES: usize = 256 * 1024;
+
+fn fetch_did_document(url: &str) -> Result<String, String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::limited(3))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let response = client
+            .get(url)
+            .header("accept", "application/did+json, application/json")
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!("{url}: HTTP {}", response.status()));
+        }
+        let bytes = response.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+        if bytes.len() > MAX_DID_DOCUMENT_BYTES {
+            return Err(format!("{url}: larger than a DID document"));
+        }
+        String::from_utf8(bytes.to_vec()).map_err(|_| format!("{url}: not UTF-8"))
+    })
+}
+
+fn print_signed(label: &str, verified: &evidence::Verified) {
+    println!("{label}: signature verifies with {}", verified.kid);
+    let pretty = serde_json::to_string_pretty(&verified.payload).unwrap_or_default();
+    for line in pretty.lines() {
+        println!("  {line}");
+    }
+}
+
+/// Checks every artifact given; prints each outcome. Exit 0 only when all verify.
+fn evidence_verify(did: &str, inputs: &EvidenceInputs) -> ExitCode {
+    let document = match read_did_document(did) {
+        Ok(document) => document,
+        Err(message) => {
+            eprintln!("factomat: evidence verify: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("DID document: {}", document.id());
+    let mut failed = false;
+    let mut seal_claims = None;
+    if let (Some(body), Some(seal)) = (&inputs.body, &inputs.seal) {
+        match evidence::verify_seal(seal, body, &document) {
+            Ok(verified) => {
+                print_signed("evidence seal", &verified);
+                println!("  body: {} bytes, sha256 as sealed", body.len());
+                seal_claims = Some(verified.payload);
+            }
+            Err(error) => {
+                println!("evidence seal: FAILS: {error}");
+                failed = true;
+            }
+        }
+    }
+    if let (Some(body), Some(digest)) = (&inputs.body, &inputs.content_digest) {
+        if evidence::content_digest(body) == digest.trim() {
+            println!("Content-Digest: matches the body");
+        } else {
+            println!(
+                "Content-Digest: FAILS: the body's is {}",
+                evidence::content_digest(body)
+            );
+            failed = true;
+        }
+    }
+    if let Some(receipt) = &inputs.receipt {
+        match evidence::verify_receipt(receipt, &document) {
+            Ok(verified) => {
+                print_signed("receipt", &verified);
+                if let Some(claims) = &seal_claims {
+                    match evidence::receipt_matches_seal(&verified.payload, claims) {
+                        Ok(()) => println!(
+                            "  agrees with the seal on resourceUrl, payer, network and transaction"
+                        ),
+                        Err(error) => {
+                            println!("  FAILS: {error}");
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                println!("receipt: FAILS: {error}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        println!("result: NOT VERIFIED");
+        ExitCode::FAILURE
+    } else {
+        println!("result: VERIFIED");
+        ExitCode::SUCCESS
     }
 }

@@ -236,11 +236,16 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
         .copied()
         .filter(|(key, _)| *key != "FACTOMAT_RPC_URL_EIP155_8453")
         .collect();
+    // Signing on: every 402 carries its signed offer through the proxy too.
+    let key = common::evidence::key_file("evidence.pem")
+        .display()
+        .to_string();
     env.extend([
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
         ("FACTOMAT_FACILITATOR_URL", facilitator_url.as_str()),
         ("FACTOMAT_RPC_URL_EIP155_8453", rpc_url.as_str()),
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+        ("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", key.as_str()),
     ]);
     let server = TestServer::with_env(&env).await;
     let nginx = Nginx::start(&server.url);
@@ -267,6 +272,11 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
             result["decoded"]["extensions"]["bazaar"]["schema"]["properties"]["input"].is_object(),
             "{id}: the header keeps an input schema"
         );
+        let offers = &result["decoded"]["extensions"]["offer-receipt"]["info"]["offers"];
+        assert_eq!(
+            offers[0]["format"], "jws",
+            "{id}: the header carries the signed offer"
+        );
     }
     assert!(
         !nginx.errors().contains("too big header"),
@@ -283,9 +293,50 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
     let answer = stack.pay(&format!("{}/v1/allowance-exposure", nginx.url), &body);
     assert_eq!(answer["status"], 200, "{answer}");
     assert_eq!(answer["payment_response"]["success"], true, "{answer}");
+    sealed_answer_verifies(&server, &answer).await;
     let after = stack.usdc_balance(&pay_to);
     let gained = after.parse::<u128>().expect("balance") - before.parse::<u128>().expect("balance");
     assert_eq!(gained, 10_000, "the payee received the price once");
+}
+
+/// The paid answer (through nginx) carries its receipt, seal and Content-Digest over the
+/// body as received, and the official implementation and our verifier accept them.
+async fn sealed_answer_verifies(server: &TestServer, answer: &Value) {
+    let headers = &answer["headers"];
+    assert_eq!(
+        headers["cache-control"], "private, no-transform",
+        "{answer}"
+    );
+    let seal = headers["evidence-seal"].as_str().expect("Evidence-Seal");
+    let body = answer["body_text"].as_str().expect("body text");
+    assert_eq!(
+        headers["content-digest"].as_str(),
+        Some(factomat::evidence::content_digest(body.as_bytes()).as_str())
+    );
+    let document: Value = server
+        .get("/.well-known/did.json")
+        .await
+        .json()
+        .await
+        .expect("did.json");
+    let document = factomat::evidence::DidDocument::parse(&document).expect("document");
+    let verified = factomat::evidence::verify_seal(seal, body.as_bytes(), &document)
+        .expect("the seal verifies");
+    assert_eq!(verified.payload["machine"], "VM02");
+    assert_eq!(
+        verified.payload["transaction"],
+        answer["payment_response"]["transaction"]
+    );
+    let official = common::evidence::official_verify(&json!({
+        "receipts": [headers["payment-response"]],
+    }));
+    let receipt = &official["receipts"][0];
+    assert_eq!(receipt["error"], Value::Null, "{receipt}");
+    assert_eq!(receipt["payload"]["payer"], verified.payload["payer"]);
+    assert_eq!(
+        receipt["payload"]["transaction"],
+        verified.payload["transaction"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

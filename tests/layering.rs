@@ -17,6 +17,7 @@ const LEVELS: &[(&str, u8)] = &[
     ("net", 2),
     ("catalog", 1),
     ("config", 1),
+    ("evidence", 1),
     ("support", 0),
 ];
 

@@ -121,6 +121,14 @@ pub(crate) fn resource(manifest: &Manifest, machine: &Machine, base_url: &str) -
     Value::Object(resource)
 }
 
+/// The x402 offer-and-receipt extension's key in `PaymentRequired.extensions`.
+pub(crate) const OFFER_RECEIPT: &str = "offer-receipt";
+
+/// The paid resource's URL, as `resource.url` and every signed offer state it.
+pub(crate) fn resource_url(base_url: &str, machine: &Machine) -> String {
+    format!("{base_url}{}", machine.path)
+}
+
 /// The x402 v2 PaymentRequired object for a machine, complete: the 402's JSON body. Its
 /// extensions are whole (the bazaar declaration with the full schemas and the output).
 pub(crate) fn payment_required(
@@ -153,6 +161,20 @@ pub(crate) fn header_payment_required(
         .map(|extension| (extension.key.to_string(), extension.compact))
         .collect();
     required["extensions"] = Value::Object(extensions);
+    required
+}
+
+/// Adds the signed `offer-receipt` extension (prepared at start-up by the http layer, which
+/// holds the signing key) to a PaymentRequired; `with_schema` false leaves its JSON Schema
+/// out, as the header does.
+fn with_offers(mut required: Value, offers: &Value, with_schema: bool) -> Value {
+    let mut extension = offers.clone();
+    if !with_schema && let Value::Object(map) = &mut extension {
+        map.remove("schema");
+    }
+    if let Some(Value::Object(extensions)) = required.get_mut("extensions") {
+        extensions.insert(OFFER_RECEIPT.into(), extension);
+    }
     required
 }
 
@@ -195,22 +217,40 @@ pub(crate) fn encode_header(value: &Value) -> String {
 pub(crate) struct Challenge {
     pub header: HeaderValue,
     pub body: Bytes,
+    /// Whether the header carries the signed offers too (the body always does).
+    pub offers_in_header: bool,
 }
 
 impl Challenge {
     /// The machine's 402: the compact PaymentRequired in the header, the full one in the body.
+    /// `offers` is the signed `offer-receipt` extension, when signing is on: the body always
+    /// carries it, the header only within the extension's [`HEADER_ALLOWANCE`] (a compact
+    /// JWS is about 1 KB, more than a default proxy leaves beside the terms and the bazaar
+    /// outline, so today the offers ride in the body: docs/decisions.md).
     pub(crate) fn for_machine(
         manifest: &Manifest,
         machine: &Machine,
         base_url: &str,
         pay_to: &str,
         error: Option<&str>,
+        offers: Option<&Value>,
     ) -> Result<Challenge, http::header::InvalidHeaderValue> {
-        let header = header_payment_required(manifest, machine, base_url, pay_to, error);
-        let body = payment_required(manifest, machine, base_url, pay_to, error);
+        let mut header = header_payment_required(manifest, machine, base_url, pay_to, error);
+        let mut body = payment_required(manifest, machine, base_url, pay_to, error);
+        let mut offers_in_header = false;
+        if let Some(offers) = offers {
+            let compact = with_offers(json!({"extensions": {}}), offers, false);
+            let cost = OFFER_RECEIPT.len() + 4 + compact_len(&compact["extensions"][OFFER_RECEIPT]);
+            if cost <= header_allowance(OFFER_RECEIPT) {
+                header = with_offers(header, offers, false);
+                offers_in_header = true;
+            }
+            body = with_offers(body, offers, true);
+        }
         Ok(Challenge {
             header: HeaderValue::from_str(&encode_header(&header))?,
             body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+            offers_in_header,
         })
     }
 }
@@ -228,14 +268,66 @@ mod tests {
     fn every_header_fits_the_budget_even_with_an_error() {
         for machine in &MANIFEST.machines {
             let error = Some("invalid_exact_evm_payload_authorization_valid_before");
-            let challenge = Challenge::for_machine(&MANIFEST, machine, BASE_URL, PAY_TO, error)
-                .expect("header value");
+            let challenge =
+                Challenge::for_machine(&MANIFEST, machine, BASE_URL, PAY_TO, error, None)
+                    .expect("header value");
             assert!(
                 challenge.header.len() <= HEADER_BUDGET,
                 "{}: {} bytes",
                 machine.machine,
                 challenge.header.len()
             );
+        }
+    }
+
+    /// An `offer-receipt` extension shaped as the http layer signs it: one JWS offer of the
+    /// size an EdDSA signature over a real offer has, and the schema.
+    fn offers(signature_chars: usize) -> Value {
+        json!({
+            "info": {"offers": [{"format": "jws", "acceptIndex": 0, "signature": "e".repeat(signature_chars)}]},
+            "schema": {"type": "object", "required": ["offers"]},
+        })
+    }
+
+    #[test]
+    fn offers_ride_in_the_header_only_within_their_allowance_and_always_in_the_body() {
+        for machine in &MANIFEST.machines {
+            for (size, in_header) in [(4, true), (200, false)] {
+                let challenge = Challenge::for_machine(
+                    &MANIFEST,
+                    machine,
+                    BASE_URL,
+                    PAY_TO,
+                    None,
+                    Some(&offers(size)),
+                )
+                .expect("header value");
+                assert!(
+                    challenge.header.len() <= HEADER_BUDGET,
+                    "{}",
+                    machine.machine
+                );
+                let header: Value = serde_json::from_slice(
+                    &STANDARD
+                        .decode(challenge.header.as_bytes())
+                        .expect("base64"),
+                )
+                .expect("json");
+                let body: Value = serde_json::from_slice(&challenge.body).expect("json");
+                let offer = &body["extensions"][OFFER_RECEIPT];
+                assert_eq!(offer["info"], offers(size)["info"]);
+                assert!(offer.get("schema").is_some());
+                let header_offer = header["extensions"].get(OFFER_RECEIPT);
+                assert_eq!(
+                    header_offer.is_some(),
+                    in_header,
+                    "{} {size}",
+                    machine.machine
+                );
+                if let Some(header_offer) = header_offer {
+                    assert_eq!(header_offer, &json!({"info": offers(size)["info"]}));
+                }
+            }
         }
     }
 

@@ -6,6 +6,7 @@ pub(crate) mod connections;
 pub(crate) mod error;
 pub(crate) mod free_docs;
 pub(crate) mod request_id;
+pub(crate) mod sealed;
 pub(crate) mod state;
 
 pub use admin::READY_CACHE;

@@ -24,13 +24,14 @@ use crate::catalog::embedded::MANIFEST;
 use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
 use crate::config::{Config, UnpaidEmptyBody};
+use crate::evidence::SEAL_HEADER;
 use crate::http::body;
 use crate::http::connections;
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
 use crate::http::state::PaidRoute;
 pub use crate::http::state::{AppState, StartError};
-use crate::http::{admin, request_id};
+use crate::http::{admin, request_id, sealed};
 use crate::machines::Work;
 use crate::pay::echo::Declared;
 use crate::pay::gate::{self, PaidOutcome};
@@ -40,7 +41,9 @@ const JSON: &str = "application/json";
 /// `Retry-After` of a 503 of ours (ledger, facilitator, readiness): seconds.
 const RETRY_UNAVAILABLE: &str = "5";
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
-const CORS_EXPOSE: &str = "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-Request-Id";
+/// Headers a browser buyer may read: the x402 ones and a paid answer's evidence.
+const CORS_EXPOSE: &str =
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, Evidence-Seal, Content-Digest, X-Request-Id";
 const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
 /// A server running in the background, for the binary and for tests.
@@ -323,6 +326,11 @@ where
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
     // a payment that may have moved with no record of its outcome.
+    // The seal names the request by the ledger's hash; computed only when signing is on.
+    let request_sha256 = state
+        .evidence
+        .as_ref()
+        .map(|_| crate::support::canonical::canonical_sha256(&request));
     let call = PaidCall {
         state: Arc::clone(state),
         machine: route.machine,
@@ -338,7 +346,7 @@ where
     // this span, so it carries the request id.
     let span = tracing::info_span!("request", request_id = incoming.request_id);
     match tokio::spawn(call.run().instrument(span)).await {
-        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
+        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome, request_sha256.as_deref()),
         Ok(Err(error)) => error_response(&error),
         Err(error) => {
             tracing::error!(%error, machine = %route.machine.machine, request_id = incoming.request_id, "paid call task failed");
@@ -461,6 +469,7 @@ fn paid_response(
     route: &PaidRoute,
     pay_to: &str,
     outcome: PaidOutcome,
+    request_sha256: Option<&str>,
 ) -> Response<Bytes> {
     match outcome {
         PaidOutcome::Delivered {
@@ -468,16 +477,31 @@ fn paid_response(
             payment_response,
         } => {
             let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let sealed = sealed_answer(state, route, request_sha256, &payment_response, &bytes);
             let mut response = base_response(StatusCode::OK, JSON, bytes);
-            insert_header(
-                &mut response,
-                challenge::PAYMENT_RESPONSE,
-                &payment_response,
-            );
-            // A paid answer is the buyer's alone: no shared cache keeps it.
-            response
-                .headers_mut()
-                .insert(CACHE_CONTROL, const { HeaderValue::from_static("private") });
+            let payment_response = sealed
+                .as_ref()
+                .map_or(payment_response.as_str(), |s| s.payment_response.as_str());
+            insert_header(&mut response, challenge::PAYMENT_RESPONSE, payment_response);
+            let headers = response.headers_mut();
+            match sealed {
+                Some(sealed) => {
+                    headers.insert(const { HeaderName::from_static(SEAL_HEADER) }, sealed.seal);
+                    headers.insert(
+                        const { HeaderName::from_static("content-digest") },
+                        sealed.content_digest,
+                    );
+                    // No proxy may re-encode the bytes the seal and digest name.
+                    headers.insert(
+                        CACHE_CONTROL,
+                        const { HeaderValue::from_static("private, no-transform") },
+                    );
+                }
+                // A paid answer is the buyer's alone: no shared cache keeps it.
+                None => {
+                    headers.insert(CACHE_CONTROL, const { HeaderValue::from_static("private") });
+                }
+            }
             response
         }
         PaidOutcome::Pending {
@@ -502,6 +526,24 @@ fn paid_response(
     }
 }
 
+/// The receipt, seal and Content-Digest of a settled answer when signing is on; a signing
+/// failure is logged and the answer goes out unsealed (the buyer has paid for it).
+fn sealed_answer(
+    state: &AppState,
+    route: &PaidRoute,
+    request_sha256: Option<&str>,
+    payment_response: &str,
+    body: &[u8],
+) -> Option<sealed::Sealed> {
+    let (identity, request_sha256) = (state.evidence.as_deref()?, request_sha256?);
+    let resource_url = challenge::resource_url(&state.base_url, route.machine);
+    sealed::seal(identity, &resource_url, route.machine, request_sha256, payment_response, body)
+        .map_err(|error| {
+            tracing::error!(%error, machine = %route.machine.machine, "paid answer sent without its evidence seal");
+        })
+        .ok()
+}
+
 /// A 402 with a fresh challenge whose `error` names why the payment was not accepted.
 fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) -> Response<Bytes> {
     let challenge = Challenge::for_machine(
@@ -510,6 +552,7 @@ fn rejection(state: &AppState, route: &PaidRoute, pay_to: &str, reason: &str) ->
         &state.base_url,
         pay_to,
         Some(reason),
+        route.offers.as_ref(),
     );
     match challenge {
         Ok(challenge) => payment_required(&challenge),

@@ -16,6 +16,7 @@ use crate::catalog::render::{self, BASE_URL_TOKEN};
 use crate::catalog::storefront;
 use crate::chain::authorization::AuthorizationReader;
 use crate::config::Config;
+use crate::evidence::{self, Identity, OfferPayload};
 use crate::http::body::RequestValidator;
 use crate::http::connections::ConnectionCounters;
 use crate::http::free_docs::FreeDoc;
@@ -31,6 +32,8 @@ use crate::support::metrics::{RouteCounters, metrics};
 /// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
 const SETTLE_CHECK_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 const JSON: &str = "application/json";
+/// The DID document's media type (DID Core §6.2).
+const DID_JSON: &str = "application/did+json";
 
 /// Everything a paid path needs, prepared at start-up.
 pub(super) struct PaidRoute {
@@ -42,6 +45,9 @@ pub(super) struct PaidRoute {
     pub(super) challenge: Option<Challenge>,
     /// The PaymentRequirements a payment's `accepted` must match.
     pub(super) requirement: Option<Value>,
+    /// The `offer-receipt` extension with the signed offer of its requirement, signed once
+    /// at start-up (every 402 carries it); None when signing is off or no pay_to is set.
+    pub(super) offers: Option<Value>,
     /// What the route's 402 declared: the buyer's echo is checked against it, and the
     /// facilitator gets it instead of the echo.
     pub(super) declared: Option<Declared>,
@@ -65,6 +71,8 @@ pub struct AppState {
     /// Connection events (cap, deadlines, hang-ups), counted.
     pub connections: Arc<ConnectionCounters>,
     pub(crate) rail: Option<PaymentRail>,
+    /// The evidence signing identity; None when no signing key is configured.
+    pub evidence: Option<Arc<Identity>>,
     pub(super) work: WorkContext,
     pub(super) free: HashMap<String, FreeDoc>,
     pub(super) paid: HashMap<String, PaidRoute>,
@@ -95,10 +103,12 @@ impl AppState {
         let manifest: &'static Manifest = &MANIFEST;
         let gateway = Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
         let rail = payment_rail(&config, &gateway)?;
-        let free = free_documents(manifest, &base_url, &config)?;
+        let evidence = signing_identity(&config, &base_url)?;
+        let free = free_documents(manifest, &base_url, &config, evidence.as_deref())?;
         let mut paid = HashMap::new();
         for machine in &manifest.machines {
-            let route = PaidRoute::prepare(manifest, machine, &base_url, &config)?;
+            let route =
+                PaidRoute::prepare(manifest, machine, &base_url, &config, evidence.as_deref())?;
             paid.insert(machine.path.clone(), route);
         }
         let work = WorkContext {
@@ -113,6 +123,7 @@ impl AppState {
             gateway,
             connections: Default::default(),
             rail,
+            evidence,
             work,
             free,
             paid,
@@ -225,12 +236,52 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
     }))
 }
 
+/// The evidence signing identity of the configured keys; a key that cannot be read or sign
+/// stops start-up.
+fn signing_identity(config: &Config, base_url: &str) -> Result<Option<Arc<Identity>>, StartError> {
+    let identity = Identity::load(
+        base_url,
+        &config.evidence_signing_key_files,
+        &config.evidence_retired_public_keys,
+    )
+    .map_err(|e| StartError::Prepare(format!("evidence_signing_key_file: {e}")))?;
+    match &identity {
+        Some(identity) => tracing::info!(
+            did = identity.did(),
+            kid = identity.kid(),
+            published_keys = identity.published_keys(),
+            "evidence signing on"
+        ),
+        None if !config.evidence_retired_public_keys.is_empty() => tracing::warn!(
+            "evidence_retired_public_keys is set but no evidence_signing_key_file: signing is off and no DID document is served"
+        ),
+        None => {}
+    }
+    Ok(identity.map(Arc::new))
+}
+
+/// The `offer-receipt` extension of a route: its one `accepts[]` entry's offer, signed now
+/// and reused by every 402.
+fn signed_offers(
+    identity: &Identity,
+    machine: &Machine,
+    base_url: &str,
+    requirement: &Value,
+) -> Result<Value, StartError> {
+    let resource_url = challenge::resource_url(base_url, machine);
+    let offer = OfferPayload::from_requirement(&resource_url, requirement)
+        .and_then(|payload| identity.sign_offer(&payload, 0))
+        .map_err(|e| StartError::Prepare(format!("{}: offer: {e}", machine.machine)))?;
+    Ok(evidence::offer_extension(&[offer], true))
+}
+
 impl PaidRoute {
     fn prepare(
         manifest: &'static Manifest,
         machine: &'static Machine,
         base_url: &str,
         config: &Config,
+        evidence: Option<&Identity>,
     ) -> Result<PaidRoute, StartError> {
         let pay_to = config.pay_to.as_deref();
         let validator =
@@ -238,12 +289,29 @@ impl PaidRoute {
         let entry = machines::find(&machine.machine)
             .ok_or_else(|| StartError::Prepare(format!("{} has no module", machine.machine)))?;
         let requirement = pay_to.map(|pay_to| render::requirement(manifest, machine, Some(pay_to)));
+        let offers = match (evidence, &requirement) {
+            (Some(identity), Some(requirement)) => {
+                Some(signed_offers(identity, machine, base_url, requirement)?)
+            }
+            _ => None,
+        };
         let challenge = pay_to
-            .map(|pay_to| Challenge::for_machine(manifest, machine, base_url, pay_to, None))
+            .map(|pay_to| {
+                Challenge::for_machine(manifest, machine, base_url, pay_to, None, offers.as_ref())
+            })
             .transpose()
             .map_err(|e| {
                 StartError::Prepare(format!("{}: challenge header: {e}", machine.machine))
             })?;
+        if let Some(challenge) = &challenge
+            && offers.is_some()
+            && !challenge.offers_in_header
+        {
+            tracing::info!(
+                machine = %machine.machine,
+                "the signed offer rides in the 402 body only: with it the PAYMENT-REQUIRED header would exceed the budget of a default proxy buffer"
+            );
+        }
         if let Some(challenge) = &challenge
             && challenge.header.len() > challenge::HEADER_BUDGET
         {
@@ -263,6 +331,7 @@ impl PaidRoute {
             max_body,
             challenge,
             requirement,
+            offers,
             declared,
             readiness: entry.readiness(machine, config),
             counters: metrics().route(machine.machine.as_str(), &[200, 400, 402, 503]),
@@ -298,6 +367,7 @@ fn free_documents(
     manifest: &Manifest,
     base_url: &str,
     config: &Config,
+    evidence: Option<&Identity>,
 ) -> Result<HashMap<String, FreeDoc>, StartError> {
     let mut docs = HashMap::new();
     let max_age = manifest.service.free_document_max_age_seconds;
@@ -326,10 +396,19 @@ fn free_documents(
             with_base_url(&render::machine_doc_path(machine), base_url)?,
         )?;
     }
+    if let Some(identity) = evidence {
+        let document = serde_json::to_vec(&identity.did_document())
+            .map_err(|e| StartError::Prepare(format!("DID document: {e}")))?;
+        add(
+            identity.document_path().into(),
+            DID_JSON,
+            Bytes::from(document),
+        )?;
+    }
     add(
         render::HEALTH_PATH.into(),
         JSON,
-        health_document(manifest, config),
+        health_document(manifest, config, evidence),
     )?;
     Ok(docs)
 }
@@ -369,7 +448,7 @@ fn captured_sample(manifest: &Manifest, path: &std::path::Path) -> Option<serde_
 }
 
 /// The health object (schema `Health`): static facts of this process, no upstream work.
-fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
+fn health_document(manifest: &Manifest, config: &Config, evidence: Option<&Identity>) -> Bytes {
     let pay_to_configured = config.pay_to.is_some();
     let ready = pay_to_configured && config.facilitator_url.is_some();
     let body = json!({
@@ -389,8 +468,22 @@ fn health_document(manifest: &Manifest, config: &Config) -> Bytes {
             "rail": if config.facilitator_url.is_some() { "configured" } else { "not_configured" },
             "unpaid_empty_body": config.unpaid_empty_body.as_str(),
         },
+        "evidence": evidence_health(evidence),
     });
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// Whether offers, receipts and seals are signed, and by whom.
+fn evidence_health(evidence: Option<&Identity>) -> Value {
+    match evidence {
+        Some(identity) => json!({
+            "signing": "on",
+            "did": identity.did(),
+            "kid": identity.kid(),
+            "did_document": identity.document_path(),
+        }),
+        None => json!({"signing": "off"}),
+    }
 }
 
 /// Each machine's readiness from configuration: whether this deployment sells it, and if

@@ -5,6 +5,7 @@
 
 pub mod cdp;
 pub mod devstack;
+pub mod evidence;
 pub mod facilitator_proxy;
 pub mod https;
 pub mod ledgers;

@@ -170,6 +170,17 @@ fn health_schema() -> Value {
                     },
                 },
             },
+            "evidence": {
+                "type": "object",
+                "description": "Whether offers, receipts and answers are signed (docs/evidence-signatures.md): signing on names our DID, the key new signatures carry as kid, and where the DID document is served.",
+                "required": ["signing"],
+                "properties": {
+                    "signing": {"type": "string", "enum": ["on", "off"]},
+                    "did": {"type": "string"},
+                    "kid": {"type": "string"},
+                    "did_document": {"type": "string"},
+                },
+            },
         },
     })
 }
