@@ -275,7 +275,10 @@ async fn complete(
             base,
             dex_chain,
             &to_price,
-            settings.batch_size,
+            dexscreener::Batching {
+                batch_size: settings.batch_size,
+                pair_cap: settings.pair_cap,
+            },
             settings.pricing,
         )
         .await;
