@@ -14,9 +14,10 @@ use alloy::rpc::types::Filter;
 use alloy::sol;
 use alloy::sol_types::SolEvent;
 
+use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{CountedRpc, describe_error};
-use crate::config::Secret;
+use crate::chain::rpc::describe_error;
+use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
 sol! {
@@ -52,18 +53,50 @@ pub struct AuthorizationFacts {
 #[error("{0}")]
 pub struct ChainReadError(String);
 
-/// Reads authorizations through the configured eip155:8453 RPC endpoint.
+/// Reads authorizations through the configured eip155:8453 RPC endpoints (failing over one
+/// at a time, never through an endpoint that serves another chain).
 #[derive(Debug, Clone)]
 pub struct AuthorizationReader {
     provider: RootProvider<Ethereum>,
+    rpc: FailoverRpc,
 }
 
 impl AuthorizationReader {
-    /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`.
+    /// A reader of one endpoint (`rpc_url_eip155_8453`) over the counted gateway; each RPC
+    /// answer is bounded by `response_timeout`.
     pub fn new(gateway: Gateway, rpc_url: &Secret, response_timeout: Duration) -> Self {
+        let set = EndpointSet {
+            chain: BASE,
+            endpoints: vec![Endpoint::configured(
+                "rpc_url_eip155_8453",
+                "eip155:8453#1",
+                rpc_url,
+            )],
+        };
+        Self::over(FailoverRpc::new(gateway, set, response_timeout))
+    }
+
+    /// A reader of every configured eip155:8453 endpoint; None when none is configured.
+    pub fn from_config(
+        gateway: Gateway,
+        config: &Config,
+        response_timeout: Duration,
+    ) -> Option<Self> {
+        FailoverRpc::for_chain(&gateway, config, BASE, response_timeout).map(Self::over)
+    }
+
+    fn over(rpc: FailoverRpc) -> Self {
         AuthorizationReader {
-            provider: CountedRpc::new(gateway, BASE.rpc, rpc_url, response_timeout).provider(),
+            provider: rpc.provider(),
+            rpc,
         }
+    }
+
+    /// Whether this reader's answers can be trusted: some endpoint has answered
+    /// `eth_chainId` 8453 (start-up or readiness check). Without a trusted reader nothing
+    /// may be concluded "unpaid" from the chain.
+    pub fn trusted(&self) -> bool {
+        self.rpc.endpoints().verified()
     }
 
     /// The state of `(authorizer, nonce)` on `asset` at the latest block.
@@ -122,14 +155,37 @@ impl AuthorizationReader {
             .from_block(latest.saturating_sub(EVENT_LOOKBACK_BLOCKS))
             .to_block(latest);
         match self.provider.get_logs(&filter).await {
-            Ok(logs) => logs
-                .iter()
-                .find_map(|log| log.transaction_hash)
-                .map(|hash| hash.to_string()),
+            // An empty answer is trusted only from a node whose head has reached the range's
+            // end: a lagging node behind a load balancer answers [] for blocks it lacks.
+            Ok(logs) if logs.is_empty() && !self.head_reaches(latest).await => {
+                tokio::time::sleep(crate::chain::endpoints::LAG_RETRY_DELAY).await;
+                match self.provider.get_logs(&filter).await {
+                    Ok(logs) => first_transaction(&logs),
+                    Err(error) => {
+                        tracing::warn!(error = %describe_error(&error), "authorization event lookup failed");
+                        None
+                    }
+                }
+            }
+            Ok(logs) => first_transaction(&logs),
             Err(error) => {
                 tracing::warn!(error = %describe_error(&error), "authorization event lookup failed");
                 None
             }
         }
     }
+
+    /// Whether the endpoint's head is at or past `block` (false when it cannot say).
+    async fn head_reaches(&self, block: u64) -> bool {
+        self.provider
+            .get_block_number()
+            .await
+            .is_ok_and(|head| head >= block)
+    }
+}
+
+fn first_transaction(logs: &[alloy::rpc::types::Log]) -> Option<String> {
+    logs.iter()
+        .find_map(|log| log.transaction_hash)
+        .map(|hash| hash.to_string())
 }

@@ -23,6 +23,7 @@ use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::MANIFEST;
 use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
+use crate::chain::endpoints;
 use crate::config::Config;
 use crate::http::body;
 use crate::http::connections;
@@ -112,6 +113,12 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         .base_url
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
+    // Which chain each RPC endpoint serves is known before readiness is settled, so a
+    // mismatched endpoint's machines never ask for a payment. The check has its own
+    // gateway: it is configuration work, not a caller's outbound request.
+    let check_gateway =
+        crate::net::gateway::Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
+    endpoints::verify_all(&check_gateway, &config, endpoints::IDENTITY_CHECK_TIMEOUT).await;
     let state = Arc::new(AppState::prepare(config, base_url)?);
     state.report_unfinished_attempts().await;
     state.check_facilitator_in_background();
@@ -289,6 +296,11 @@ where
     };
     if let Err(not_ready) = &route.readiness {
         return error_response(&not_ready.clone().into());
+    }
+    // An endpoint's chain is re-checked by the readiness loop: a mismatch found after
+    // start-up stops the machine before a payment is asked for.
+    if let Err(not_ready) = route.entry.chain_readiness(route.machine, &state.config) {
+        return error_response(&not_ready.into());
     }
     let Some(signature) =
         headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) })
