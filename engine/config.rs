@@ -152,7 +152,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "shutdown_drain_timeout_ms",
         "FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS",
         false,
-        "On SIGTERM/SIGINT, how long in-flight paid calls may take to finish in ms (default 30000).",
+        "On SIGTERM/SIGINT, how long in-flight paid calls may take to finish in ms (default 70000: the payment's maxTimeoutSeconds 60 plus a 10 s margin).",
     ),
     (
         "sample_path",
@@ -233,6 +233,14 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "TESTS ONLY: host=IP,... fixed DNS answers (still vetted as public); turns system DNS off.",
     ),
 ];
+
+/// The default drain: a paid call ends by its authorization's deadline, at most the
+/// payment's `maxTimeoutSeconds` (60, machines.yaml) after it arrives, so the drain is that
+/// plus a 10 s margin for the ledger record. A start-up warning names a shorter drain.
+pub const DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 70_000;
+
+/// The margin of the drain over `maxTimeoutSeconds`.
+pub const DRAIN_MARGIN_MS: u64 = 10_000;
 
 /// Keys whose value is a list: a TOML array, or comma-separated text.
 const LIST_KEYS: [&str; 2] = ["rpc_urls_eip155_8453", "rpc_urls_eip155_1"];
@@ -869,7 +877,10 @@ impl RawLayer {
                 })?,
         };
         let database_connect_timeout_ms = self.millis("database_connect_timeout_ms", 5_000)?;
-        let shutdown_drain_timeout_ms = self.millis("shutdown_drain_timeout_ms", 30_000)?;
+        let shutdown_drain_timeout_ms = self.millis(
+            "shutdown_drain_timeout_ms",
+            DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS,
+        )?;
         let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
             match self.get(key) {
                 None => Ok(None),

@@ -96,9 +96,23 @@ impl RunningServer {
     }
 }
 
+/// The drain must outlast the longest paid call: its authorization's deadline, at most
+/// `maxTimeoutSeconds` after it arrives.
+fn warn_about_a_short_drain(config: &Config) {
+    let needed = MANIFEST.payment.max_timeout_seconds * 1000 + crate::config::DRAIN_MARGIN_MS;
+    if config.shutdown_drain_timeout_ms < needed {
+        tracing::warn!(
+            shutdown_drain_timeout_ms = config.shutdown_drain_timeout_ms,
+            needed_ms = needed,
+            "shutdown_drain_timeout_ms is shorter than a paid call may take (maxTimeoutSeconds plus a margin): a SIGTERM can drop a call mid-settle"
+        );
+    }
+}
+
 /// Binds the configured address and serves until stopped.
 pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     config.warn_about_unsafe_test_seams();
+    warn_about_a_short_drain(&config);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
