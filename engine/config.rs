@@ -170,7 +170,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "shutdown_drain_timeout_ms",
         "FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS",
         false,
-        "On SIGTERM/SIGINT, how long in-flight paid calls may take to finish in ms (default 30000).",
+        "On SIGTERM/SIGINT, how long in-flight paid calls may take to finish in ms (default 70000: the payment's maxTimeoutSeconds 60 plus a 10 s margin).",
     ),
     (
         "sample_path",
@@ -201,6 +201,18 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "FACTOMAT_RPC_URL_EIP155_1",
         true,
         "JSON-RPC URL for Ethereum (may hold a key).",
+    ),
+    (
+        "rpc_urls_eip155_8453",
+        "FACTOMAT_RPC_URLS_EIP155_8453",
+        true,
+        "More JSON-RPC URLs for Base, tried in order after rpc_url_eip155_8453 (TOML array; comma-separated in the environment; may hold keys).",
+    ),
+    (
+        "rpc_urls_eip155_1",
+        "FACTOMAT_RPC_URLS_EIP155_1",
+        true,
+        "More JSON-RPC URLs for Ethereum, tried in order after rpc_url_eip155_1 (TOML array; comma-separated in the environment; may hold keys).",
     ),
     (
         "inventory_url_eip155_1",
@@ -264,6 +276,17 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
     ),
 ];
 
+/// The default drain: a paid call ends by its authorization's deadline, at most the
+/// payment's `maxTimeoutSeconds` (60, machines.yaml) after it arrives, so the drain is that
+/// plus a 10 s margin for the ledger record. A start-up warning names a shorter drain.
+pub const DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 70_000;
+
+/// The margin of the drain over `maxTimeoutSeconds`.
+pub const DRAIN_MARGIN_MS: u64 = 10_000;
+
+/// Keys whose value is a list: a TOML array, or comma-separated text.
+const LIST_KEYS: [&str; 2] = ["rpc_urls_eip155_8453", "rpc_urls_eip155_1"];
+
 /// A value that must never be printed: Debug and Display show only that it is set.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -272,6 +295,12 @@ impl Secret {
     /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// A secret of a test's own making.
+    #[cfg(test)]
+    pub(crate) fn for_tests(value: &str) -> Secret {
+        Secret(value.to_string())
     }
 }
 
@@ -376,6 +405,10 @@ pub struct Config {
     pub rpc_url_eip155_8453: Option<Secret>,
     /// The Ethereum JSON-RPC endpoint (may carry a key).
     pub rpc_url_eip155_1: Option<Secret>,
+    /// More Base JSON-RPC endpoints, after `rpc_url_eip155_8453` in failover order.
+    pub rpc_urls_eip155_8453: Vec<Secret>,
+    /// More Ethereum JSON-RPC endpoints, after `rpc_url_eip155_1` in failover order.
+    pub rpc_urls_eip155_1: Vec<Secret>,
     /// The Ethereum token inventory provider (may carry a key).
     pub inventory_url_eip155_1: Option<Secret>,
     /// The Base token inventory provider (may carry a key).
@@ -454,13 +487,33 @@ pub struct TestCa {
 }
 
 impl Config {
-    /// The configured JSON-RPC URL of a CAIP-2 chain.
+    /// The first configured JSON-RPC URL of a CAIP-2 chain.
     pub fn rpc_url(&self, chain: &str) -> Option<&Secret> {
-        match chain {
-            "eip155:8453" => self.rpc_url_eip155_8453.as_ref(),
-            "eip155:1" => self.rpc_url_eip155_1.as_ref(),
-            _ => None,
-        }
+        self.rpc_endpoints(chain)
+            .into_iter()
+            .next()
+            .map(|(_, url)| url)
+    }
+
+    /// Every configured JSON-RPC URL of a CAIP-2 chain in failover order, each with the
+    /// setting it came from (`rpc_url_eip155_1`, `rpc_urls_eip155_1[1]`): the single-URL
+    /// setting first, then the list.
+    pub fn rpc_endpoints(&self, chain: &str) -> Vec<(String, &Secret)> {
+        let (single, list, key) = match chain {
+            "eip155:8453" => (
+                &self.rpc_url_eip155_8453,
+                &self.rpc_urls_eip155_8453,
+                "eip155_8453",
+            ),
+            "eip155:1" => (&self.rpc_url_eip155_1, &self.rpc_urls_eip155_1, "eip155_1"),
+            _ => return Vec::new(),
+        };
+        let first = single.iter().map(|url| (format!("rpc_url_{key}"), url));
+        let more = list
+            .iter()
+            .enumerate()
+            .map(|(i, url)| (format!("rpc_urls_{key}[{}]", i + 1), url));
+        first.chain(more).collect()
     }
 
     /// The configured inventory provider (alchemy_getTokenBalances) of a CAIP-2 chain.
@@ -576,6 +629,13 @@ impl RawLayer {
             };
             let text = match value {
                 toml::Value::String(s) => s,
+                // A list key's array, joined as its environment variable would spell it.
+                toml::Value::Array(items) if LIST_KEYS.contains(&name.as_str()) => items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_string))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| error(format!("{name}: every item must be a string")))?
+                    .join(","),
                 toml::Value::Integer(n) => n.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
                 // A list (ownership_proofs) is read like its comma-separated environment form.
@@ -638,6 +698,31 @@ impl RawLayer {
                 .map(Some)
                 .map_err(|m| self.error(key, m.to_string())),
         }
+    }
+
+    /// A comma-separated list of RPC URLs; values are never echoed (they may hold keys).
+    fn secret_list(&self, key: &'static str) -> Result<Vec<Secret>, ConfigError> {
+        let Some((value, _)) = self.get(key) else {
+            return Ok(Vec::new());
+        };
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .enumerate()
+            .map(|(i, item)| {
+                check_service_url(item).map_err(|_| {
+                    self.error(
+                        key,
+                        format!(
+                            "item {} is not an http(s) URL (value withheld: it may hold a key)",
+                            i + 1
+                        ),
+                    )
+                })?;
+                Ok(Secret(item.to_string()))
+            })
+            .collect()
     }
 
     fn millis(&self, key: &'static str, default: u64) -> Result<u64, ConfigError> {
@@ -955,7 +1040,10 @@ impl RawLayer {
                 })?,
         };
         let database_connect_timeout_ms = self.millis("database_connect_timeout_ms", 5_000)?;
-        let shutdown_drain_timeout_ms = self.millis("shutdown_drain_timeout_ms", 30_000)?;
+        let shutdown_drain_timeout_ms = self.millis(
+            "shutdown_drain_timeout_ms",
+            DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS,
+        )?;
         let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
             match self.get(key) {
                 None => Ok(None),
@@ -1007,6 +1095,8 @@ impl RawLayer {
             evidence_retired_public_keys: self.list("evidence_retired_public_keys"),
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
+            rpc_urls_eip155_8453: self.secret_list("rpc_urls_eip155_8453")?,
+            rpc_urls_eip155_1: self.secret_list("rpc_urls_eip155_1")?,
             inventory_url_eip155_1: secret("inventory_url_eip155_1")?,
             inventory_url_eip155_8453: secret("inventory_url_eip155_8453")?,
             dexscreener_url: self.service_url("dexscreener_url")?,
@@ -1225,6 +1315,58 @@ mod tests {
         )
         .expect("valid");
         assert!(!format!("{config:?}").contains("secretkey123"));
+    }
+
+    #[test]
+    fn several_rpc_urls_come_after_the_single_one_in_order() {
+        let config = Config::from_env(env(&[
+            ("FACTOMAT_RPC_URL_EIP155_8453", "https://a.example/k1"),
+            (
+                "FACTOMAT_RPC_URLS_EIP155_8453",
+                "https://b.example/k2, https://c.example/k3",
+            ),
+        ]))
+        .expect("valid");
+        let settings: Vec<(String, &str)> = config
+            .rpc_endpoints("eip155:8453")
+            .into_iter()
+            .map(|(setting, url)| (setting, url.expose()))
+            .collect();
+        assert_eq!(
+            settings,
+            [
+                ("rpc_url_eip155_8453".to_string(), "https://a.example/k1"),
+                (
+                    "rpc_urls_eip155_8453[1]".to_string(),
+                    "https://b.example/k2"
+                ),
+                (
+                    "rpc_urls_eip155_8453[2]".to_string(),
+                    "https://c.example/k3"
+                ),
+            ]
+        );
+        let dir = std::env::temp_dir().join(format!("factomat-config-list-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("list.toml");
+        std::fs::write(
+            &file,
+            "rpc_urls_eip155_1 = [\"https://d.example/k4\", \"https://e.example/k5\"]\n",
+        )
+        .expect("write");
+        let config = Config::load(Some(&file), env(&[])).expect("a TOML array");
+        assert_eq!(config.rpc_endpoints("eip155:1").len(), 2);
+        assert_eq!(
+            config.rpc_url("eip155:1").map(Secret::expose),
+            Some("https://d.example/k4")
+        );
+        let err = Config::from_env(env(&[(
+            "FACTOMAT_RPC_URLS_EIP155_1",
+            "https://ok.example,not-a-url-secretkey9",
+        )]))
+        .unwrap_err();
+        assert!(err.to_string().contains("item 2"), "{err}");
+        assert!(!err.to_string().contains("secretkey9"), "{err}");
     }
 
     #[test]

@@ -376,10 +376,6 @@ async fn ledger_report(config: Config, json: bool) -> ExitCode {
 }
 
 async fn ledger_reconcile(config: Config, json: bool, ids: Vec<i64>) -> ExitCode {
-    let Some(rpc_url) = config.rpc_url_eip155_8453.as_ref() else {
-        eprintln!("factomat: ledger reconcile reads the chain: set rpc_url_eip155_8453");
-        return ExitCode::from(2);
-    };
     let ledger = match open_ledger(&config) {
         Ok(ledger) => ledger,
         Err(code) => return code,
@@ -391,12 +387,20 @@ async fn ledger_reconcile(config: Config, json: bool, ids: Vec<i64>) -> ExitCode
             return ExitCode::FAILURE;
         }
     };
-    let chain = factomat::chain::AuthorizationReader::new(
-        gateway,
-        rpc_url,
-        std::time::Duration::from_secs(30),
-        config.rpc_max_log_blocks,
-    );
+    let timeout = std::time::Duration::from_secs(30);
+    let Some(chain) =
+        factomat::chain::AuthorizationReader::from_config(gateway.clone(), &config, timeout)
+    else {
+        eprintln!("factomat: ledger reconcile reads the chain: set rpc_url_eip155_8453");
+        return ExitCode::from(2);
+    };
+    chain.verify_identity(&gateway, timeout).await;
+    if !chain.trusted() {
+        eprintln!(
+            "factomat: no eip155:8453 RPC endpoint answered eth_chainId 8453: nothing is concluded from it"
+        );
+        return ExitCode::from(2);
+    }
     let examined = match factomat::pay::reconcile::run(&ledger, &chain, &ids).await {
         Ok(examined) => examined,
         Err(error) => {

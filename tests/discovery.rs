@@ -48,6 +48,8 @@ enum Reply {
     Json(Value),
     Raw(u16, Vec<u8>),
     Status(u16),
+    /// HTTP 429 as CDP sends it: `rate_limit_exceeded` and a `Retry-After` header.
+    Limited(&'static str),
     Slow(Duration, Box<Reply>),
 }
 
@@ -70,7 +72,8 @@ impl Seen {
 
 #[derive(Default)]
 struct Listings {
-    /// By lowercase payTo; a payTo not present answers 404 (the hosted API's "none listed").
+    /// By lowercase payTo; a payTo not present gets CDP's empty answer (its "none listed"
+    /// since June 2026, which replaced a 404).
     merchants: HashMap<String, Reply>,
     /// By query text; a query not present answers an empty result page.
     searches: HashMap<String, Reply>,
@@ -156,7 +159,7 @@ fn choose(listings: &Mutex<Listings>, seen: Seen) -> Reply {
             .merchants
             .get(&seen.param("payTo").unwrap_or_default().to_lowercase())
             .cloned()
-            .unwrap_or(Reply::Status(404)),
+            .unwrap_or_else(|| Reply::Json(empty_merchant_answer())),
         SEARCH_PATH => listings
             .searches
             .get(seen.param("query").unwrap_or_default())
@@ -174,6 +177,7 @@ async fn render(reply: Reply) -> http::Response<bytes::Bytes> {
         tokio::time::sleep(delay).await;
         reply = *inner;
     }
+    let mut retry_after = None;
     let (status, body) = match reply {
         Reply::Json(value) => (200, serde_json::to_vec(&value).expect("json")),
         Reply::Raw(status, bytes) => (status, bytes),
@@ -182,13 +186,21 @@ async fn render(reply: Reply) -> http::Response<bytes::Bytes> {
             serde_json::to_vec(&json!({"errorType": "not_found", "errorMessage": "none"}))
                 .expect("json"),
         ),
+        Reply::Limited(after) => {
+            retry_after = Some(after);
+            let body =
+                json!({"errorType": "rate_limit_exceeded", "errorMessage": "rate limit exceeded"});
+            (429, serde_json::to_vec(&body).expect("json"))
+        }
         Reply::Slow(..) => (500, Vec::new()),
     };
-    http::Response::builder()
+    let mut response = http::Response::builder()
         .status(status)
-        .header("content-type", "application/json")
-        .body(bytes::Bytes::from(body))
-        .expect("response")
+        .header("content-type", "application/json");
+    if let Some(after) = retry_after {
+        response = response.header("retry-after", after);
+    }
+    response.body(bytes::Bytes::from(body)).expect("response")
 }
 
 /// One listed resource in the hosted API's `x402DiscoveryResource` shape.
@@ -216,6 +228,25 @@ fn listing(resource: &str) -> Value {
         "curated": false,
         "skillUrl": null,
         "quality": {"l30DaysTotalCalls": 1840, "l30DaysUniquePayers": 37, "lastCalledAt": "2026-05-04T08:58:40.000Z"},
+    })
+}
+
+/// CDP's answer for a payTo with nothing listed, exactly as observed: no `x402Version`, no
+/// `payTo` echo, a pagination holding only `total`.
+fn empty_merchant_answer() -> Value {
+    json!({"resources": [], "pagination": {"total": 0}})
+}
+
+/// A listing in CDP's minimal shape: no `curated` (it means false), a `quality` without
+/// `lastCalledAt`, no payment options, and a second listing's non-EVM asset.
+fn minimal_listing(resource: &str) -> Value {
+    json!({
+        "resource": resource,
+        "type": "http",
+        "x402Version": 2,
+        "lastUpdated": "2026-06-11T09:30:00.000Z",
+        "accepts": [],
+        "quality": {"l30DaysTotalCalls": 0, "l30DaysUniquePayers": 0},
     })
 }
 
@@ -505,7 +536,7 @@ async fn vm05_states_every_presence_value_and_holds_on_provider_failures() {
         body
     };
 
-    // A 404 from the merchant endpoint means "none listed".
+    // CDP's empty answer (no payTo echo, pagination with total only) means "none listed".
     p.no_merchant(SELLER);
     let body = call(2);
     assert_eq!(
@@ -540,14 +571,73 @@ async fn vm05_states_every_presence_value_and_holds_on_provider_failures() {
     assert_eq!(body["merchant"]["error"], Value::Null);
     assert!(texts(&body["limitations"]).join(" ").contains("total 45"));
 
-    // An empty listing is "none listed" too.
+    // An empty listing with every field is "none listed" too.
     p.merchant(SELLER, Reply::Json(merchant_page(SELLER, vec![], 0)));
     assert_eq!(call(2)["merchant"]["presence"], "NOT_FOUND");
+
+    // CDP's minimal entries: curated omitted is false, quality without lastCalledAt, no
+    // payment options; a Solana entry beside it is passed through as listed.
+    let mut solana = minimal_listing("https://other.example.com/sol");
+    solana["accepts"] = json!([{"scheme": "exact", "network": "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp",
+        "asset": "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v", "amount": "1000",
+        "payTo": "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin", "maxTimeoutSeconds": 60}]);
+    p.merchant(
+        SELLER,
+        Reply::Json(
+            json!({"resources": [solana, minimal_listing(LISTED)], "pagination": {"total": 2}}),
+        ),
+    );
+    let body = call(2);
+    assert_eq!(body["status"], "OK", "{body}");
+    let matched = &body["merchant"]["match"];
+    assert_eq!(body["merchant"]["presence"], "FOUND");
+    assert_eq!(matched["curated"], false, "curated omitted means false");
+    assert_eq!(matched["accepts"], json!([]));
+    assert_eq!(
+        matched["quality"],
+        json!({"l30_days_total_calls": 0, "l30_days_unique_payers": 0, "last_called_at": null})
+    );
+    assert_eq!(matched["description"], Value::Null);
+
+    // 429 is its own code, with CDP's Retry-After in the error and the limitations.
+    p.merchant(SELLER, Reply::Limited("2"));
+    let body = call(2);
+    assert_eq!(body["status"], "HOLD", "{body}");
+    assert_eq!(body["merchant"]["presence"], "UNKNOWN");
+    assert_eq!(body["merchant"]["error"]["code"], "provider_rate_limited");
+    assert_eq!(body["merchant"]["error"]["retry_after"], "2");
+    assert!(
+        texts(&body["limitations"])
+            .join(" ")
+            .contains("Retry-After 2")
+    );
+    p.search(
+        "weather api",
+        Reply::Limited("Wed, 21 Oct 2026 07:28:00 GMT"),
+    );
+    p.merchant(SELLER, Reply::Json(empty_merchant_answer()));
+    let body = call(2);
+    assert_eq!(body["status"], "PARTIAL", "{body}");
+    assert_eq!(
+        body["searches"][0]["error"]["code"],
+        "provider_rate_limited"
+    );
+    assert_eq!(
+        body["searches"][0]["error"]["retry_after"],
+        "Wed, 21 Oct 2026 07:28:00 GMT"
+    );
+    p.search("weather api", Reply::Json(search_page(vec![], false)));
 
     // Provider failures: the merchant read decides HOLD.
     let many_keys: serde_json::Map<String, Value> =
         (0..65).map(|i| (format!("k{i}"), json!(i))).collect();
     let failures: Vec<(Reply, &str, &str)> = vec![
+        // No longer "none listed": a provider or base URL without CDP's merchant endpoint.
+        (
+            Reply::Status(404),
+            "provider_endpoint_missing",
+            "the provider does not serve the merchant endpoint",
+        ),
         (Reply::Status(500), "provider_http_status", "HTTP 500"),
         (
             Reply::Raw(200, b"<html>busy</html>".to_vec()),
@@ -647,7 +737,10 @@ async fn vm05_states_every_presence_value_and_holds_on_provider_failures() {
     let body = call(2);
     assert_eq!(body["status"], "PARTIAL");
     assert_eq!(body["searches"][0]["visibility"], "UNKNOWN");
-    assert_eq!(body["searches"][0]["error"]["code"], "provider_http_status");
+    assert_eq!(
+        body["searches"][0]["error"]["code"],
+        "provider_endpoint_missing"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ fn limits() -> FetchLimits {
         max_body_bytes: 262_144,
         per_request: Duration::from_millis(5000),
         overall: Duration::from_millis(15_000),
+        max_payment_required_bytes: 8192,
     }
 }
 

@@ -369,8 +369,9 @@ async fn holdings_are_read_at_one_block_priced_from_the_deepest_base_pair_and_va
         .add(pair("base", &usd6, WETH_BASE, "1.00", 12900000.0, "c1"));
     p.dex
         .add(pair("base", &tiny, WETH_BASE, "99999", 500.0, "d1"));
+    // QONLY is only ever a quote token, in a pool under the liquidity floor.
     p.dex
-        .add(pair("base", other, &quote_only, "3000", 800000.0, "e1"));
+        .add(pair("base", other, &quote_only, "3000", 5000.0, "e1"));
     let before = p.rig.server.outbound();
     let body = p.rig.pay(
         VM03,
@@ -465,9 +466,17 @@ async fn holdings_are_read_at_one_block_priced_from_the_deepest_base_pair_and_va
     );
     assert_eq!(tiny_holding["liquidity_usd"], "500.00");
     assert_eq!(tiny_holding["confidence"], "MEDIUM");
+    let qonly = holding(&body, &quote_only);
     assert_eq!(
-        holding(&body, &quote_only)["observations"],
-        json!(["NO_DEX_MARKET"])
+        qonly["observations"],
+        json!(["LOW_DEX_LIQUIDITY"]),
+        "the quote-side pair is found, and the floor applies to it"
+    );
+    assert_eq!(qonly["pair_side"], "quote");
+    assert_eq!(qonly["price_usd"], Value::Null);
+    assert_eq!(
+        big_holding["pair_side"], "base",
+        "a base pair wins over a deeper quote-side one"
     );
     assert_eq!(
         holding(&body, &nomkt)["observations"],
@@ -905,8 +914,9 @@ async fn pricing_failures_leave_holdings_unpriced_never_guessed() {
             3000000000000000000,
         )])],
     );
-    p.dex
-        .add(pair("base", &token, WETH_BASE, "2", 100000.0, "f1"));
+    let mut prc_weth = pair("base", &token, WETH_BASE, "2", 100000.0, "f1");
+    prc_weth["priceNative"] = json!("0.001");
+    p.dex.add(prc_weth);
     let request = json!({"address": owner, "chains": ["eip155:8453"]});
     for (mode, needle) in [
         (
@@ -950,11 +960,93 @@ async fn pricing_failures_leave_holdings_unpriced_never_guessed() {
     let body = p.rig.pay(VM03, &request);
     assert_output_valid("VM03", &body);
     assert_eq!(holding(&body, &token)["priced_usd"], "6.00");
+    let native = &body["holdings"][0];
     assert_eq!(
-        body["holdings"][0]["observations"],
-        json!(["NO_DEX_MARKET"]),
-        "no WETH pair is known: ETH is unpriced, not guessed"
+        native["observations"],
+        json!(["PRICED_VIA_WRAPPED_NATIVE", "PRICED_FROM_QUOTE_SIDE"]),
+        "WETH is only the quote token of PRC/WETH: priced from that pair"
     );
+    assert_eq!(
+        native["price_usd"], "2000",
+        "priceUsd 2 / priceNative 0.001"
+    );
+    assert_eq!(native["priced_usd"], "2000.00");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quote_only_tokens_are_priced_by_the_published_relation_and_a_full_answer_claims_no_absence()
+ {
+    let p = portfolio(&[]).await;
+    let stack = &p.rig.stack;
+    let owner = fresh_address(6);
+    let usdq = deploy(stack, "USDQ", "6", &owner, "303400000");
+    let busy = deploy(stack, "BUSY", "18", &owner, "1000000000000000000");
+    let absent = deploy(stack, "ABSENT", "18", &owner, "1000000000000000000");
+    p.inventory.set(
+        "base",
+        vec![Page::Entries(vec![
+            balance_entry(&usdq, 303400000),
+            balance_entry(&busy, 1000000000000000000),
+            balance_entry(&absent, 1000000000000000000),
+        ])],
+    );
+    // USDQ is the quote side only: WETH/USDQ, as USDC is on Base. The thin pair loses.
+    let mut deep = pair("base", WETH_BASE, &usdq, "2999.4", 12900000.0, "c1");
+    deep["priceNative"] = json!("3000");
+    let mut thin = pair("base", WETH_BASE, &usdq, "2999.4", 20000.0, "c2");
+    thin["priceNative"] = json!("2000");
+    p.dex.add(deep);
+    p.dex.add(thin);
+    let request = json!({"address": owner, "chains": ["eip155:8453"]});
+    let body = p.rig.pay(VM03, &request);
+    assert_output_valid("VM03", &body);
+    assert_eq!(body["status"], "OK", "{body:#}");
+    let usd = holding(&body, &usdq);
+    assert_eq!(usd["price_usd"], "0.9998", "2999.4 / 3000");
+    assert_eq!(usd["priced_usd"], "303.34");
+    assert_eq!(usd["pair_side"], "quote");
+    assert_eq!(usd["pair_address"], format!("0x{:0>40}", "c1"));
+    assert_eq!(usd["observations"], json!(["PRICED_FROM_QUOTE_SIDE"]));
+    let derivation = usd["price_derivation"].as_str().expect("derivation");
+    assert!(
+        derivation.contains("priceUsd of the base token BASE (2999.4) / priceNative (3000)"),
+        "{derivation}"
+    );
+    assert_eq!(
+        holding(&body, &absent)["observations"],
+        json!(["NO_DEX_MARKET"])
+    );
+    assert!(limitations(&body).contains("PRICED_FROM_QUOTE_SIDE"));
+
+    // An answer holding the cap's pair count may have been cut: ABSENT is not NO_DEX_MARKET.
+    for i in 0..28 {
+        p.dex.add(pair(
+            "base",
+            &busy,
+            WETH_BASE,
+            "1",
+            50000.0,
+            &format!("d{i}"),
+        ));
+    }
+    let body = p.rig.pay(VM03, &request);
+    assert_output_valid("VM03", &body);
+    assert_eq!(body["status"], "PARTIAL", "{body:#}");
+    let cut = holding(&body, &absent);
+    assert_eq!(cut["observations"], json!(["DEX_ANSWER_POSSIBLY_CUT"]));
+    assert_eq!(holding(&body, &usdq)["price_usd"], "0.9998");
+    assert!(
+        limitations(&body).contains("held 30 pairs, at least pricing_answer_pair_cap 30"),
+        "{}",
+        limitations(&body)
+    );
+    let dex = body["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find(|s| s["role"] == "dex_pricing")
+        .expect("dex source");
+    assert_eq!(dex["provider_response_complete"], false);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,6 +41,39 @@ fn url(path: &str) -> String {
 }
 
 fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>) -> Reply {
+    challenge_of(v2_required(resource, path, terms, method))
+}
+
+/// A v2 challenge whose `PAYMENT-REQUIRED` header is `bytes` long: a Bazaar declaration
+/// with a long output example, as real sellers with several accepts send.
+fn wide_challenge(path: &str, terms: &Terms, bytes: usize) -> Reply {
+    let mut required = v2_required(&url(path), path, terms, None);
+    let base = encoded(&required).len();
+    // Base64 spends 4 characters on 3 bytes; the padding is plain ASCII.
+    let filler = "x".repeat(bytes.saturating_sub(base + 64) / 4 * 3);
+    required["extensions"] =
+        json!({"bazaar": {"info": {"output": {"type": "json", "example": {"note": filler}}}}});
+    let reply = challenge_of(required.clone());
+    let length = encoded(&required).len();
+    assert!(
+        length.abs_diff(bytes) < 128,
+        "{length} bytes, wanted {bytes}"
+    );
+    reply
+}
+
+fn encoded(required: &Value) -> String {
+    base64::engine::general_purpose::STANDARD.encode(required.to_string())
+}
+
+fn challenge_of(required: Value) -> Reply {
+    Reply::new(402)
+        .header("content-type", "application/json")
+        .header("payment-required", &encoded(&required))
+        .body("{}")
+}
+
+fn v2_required(resource: &str, path: &str, terms: &Terms, method: Option<&str>) -> Value {
     let mut extra = json!({"name": "USD Coin", "version": "2"});
     if let Some(method) = method {
         extra["assetTransferMethod"] = json!(method);
@@ -55,17 +88,12 @@ fn v2_challenge(path: &str, resource: &str, terms: &Terms, method: Option<&str>)
             "asset": USDC, "payTo": terms.pay_to, "maxTimeoutSeconds": 60, "extra": extra}),
         );
     }
-    let required = json!({
+    json!({
         "x402Version": 2,
         "error": "Payment required",
         "resource": {"url": resource, "description": path, "mimeType": "application/json"},
         "accepts": accepts,
-    });
-    let header = base64::engine::general_purpose::STANDARD.encode(required.to_string());
-    Reply::new(402)
-        .header("content-type", "application/json")
-        .header("payment-required", &header)
-        .body("{}")
+    })
 }
 
 /// The seller: a v2 x402 resource with changeable terms and hand-built edge cases.
@@ -94,6 +122,8 @@ fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
                 .to_string(),
             ),
             "/redirect" => Reply::new(302).header("location", &url("/quote")),
+            "/wide20" => wide_challenge("/wide20", &terms, 20 * 1024),
+            "/wide40" => wide_challenge("/wide40", &terms, 40 * 1024),
             "/slow" => {
                 v2_challenge("/slow", &url("/slow"), &terms, None).after(Duration::from_secs(7))
             }
@@ -562,6 +592,17 @@ async fn vm09_ready_and_each_non_ready_reason() {
     );
     code_of(
         &vm09_request("/big", &buyer, "10000", &[MERCHANT]),
+        "HOLD",
+        "CHALLENGE_UNREADABLE",
+    );
+    // A 20 KiB PAYMENT-REQUIRED is read (the cap is 32 KiB); 40 KiB stays unreadable.
+    code_of(
+        &vm09_request("/wide20", &buyer, "10000", &[MERCHANT]),
+        "READY",
+        "BALANCE_SUFFICIENT",
+    );
+    code_of(
+        &vm09_request("/wide40", &buyer, "10000", &[MERCHANT]),
         "HOLD",
         "CHALLENGE_UNREADABLE",
     );

@@ -25,9 +25,10 @@ use alloy::sol;
 use alloy::sol_types::SolEvent;
 use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
+use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{CountedRpc, describe_error};
-use crate::config::Secret;
+use crate::chain::rpc::describe_error;
+use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
 sol! {
@@ -105,26 +106,67 @@ const MIN_LOG_WINDOW: u64 = 1;
 /// `/verify` and the reserve, and the facilitator's view of the chain may lag ours.
 const SEARCH_MARGIN_SECONDS: u64 = 60;
 
-/// Reads authorizations through the configured eip155:8453 RPC endpoint.
+/// Reads authorizations through the configured eip155:8453 RPC endpoints (failing over one
+/// at a time, never through an endpoint that serves another chain).
 #[derive(Debug, Clone)]
 pub struct AuthorizationReader {
     provider: RootProvider<Ethereum>,
+    rpc: FailoverRpc,
     max_log_blocks: u64,
 }
 
 impl AuthorizationReader {
-    /// A reader over the counted gateway; each RPC answer is bounded by `response_timeout`,
-    /// and no `eth_getLogs` spans more than `max_log_blocks` blocks.
+    /// A reader of one endpoint (`rpc_url_eip155_8453`) over the counted gateway; each RPC
+    /// answer is bounded by `response_timeout`, and no `eth_getLogs` spans more than
+    /// `max_log_blocks` blocks.
     pub fn new(
         gateway: Gateway,
         rpc_url: &Secret,
         response_timeout: Duration,
         max_log_blocks: u64,
     ) -> Self {
+        let set = EndpointSet {
+            chain: BASE,
+            endpoints: vec![Endpoint::configured(
+                "rpc_url_eip155_8453",
+                "eip155:8453#1",
+                rpc_url,
+            )],
+        };
+        Self::over(
+            FailoverRpc::new(gateway, set, response_timeout),
+            max_log_blocks,
+        )
+    }
+
+    /// A reader of every configured eip155:8453 endpoint; None when none is configured.
+    pub fn from_config(
+        gateway: Gateway,
+        config: &Config,
+        response_timeout: Duration,
+    ) -> Option<Self> {
+        FailoverRpc::for_chain(&gateway, config, BASE, response_timeout)
+            .map(|rpc| Self::over(rpc, config.rpc_max_log_blocks))
+    }
+
+    fn over(rpc: FailoverRpc, max_log_blocks: u64) -> Self {
         AuthorizationReader {
-            provider: CountedRpc::new(gateway, BASE.rpc, rpc_url, response_timeout).provider(),
+            provider: rpc.provider(),
+            rpc,
             max_log_blocks: max_log_blocks.max(MIN_LOG_WINDOW),
         }
+    }
+
+    /// Whether this reader's answers can be trusted: some endpoint has answered
+    /// `eth_chainId` 8453 (start-up or readiness check). Without a trusted reader nothing
+    /// may be concluded "unpaid" from the chain.
+    pub fn trusted(&self) -> bool {
+        self.rpc.endpoints().verified()
+    }
+
+    /// Asks each endpoint for `eth_chainId` now (a command that did not start the server).
+    pub async fn verify_identity(&self, gateway: &Gateway, timeout: Duration) {
+        self.rpc.endpoints().verify_identity(gateway, timeout).await;
     }
 
     /// The latest block's number and timestamp.

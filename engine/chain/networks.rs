@@ -46,12 +46,6 @@ pub(crate) fn by_caip2(caip2: &str) -> Option<Chain> {
     ALL.into_iter().find(|c| c.caip2 == caip2)
 }
 
-/// The metrics label of a chain's JSON-RPC endpoint (`rpc_other` for a chain we do not
-/// observe, which no configuration key can name today).
-pub(crate) fn rpc_upstream(caip2: &str) -> Upstream {
-    by_caip2(caip2).map_or(Upstream::new("rpc_other", "json_rpc"), |chain| chain.rpc)
-}
-
 pub(crate) fn by_id(chain_id: u64) -> Option<Chain> {
     ALL.into_iter().find(|c| c.chain_id == chain_id)
 }

@@ -1,19 +1,15 @@
-//! EVM JSON-RPC through the counted gateway, with an alloy provider on top.
+//! EVM JSON-RPC through the counted gateway: one attempt at one endpoint ([`post_packet`]),
+//! under the failover transport of engine/chain/endpoints.rs, and how failures are described.
 //!
 //! The transport is ours rather than alloy's reqwest transport for two reasons: every request
 //! must pass the one counted gateway, and an RPC URL may carry a provider key, so it must
 //! never reach a log line, an error message or a response (alloy's transport records the URL
 //! in a tracing span).
 
-use std::fmt;
-use std::task;
 use std::time::Duration;
 
-use alloy::network::Ethereum;
-use alloy::providers::RootProvider;
-use alloy::rpc::client::RpcClient;
 use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
-use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
+use alloy::transports::{TransportError, TransportErrorKind};
 
 use crate::config::Secret;
 use crate::net::gateway::{Gateway, Upstream};
@@ -21,75 +17,90 @@ use crate::net::gateway::{Gateway, Upstream};
 /// Bytes of an RPC answer we read at most; a larger answer is an error.
 const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
-/// A JSON-RPC endpoint whose URL is a secret.
-#[derive(Clone, Debug)]
-pub(crate) struct CountedRpc {
-    gateway: Gateway,
-    upstream: Upstream,
-    url: SecretUrl,
-    response_timeout: Duration,
+/// Why one attempt at an endpoint failed, with what failover needs to know.
+pub(crate) struct Attempt {
+    /// The failure, without the URL.
+    pub error: TransportError,
+    /// The endpoint's `Retry-After` in seconds, when it sent one.
+    pub retry_after: Option<Duration>,
+    /// The endpoint answered HTTP 429.
+    pub rate_limited: bool,
 }
 
-/// The endpoint parsed once per provider rather than once per request (URL parsing showed
-/// in the paid path's profile); `None` when the configured URL does not parse.
-#[derive(Clone)]
-struct SecretUrl(Option<reqwest::Url>);
-
-impl fmt::Debug for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretUrl(<redacted>)")
-    }
-}
-
-impl CountedRpc {
-    /// An endpoint at `url`, measured under `upstream` (the chain's RPC label).
-    pub(crate) fn new(
-        gateway: Gateway,
-        upstream: Upstream,
-        url: &Secret,
-        response_timeout: Duration,
-    ) -> Self {
-        CountedRpc {
-            gateway,
-            upstream,
-            url: SecretUrl(reqwest::Url::parse(url.expose()).ok()),
-            response_timeout,
+impl From<TransportError> for Attempt {
+    fn from(error: TransportError) -> Attempt {
+        Attempt {
+            error,
+            retry_after: None,
+            rate_limited: false,
         }
     }
+}
 
-    /// An alloy provider speaking through this transport.
-    pub(crate) fn provider(self) -> RootProvider<Ethereum> {
-        RootProvider::new(RpcClient::new(self, false))
-    }
+/// One JSON-RPC packet to one endpoint through the counted gateway. An HTTP error status is
+/// a failed attempt that keeps the endpoint's `Retry-After` (delay seconds; an HTTP date is
+/// read as no delay given).
+pub(crate) async fn post_packet(
+    gateway: &Gateway,
+    upstream: Upstream,
+    url: &reqwest::Url,
+    timeout: Duration,
+    packet: &RequestPacket,
+) -> Result<ResponsePacket, Attempt> {
+    let body = post(gateway, upstream, url, timeout, packet).await?;
+    serde_json::from_slice(&body)
+        .map_err(|e| TransportError::deser_err(e, "<RPC answer withheld>").into())
+}
 
-    async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
-        let url =
-            self.url.0.clone().ok_or_else(|| {
-                TransportErrorKind::custom_str("the configured RPC URL is invalid")
-            })?;
-        let request = self
-            .gateway
-            .request(reqwest::Method::POST, url)
-            .timeout(self.response_timeout)
-            .json(&packet)
-            .build()
-            .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
-        let response = self
-            .gateway
-            .send(self.upstream, request)
-            .await
-            .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
-        let status = response.status();
-        let body = read_capped(response).await?;
-        if !status.is_success() {
-            return Err(TransportErrorKind::http_error(
+/// One JSON-RPC body to one endpoint, read as plain JSON (the chain-id check).
+pub(crate) async fn post_json(
+    gateway: &Gateway,
+    upstream: Upstream,
+    url: &reqwest::Url,
+    timeout: Duration,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, Attempt> {
+    let body = post(gateway, upstream, url, timeout, body).await?;
+    serde_json::from_slice(&body)
+        .map_err(|e| TransportError::deser_err(e, "<RPC answer withheld>").into())
+}
+
+async fn post<T: serde::Serialize + ?Sized>(
+    gateway: &Gateway,
+    upstream: Upstream,
+    url: &reqwest::Url,
+    timeout: Duration,
+    body: &T,
+) -> Result<Vec<u8>, Attempt> {
+    let request = gateway
+        .request(reqwest::Method::POST, url.clone())
+        .timeout(timeout)
+        .json(body)
+        .build()
+        .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
+    let response = gateway
+        .send(upstream, request)
+        .await
+        .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let body = read_capped(response).await?;
+    if !status.is_success() {
+        return Err(Attempt {
+            error: TransportErrorKind::http_error(
                 status.as_u16(),
                 String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
-            ));
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| TransportError::deser_err(e, "<RPC answer withheld>"))
+            ),
+            retry_after,
+            rate_limited: status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+        });
     }
+    Ok(body)
 }
 
 async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, TransportError> {
@@ -121,20 +132,6 @@ fn redacted(error: &reqwest::Error) -> String {
         "request failed"
     };
     format!("RPC {kind}")
-}
-
-impl tower::Service<RequestPacket> for CountedRpc {
-    type Response = ResponsePacket;
-    type Error = TransportError;
-    type Future = TransportFut<'static>;
-
-    fn poll_ready(&mut self, _cx: &mut task::Context<'_>) -> task::Poll<Result<(), Self::Error>> {
-        task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, packet: RequestPacket) -> Self::Future {
-        Box::pin(self.clone().send(packet))
-    }
 }
 
 /// Describes an RPC failure for a response's limitations: never the URL.

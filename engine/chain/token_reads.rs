@@ -9,13 +9,11 @@ use alloy::providers::Provider;
 use alloy::sol;
 
 use crate::catalog::manifest::Machine;
-use crate::chain::networks::rpc_upstream;
-use crate::chain::rpc::{CountedRpc, describe_error};
-use crate::config::Secret;
+use crate::chain::endpoints::FailoverRpc;
+use crate::chain::networks::BASE;
+use crate::chain::rpc::describe_error;
+use crate::config::Config;
 use crate::net::gateway::Gateway;
-
-/// The only chain the x402 machines read.
-pub(crate) const CHAIN: &str = "eip155:8453";
 
 sol! {
     #[sol(rpc)]
@@ -49,18 +47,19 @@ pub enum TokenReadError {
 /// `token` at one block.
 pub(crate) async fn read(
     gateway: &Gateway,
-    rpc_url: Option<&Secret>,
+    config: &Config,
     machine: &Machine,
     token: Address,
     owner: Address,
     spender: Option<Address>,
 ) -> Result<TokenReads, TokenReadError> {
-    let url = rpc_url.ok_or(TokenReadError::NoEndpoint)?;
     let timeout = machine
         .limit("rpc_response_timeout_ms")
         .map(Duration::from_millis)
         .ok_or_else(|| TokenReadError::NoTimeout(machine.machine.clone()))?;
-    let provider = CountedRpc::new(gateway.clone(), rpc_upstream(CHAIN), url, timeout).provider();
+    let rpc =
+        FailoverRpc::for_chain(gateway, config, BASE, timeout).ok_or(TokenReadError::NoEndpoint)?;
+    let provider = rpc.provider();
     let mut reads = TokenReads::default();
     let block = match provider.get_block_number().await {
         Ok(block) => block,

@@ -176,6 +176,17 @@ async fn check(state: &AppState) -> (bool, Value) {
             "not_writable"
         }
     };
+    // The readiness loop re-checks which chain each RPC endpoint serves; machines read the
+    // verdicts at request time. It does not decide this process's readiness: other
+    // machines still serve.
+    if let Ok(gateway) = crate::net::gateway::Gateway::new() {
+        crate::chain::endpoints::verify_all(
+            &gateway,
+            &state.config,
+            crate::chain::endpoints::IDENTITY_CHECK_TIMEOUT,
+        )
+        .await;
+    }
     let ready = facilitator == "ok" && ledger == "ok";
     (
         ready,

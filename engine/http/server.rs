@@ -23,6 +23,7 @@ use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::MANIFEST;
 use crate::catalog::manifest::Machine;
 use crate::catalog::storefront;
+use crate::chain::endpoints;
 use crate::config::{Config, UnpaidEmptyBody};
 use crate::evidence::SEAL_HEADER;
 use crate::http::body;
@@ -102,9 +103,23 @@ impl RunningServer {
     }
 }
 
+/// The drain must outlast the longest paid call: its authorization's deadline, at most
+/// `maxTimeoutSeconds` after it arrives.
+fn warn_about_a_short_drain(config: &Config) {
+    let needed = MANIFEST.payment.max_timeout_seconds * 1000 + crate::config::DRAIN_MARGIN_MS;
+    if config.shutdown_drain_timeout_ms < needed {
+        tracing::warn!(
+            shutdown_drain_timeout_ms = config.shutdown_drain_timeout_ms,
+            needed_ms = needed,
+            "shutdown_drain_timeout_ms is shorter than a paid call may take (maxTimeoutSeconds plus a margin): a SIGTERM can drop a call mid-settle"
+        );
+    }
+}
+
 /// Binds the configured address and serves until stopped.
 pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     config.warn_about_unsafe_test_seams();
+    warn_about_a_short_drain(&config);
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind {
@@ -119,6 +134,12 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         .base_url
         .clone()
         .unwrap_or_else(|| format!("http://{addr}"));
+    // Which chain each RPC endpoint serves is known before readiness is settled, so a
+    // mismatched endpoint's machines never ask for a payment. The check has its own
+    // gateway: it is configuration work, not a caller's outbound request.
+    let check_gateway =
+        crate::net::gateway::Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
+    endpoints::verify_all(&check_gateway, &config, endpoints::IDENTITY_CHECK_TIMEOUT).await;
     let state = Arc::new(AppState::prepare(config, base_url)?);
     state.report_unfinished_attempts().await;
     state.check_facilitator_in_background();
@@ -379,6 +400,12 @@ fn sellable<'r>(
     if let Err(not_ready) = &route.readiness {
         return Err(not_ready.clone().into());
     }
+    // An endpoint's chain is re-checked by the readiness loop: a mismatch found after
+    // start-up stops the machine before a payment is asked for.
+    route
+        .entry
+        .chain_readiness(route.machine, &state.config)
+        .map_err(ApiError::from)?;
     Ok((challenge, requirement, declared, pay_to))
 }
 

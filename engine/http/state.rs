@@ -213,14 +213,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         std::time::Duration::from_millis(config.facilitator_verify_timeout_ms),
         std::time::Duration::from_millis(config.facilitator_settle_timeout_ms),
     );
-    let chain = config.rpc_url_eip155_8453.as_ref().map(|url| {
-        AuthorizationReader::new(
-            gateway.clone(),
-            url,
-            SETTLE_CHECK_RPC_TIMEOUT,
-            config.rpc_max_log_blocks,
-        )
-    });
+    let chain = AuthorizationReader::from_config(gateway.clone(), config, SETTLE_CHECK_RPC_TIMEOUT);
     let domain = local_check::payment_domain(&MANIFEST.payment)
         .map_err(|e| StartError::Prepare(e.to_string()))?;
     Ok(Some(PaymentRail {

@@ -16,6 +16,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::catalog::manifest::Machine as Spec;
+use crate::chain::endpoints::EndpointSet;
+use crate::chain::networks;
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 use crate::support::ttl_cache::TtlCache;
@@ -85,6 +87,8 @@ pub trait Entry: Sync {
     fn id(&self) -> &'static str;
     /// See [`Machine::readiness`].
     fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
+    /// The chain checks of the machine's RPC and inventory needs, as they stand now.
+    fn chain_readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
     /// Reads a schema-valid request into the machine's typed request, runs the pre-payment
     /// checks, and returns the paid work, not yet started.
     fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure>;
@@ -99,6 +103,10 @@ impl<M: Machine> Entry for Registered<M> {
 
     fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
         M::readiness(spec, config)
+    }
+
+    fn chain_readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        chain_readiness(M::NEEDS, spec, config)
     }
 
     fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure> {
@@ -336,14 +344,20 @@ impl Need {
             false => provider_missing(spec, what),
         };
         match self {
-            Need::Rpc(chain) => configured(
-                config.rpc_url(chain).is_some(),
-                &format!("the {chain} RPC endpoint"),
-            ),
-            Need::Inventory(chain) => configured(
-                config.inventory_url(chain).is_some(),
-                &format!("the {chain} inventory provider (credential)"),
-            ),
+            Need::Rpc(chain) => {
+                configured(
+                    config.rpc_url(chain).is_some(),
+                    &format!("the {chain} RPC endpoint"),
+                )?;
+                self.chain_ready(spec, config)
+            }
+            Need::Inventory(chain) => {
+                configured(
+                    config.inventory_url(chain).is_some(),
+                    &format!("the {chain} inventory provider (credential)"),
+                )?;
+                self.chain_ready(spec, config)
+            }
             Need::Pricing => {
                 configured(config.dexscreener_url.is_some(), "the DEX pricing API URL")
             }
@@ -353,6 +367,43 @@ impl Need {
             Need::Probe => probe_reads::probe_ready(spec, config),
         }
     }
+}
+
+impl Need {
+    /// For an RPC or inventory need: not ready when every configured endpoint answered
+    /// another chain's `eth_chainId` (the verdicts of the start-up and readiness checks).
+    /// The message names the settings and the chains they answered, never a URL.
+    fn chain_ready(self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        let set = match self {
+            Need::Rpc(chain) => networks::by_caip2(chain).map(|c| EndpointSet::rpc(config, c)),
+            Need::Inventory(chain) => {
+                networks::by_caip2(chain).map(|c| EndpointSet::inventory(config, c))
+            }
+            _ => None,
+        };
+        match set.and_then(|set| set.mismatch()) {
+            Some(why) => Err(NotReady::new(
+                "provider_wrong_chain",
+                format!(
+                    "{} is not available on this deployment: {why}",
+                    spec.machine
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Every chain check of a machine's needs, at request time: the configuration facts were
+/// settled at start-up, but an endpoint's chain is re-checked by the readiness loop.
+pub(crate) fn chain_readiness(
+    needs: &[Need],
+    spec: &Spec,
+    config: &Config,
+) -> Result<(), NotReady> {
+    needs
+        .iter()
+        .try_for_each(|need| need.chain_ready(spec, config))
 }
 
 /// The readiness answer of a machine whose provider is not configured.

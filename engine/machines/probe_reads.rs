@@ -89,7 +89,7 @@ pub(crate) async fn read_payer(
     };
     let reads = token_reads::read(
         &context.gateway,
-        context.rpc_url(token_reads::CHAIN),
+        &context.config,
         machine,
         asset,
         payer,

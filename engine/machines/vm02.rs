@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 
 use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
-use crate::chain::networks::rpc_upstream;
-use crate::chain::rpc::{CountedRpc, ReadFailure, describe_error};
+use crate::chain::endpoints::FailoverRpc;
+use crate::chain::networks::BASE;
+use crate::chain::rpc::{ReadFailure, describe_error};
 use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::support::units::format_units;
@@ -68,13 +69,12 @@ impl super::Machine for Vm02 {
         let owner = address_field(&request.owner, "owner")?;
         let token = address_field(&request.token, "token")?;
         let spender = address_field(&request.spender, "spender")?;
-        let url = context
-            .rpc_url(CHAIN)
-            .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
         let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-        let provider =
-            CountedRpc::new(context.gateway.clone(), rpc_upstream(CHAIN), url, timeout).provider();
-        let reads = read_at_one_block(&provider, owner, token, spender).await;
+        let rpc = FailoverRpc::for_chain(&context.gateway, &context.config, BASE, timeout)
+            .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
+        let mut reads = read_at_one_block(&rpc.provider(), owner, token, spender).await;
+        // A read that needed a second attempt says so; its values are still one block's.
+        reads.limitations.extend(rpc.retries());
         Ok(respond(machine, request, reads))
     }
 }

@@ -122,6 +122,8 @@ struct Settings {
     rpc_timeout: Duration,
     pricing: Bounds,
     batch_size: usize,
+    /// A pricing answer with at least this many pairs may have been cut.
+    pair_cap: usize,
     liquidity_floor: Decimal,
     floor_text: String,
     threshold: Decimal,
@@ -172,6 +174,7 @@ impl Settings {
                 max_bytes,
             },
             batch_size: machine.limit("pricing_batch_size").unwrap_or(30) as usize,
+            pair_cap: machine.limit("pricing_answer_pair_cap").unwrap_or(30) as usize,
             liquidity_floor: Decimal::from_units(U256::from(floor), 0).unwrap_or(Decimal::ZERO),
             floor_text: floor.to_string(),
             threshold: Decimal::parse(&threshold_text).ok_or_else(|| {

@@ -25,8 +25,9 @@ use serde_json::{Value, json};
 
 use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
+use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::{self, Chain};
-use crate::chain::rpc::{self, CallFailure, CountedRpc};
+use crate::chain::rpc::{self, CallFailure};
 use crate::machines::checks as rc;
 use crate::support::evm;
 use crate::support::timestamp::now;
@@ -88,7 +89,11 @@ impl super::Machine for Vm06 {
         })?;
         let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
         let provider =
-            CountedRpc::new(context.gateway.clone(), intent.chain.rpc, url, timeout).provider();
+            FailoverRpc::for_chain(&context.gateway, &context.config, intent.chain, timeout)
+                .ok_or_else(|| {
+                    WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
+                })?
+                .provider();
         let query = history_query(machine);
         let (estimate, history) = read(&provider, &intent, &query).await;
         let endpoint = rpc::public_endpoint(url);

@@ -27,6 +27,11 @@ impl Upstream {
     pub const fn new(provider: &'static str, endpoint: &'static str) -> Upstream {
         Upstream { provider, endpoint }
     }
+
+    /// The endpoint's name (a fixed word, safe to quote in a response).
+    pub const fn endpoint(&self) -> &'static str {
+        self.endpoint
+    }
 }
 
 /// One call's metrics: recorded when its answer (or failure) arrives, or as an error when

@@ -73,7 +73,29 @@ pub(crate) enum Got {
     /// The caller accepted the status; the whole body, within the size cap.
     Body(Vec<u8>),
     /// The caller did not accept this status; the body was not read.
-    Refused(reqwest::StatusCode),
+    Refused(Refusal),
+}
+
+/// A status the caller did not accept, with the provider's `Retry-After` when it sent one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// The HTTP status.
+    pub status: reqwest::StatusCode,
+    /// The `Retry-After` header as the provider wrote it (delay seconds or an HTTP date),
+    /// made printable and short; never parsed into a promise of ours.
+    pub retry_after: Option<String>,
+}
+
+/// The longest `Retry-After` text quoted back: an HTTP date is 29 characters.
+const MAX_RETRY_AFTER_CHARS: usize = 40;
+
+/// The `Retry-After` header of an answer, printable and bounded.
+pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .map(|text| printable(text.trim(), MAX_RETRY_AFTER_CHARS))
+        .filter(|text| !text.is_empty())
 }
 
 /// Why one bounded GET got nothing. No variant carries the URL.
@@ -144,7 +166,10 @@ async fn exchange(
         let response = gateway.send(upstream, request).await.map_err(describe)?;
         let status = response.status();
         if !accept(status) {
-            return Ok(Got::Refused(status));
+            return Ok(Got::Refused(Refusal {
+                status,
+                retry_after: retry_after(response.headers()),
+            }));
         }
         read_capped(response, bounds.max_bytes).await.map(Got::Body)
     };
@@ -194,8 +219,10 @@ fn json_answer(got: Result<Got, GetError>, bounds: Bounds) -> Result<Value, Upst
     })?;
     match got {
         Got::Body(body) => serde_json::from_slice(&body).map_err(|_| UpstreamError::Malformed),
-        Got::Refused(reqwest::StatusCode::TOO_MANY_REQUESTS) => Err(UpstreamError::RateLimited),
-        Got::Refused(status) => Err(UpstreamError::Status(status.as_u16())),
+        Got::Refused(refusal) if refusal.status == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+            Err(UpstreamError::RateLimited)
+        }
+        Got::Refused(refusal) => Err(UpstreamError::Status(refusal.status.as_u16())),
     }
 }
 

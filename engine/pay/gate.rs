@@ -65,9 +65,10 @@ pub(crate) struct PaymentRail {
 }
 
 impl PaymentRail {
-    /// The chain reader, when it may decide a payment's outcome.
+    /// The chain reader, when it may decide a payment's outcome: one of its endpoints has
+    /// answered `eth_chainId` 8453. An unverified reader never concludes "unpaid".
     fn trusted_chain(&self) -> Option<&AuthorizationReader> {
-        self.chain.as_ref()
+        self.chain.as_ref().filter(|chain| chain.trusted())
     }
 }
 

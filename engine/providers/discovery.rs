@@ -88,6 +88,8 @@ impl DiscoveryLimits {
 pub(crate) struct ReadError {
     pub code: &'static str,
     pub message: String,
+    /// The provider's `Retry-After`, as it wrote it, when it rate-limited the read.
+    pub retry_after: Option<String>,
 }
 
 impl ReadError {
@@ -95,6 +97,23 @@ impl ReadError {
         ReadError {
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// HTTP 429: the provider's own code (`rate_limit_exceeded`, 600 reads per 10 s at
+    /// CDP), told apart from other statuses, with its `Retry-After` kept as evidence.
+    fn rate_limited(retry_after: Option<String>) -> Self {
+        let message = match &retry_after {
+            Some(after) => {
+                format!("the provider rate-limited the read (HTTP 429, Retry-After {after})")
+            }
+            None => "the provider rate-limited the read (HTTP 429, no Retry-After)".to_string(),
+        };
+        ReadError {
+            code: "provider_rate_limited",
+            message,
+            retry_after,
         }
     }
 
@@ -103,8 +122,13 @@ impl ReadError {
         matches!(self.code, "response_too_large" | "json_limit_exceeded")
     }
 
+    /// The `error` object of a response; `retry_after` appears only when the provider sent it.
     pub(crate) fn to_json(&self) -> Value {
-        json!({"code": self.code, "message": self.message})
+        let mut out = json!({"code": self.code, "message": self.message});
+        if let Some(after) = &self.retry_after {
+            out["retry_after"] = json!(after);
+        }
+        out
     }
 }
 
@@ -247,18 +271,10 @@ impl Provider {
     }
 }
 
-/// A provider answer that passed the size and JSON bounds.
-pub(crate) enum Answer {
-    /// A JSON answer (HTTP 200).
-    Json(Value),
-    /// HTTP 404: nothing is listed.
-    NotFound,
-}
-
 /// One GET as read: its answer or why it failed, when it was read, and whether it was sent.
 pub(crate) struct Fetched {
-    /// The answer, or why there is none.
-    pub answer: Result<Answer, ReadError>,
+    /// The JSON answer (HTTP 200, within the size and JSON bounds), or why there is none.
+    pub answer: Result<Value, ReadError>,
     /// When a usable answer arrived.
     pub retrieved_at: Option<String>,
     /// Whether the request left the process.
@@ -308,7 +324,7 @@ impl Reader {
         let sent = !matches!(got, Err(GetError::Build));
         let answer = got
             .map_err(|error| self.read_error(error, timed_out))
-            .and_then(|got| self.interpret(got));
+            .and_then(|got| self.interpret(endpoint, got));
         let retrieved_at = answer.is_ok().then(timestamp::now);
         Fetched {
             answer,
@@ -317,22 +333,35 @@ impl Reader {
         }
     }
 
-    /// HTTP 404 means "nothing listed"; any other status but 200 is a failed read.
-    fn interpret(&self, got: Got) -> Result<Answer, ReadError> {
+    /// Any status but 200 is a failed read. Since June 2026 CDP answers an empty `resources`
+    /// list for a payTo with nothing listed; its former "Merchant not found" 404 is gone
+    /// from its API, so a 404 now means a provider (or base URL) without this endpoint.
+    fn interpret(&self, endpoint: Upstream, got: Got) -> Result<Value, ReadError> {
         match got {
-            Got::Refused(reqwest::StatusCode::NOT_FOUND) => Ok(Answer::NotFound),
-            Got::Refused(status) => Err(ReadError::new(
+            Got::Refused(refusal) if refusal.status == reqwest::StatusCode::NOT_FOUND => {
+                Err(ReadError::new(
+                    "provider_endpoint_missing",
+                    format!(
+                        "the provider does not serve the {} endpoint (HTTP 404)",
+                        endpoint.endpoint()
+                    ),
+                ))
+            }
+            Got::Refused(refusal) if refusal.status == reqwest::StatusCode::TOO_MANY_REQUESTS => {
+                Err(ReadError::rate_limited(refusal.retry_after))
+            }
+            Got::Refused(refusal) => Err(ReadError::new(
                 "provider_http_status",
-                format!("the provider answered HTTP {}", status.as_u16()),
+                format!("the provider answered HTTP {}", refusal.status.as_u16()),
             )),
-            Got::Body(body) => bounded_json::parse(&body, &self.limits.json)
-                .map(Answer::Json)
-                .map_err(|refusal| match refusal {
+            Got::Body(body) => {
+                bounded_json::parse(&body, &self.limits.json).map_err(|refusal| match refusal {
                     JsonRefusal::LimitExceeded { .. } => {
                         ReadError::new("json_limit_exceeded", refusal.to_string())
                     }
                     JsonRefusal::Invalid(_) => ReadError::new("invalid_json", refusal.to_string()),
-                }),
+                })
+            }
         }
     }
 

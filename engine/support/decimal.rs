@@ -124,6 +124,13 @@ impl Decimal {
         }
     }
 
+    /// Rounds half-up to `digits` significant digits; digits left of the point are kept.
+    pub(crate) fn round_significant(self, digits: u32) -> Decimal {
+        let total = u32::try_from(self.units.to_string().len()).unwrap_or(u32::MAX);
+        let excess = total.saturating_sub(digits);
+        self.round(self.scale.saturating_sub(excess))
+    }
+
     /// self / other, rounded half-up to `places` decimals; None when other is zero.
     pub(crate) fn ratio(self, other: Decimal, places: u32) -> Option<Decimal> {
         if other.is_zero() {
@@ -215,6 +222,17 @@ mod tests {
         assert_eq!(d("0.00001234").to_plain(), "0.00001234");
         assert_eq!(d("12").to_plain(), "12");
         assert_eq!(d("0").to_plain(), "0");
+    }
+
+    #[test]
+    fn significant_rounding_keeps_whole_digits() {
+        assert_eq!(
+            d("0.000123456789").round_significant(3).to_plain(),
+            "0.000123"
+        );
+        assert_eq!(d("1.99996").round_significant(4).to_plain(), "2");
+        assert_eq!(d("123456.78").round_significant(3).to_plain(), "123457");
+        assert_eq!(d("0.5").round_significant(10).to_plain(), "0.5");
     }
 
     #[test]

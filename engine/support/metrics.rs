@@ -46,6 +46,13 @@ struct ListingLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcAttemptLabels {
+    /// The endpoint's position label (`eip155:8453#1`), never its URL.
+    rpc_endpoint: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -56,6 +63,7 @@ pub(crate) struct Metrics {
     payments: Family<PaymentLabels, Counter>,
     calls: Family<CallLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
+    rpc_attempts: Family<RpcAttemptLabels, Counter>,
     in_flight: Gauge,
     build: Family<BuildLabels, Gauge>,
     listings: Family<ListingLabels, Counter>,
@@ -82,6 +90,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         payments,
         calls: Family::default(),
         latency: Family::new_with_constructor(latency_histogram),
+        rpc_attempts: Family::default(),
         in_flight: Gauge::default(),
         build: Family::default(),
         listings: Family::default(),
@@ -183,6 +192,17 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
+    /// One attempt at a JSON-RPC endpoint, by its position label: `ok`, `error`,
+    /// `rate_limited` or `lagging` (the node did not know the block yet).
+    pub(crate) fn rpc_attempt(&self, rpc_endpoint: &str, result: &'static str) {
+        self.rpc_attempts
+            .get_or_create(&RpcAttemptLabels {
+                rpc_endpoint: rpc_endpoint.to_string(),
+                result,
+            })
+            .inc();
+    }
+
     /// Counts one paid call in flight until the guard is dropped.
     pub(crate) fn paid_call_in_flight(&self) -> InFlight {
         self.in_flight.inc();
@@ -211,6 +231,11 @@ impl Metrics {
             "provider_call_duration_seconds",
             "Outbound call latency by provider and endpoint",
             self.latency.clone(),
+        );
+        registry.register(
+            "rpc_endpoint_attempts",
+            "JSON-RPC attempts by endpoint position (eip155:8453#1) and result",
+            self.rpc_attempts.clone(),
         );
         registry.register(
             "paid_calls_in_flight",

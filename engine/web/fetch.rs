@@ -61,6 +61,14 @@ pub const HEADER_ALLOWLIST: &[&str] = &[
 /// Longest header value we keep; longer values are dropped (and noted by callers).
 const MAX_HEADER_VALUE_BYTES: usize = 8192;
 
+/// The header whose cap a machine may raise: x402 v2 challenges with several accepts and a
+/// Bazaar declaration pass 8 KiB (x402-foundation/x402 #2993 reports some over 16 KiB).
+const PAYMENT_REQUIRED_HEADER: &str = "payment-required";
+
+/// Room for every other response header in an HTTP/2 header list: hyper's own client
+/// default (16 KiB), which before this cap also had to hold `PAYMENT-REQUIRED`.
+const H2_OTHER_HEADERS_BYTES: usize = 16 * 1024;
+
 /// The bounds of one fetch. Built from a machine's manifest limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchLimits {
@@ -74,6 +82,8 @@ pub struct FetchLimits {
     pub per_request: Duration,
     /// Budget of the whole fetch, redirects included.
     pub overall: Duration,
+    /// Longest `PAYMENT-REQUIRED` value kept; every other header keeps the 8 KiB cap.
+    pub max_payment_required_bytes: usize,
 }
 
 /// Why a fetcher cannot be set up for a machine: a manifest or configuration bug of ours.
@@ -99,6 +109,8 @@ impl FetchLimits {
     /// The limits a machine declares in machines.yaml (`max_redirects`,
     /// `max_outbound_requests`, `max_response_bytes`, `per_request_timeout_ms`,
     /// `overall_timeout_ms`). A missing limit is a manifest bug, reported as such.
+    /// `max_payment_required_header_bytes` is declared by the x402 probes only; a machine
+    /// without it keeps the general header cap for `PAYMENT-REQUIRED` too.
     pub fn from_machine(machine: &Machine) -> Result<FetchLimits, FetchSetupError> {
         let get = |name: &'static str| {
             machine
@@ -118,6 +130,11 @@ impl FetchLimits {
                 .map_err(|_| FetchSetupError::TooLarge("max_response_bytes"))?,
             per_request: Duration::from_millis(get("per_request_timeout_ms")?),
             overall: Duration::from_millis(get("overall_timeout_ms")?),
+            max_payment_required_bytes: match machine.limit("max_payment_required_header_bytes") {
+                Some(bytes) => usize::try_from(bytes)
+                    .map_err(|_| FetchSetupError::TooLarge("max_payment_required_header_bytes"))?,
+                None => MAX_HEADER_VALUE_BYTES,
+            },
         })
     }
 }
@@ -535,6 +552,7 @@ impl Fetcher {
             .user_agent(USER_AGENT)
             .connect_timeout(limits.per_request)
             .timeout(limits.per_request)
+            .http2_max_header_list_size(h2_header_list_cap(limits))
             .pool_max_idle_per_host(0);
         if let Some(Host::Domain(name)) = url.host() {
             builder = builder.resolve_to_addrs(name, &pinned.addrs);
@@ -564,6 +582,18 @@ fn redirect_location(response: &reqwest::Response) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The HTTP/2 header-list cap of one hop: the `PAYMENT-REQUIRED` cap plus the room the
+/// other headers had, so a challenge within the machine's cap is not refused by the
+/// transport before [`select_headers`] sees it (hyper's default list is 16 KiB in all).
+fn h2_header_list_cap(limits: &FetchLimits) -> u32 {
+    u32::try_from(
+        limits
+            .max_payment_required_bytes
+            .saturating_add(H2_OTHER_HEADERS_BYTES),
+    )
+    .unwrap_or(u32::MAX)
+}
+
 /// RFC 9110 15.4: 303 turns into GET; 301/302 after POST turn into GET as browsers do;
 /// 307/308 keep the method and body.
 fn method_after_redirect(status: u16, method: FetchMethod) -> FetchMethod {
@@ -582,7 +612,8 @@ async fn read_body(
     deadline: Instant,
 ) -> FetchedResponse {
     let status = response.status().as_u16();
-    let (headers, dropped_headers) = select_headers(response.headers());
+    let (headers, dropped_headers) =
+        select_headers(response.headers(), limits.max_payment_required_bytes);
     let mut body: Vec<u8> = Vec::new();
     let body_end = loop {
         match timeout_at(deadline, response.chunk()).await {
@@ -611,8 +642,11 @@ async fn read_body(
 }
 
 /// The allowlisted headers as text; values that are too long or not visible ASCII are
-/// dropped and named.
-fn select_headers(headers: &reqwest::header::HeaderMap) -> (BTreeMap<String, String>, Vec<String>) {
+/// dropped and named. `PAYMENT-REQUIRED` may be up to `payment_required_cap` bytes.
+fn select_headers(
+    headers: &reqwest::header::HeaderMap,
+    payment_required_cap: usize,
+) -> (BTreeMap<String, String>, Vec<String>) {
     let mut kept = BTreeMap::new();
     let mut dropped = Vec::new();
     for name in HEADER_ALLOWLIST {
@@ -621,8 +655,13 @@ fn select_headers(headers: &reqwest::header::HeaderMap) -> (BTreeMap<String, Str
             continue;
         }
         let texts: Option<Vec<&str>> = values.iter().map(|v| v.to_str().ok()).collect();
+        let cap = if *name == PAYMENT_REQUIRED_HEADER {
+            payment_required_cap
+        } else {
+            MAX_HEADER_VALUE_BYTES
+        };
         match texts.map(|t| t.join(", ")) {
-            Some(text) if text.len() <= MAX_HEADER_VALUE_BYTES => {
+            Some(text) if text.len() <= cap => {
                 kept.insert((*name).to_string(), text);
             }
             _ => dropped.push((*name).to_string()),
@@ -708,7 +747,7 @@ mod tests {
         headers.insert("content-type", "text/html".parse().expect("value"));
         headers.append("vary", "accept".parse().expect("value"));
         headers.append("vary", "accept-encoding".parse().expect("value"));
-        let (kept, dropped) = select_headers(&headers);
+        let (kept, dropped) = select_headers(&headers, MAX_HEADER_VALUE_BYTES);
         assert_eq!(
             kept.get("content-type").map(String::as_str),
             Some("text/html")

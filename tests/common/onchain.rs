@@ -108,6 +108,10 @@ pub enum RpcAction {
     Forward,
     /// Answer with this JSON-RPC `error` object.
     Error(Value),
+    /// Answer with this JSON-RPC `result`.
+    Result(Value),
+    /// Answer HTTP 429 with `Retry-After` of this many seconds.
+    Limited(u64),
     /// Answer with this HTTP status and a text body.
     Status(u16),
     /// Never answer.
@@ -160,6 +164,16 @@ where
                         let body = json!({"jsonrpc": "2.0", "id": request["id"], "error": error});
                         reply(200, body.to_string().into_bytes())
                     }
+                    RpcAction::Result(result) => {
+                        let body = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+                        reply(200, body.to_string().into_bytes())
+                    }
+                    RpcAction::Limited(seconds) => http::Response::builder()
+                        .status(429)
+                        .header("content-type", "application/json")
+                        .header("retry-after", seconds.to_string())
+                        .body(b"{\"error\":\"rate limited\"}".to_vec())
+                        .expect("response"),
                     RpcAction::Status(code) => reply(code, b"upstream says no".to_vec()),
                     RpcAction::Hang => {
                         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;

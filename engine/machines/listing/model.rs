@@ -8,7 +8,7 @@ use alloy_primitives::Address;
 use serde_json::{Value, json};
 use url::Url;
 
-use crate::providers::discovery::{Answer, DiscoveryLimits, Fetched, ReadError, Reading};
+use crate::providers::discovery::{DiscoveryLimits, Fetched, ReadError, Reading};
 use crate::support::timestamp;
 
 /// The URL equality rule, as stated in every VM05 response's evidence.
@@ -39,7 +39,7 @@ impl Inputs {
 pub(crate) enum Presence {
     /// An entry of the merchant page equals the resource under the URL equality rule.
     Found,
-    /// The index lists nothing for this payTo (HTTP 404, or an empty listing).
+    /// The index lists nothing for this payTo (an empty listing, CDP's answer since June 2026).
     NotFound,
     /// The payTo lists resources, the page is complete, and none equals the resource.
     MerchantFoundResourceNotListed,
@@ -377,14 +377,7 @@ fn interpret_merchant(
         notes: Vec::new(),
     };
     let answer = match fetched.answer {
-        Ok(Answer::NotFound) => {
-            read.presence = Presence::NotFound;
-            read.notes.push(
-                "The merchant index answered 404: it lists no resources for this payTo.".into(),
-            );
-            return read;
-        }
-        Ok(Answer::Json(answer)) => answer,
+        Ok(answer) => answer,
         Err(error) => {
             read.error = Some(error);
             return read;
@@ -470,15 +463,7 @@ fn interpret_search(
         notes: Vec::new(),
     };
     let answer = match fetched.answer {
-        Ok(Answer::Json(answer)) => answer,
-        Ok(Answer::NotFound) => {
-            read.retrieved_at = None;
-            read.error = Some(ReadError::new(
-                "provider_http_status",
-                "the provider answered HTTP 404",
-            ));
-            return read;
-        }
+        Ok(answer) => answer,
         Err(error) => {
             read.error = Some(error);
             return read;
@@ -610,6 +595,16 @@ fn quality(item: &Value) -> Value {
     }
 }
 
+/// CDP omits `curated` for an entry it has not curated, so absent (or null) is false; a
+/// value of another type is not read as either.
+fn curated(item: &Value) -> Value {
+    match item.get("curated") {
+        None | Some(Value::Null) => json!(false),
+        Some(Value::Bool(b)) => json!(b),
+        Some(_) => Value::Null,
+    }
+}
+
 /// A listed entry in the VM05 `merchant.match` shape (snake_case, provider values as given).
 pub(crate) fn listing_summary(item: &Value) -> Value {
     json!({
@@ -624,7 +619,7 @@ pub(crate) fn listing_summary(item: &Value) -> Value {
         "service_name": text(item, "serviceName"),
         "tags": strings(item, "tags"),
         "icon_url": text(item, "iconUrl"),
-        "curated": item.get("curated").and_then(Value::as_bool),
+        "curated": curated(item),
         "skill_url": text(item, "skillUrl"),
     })
 }
@@ -688,7 +683,12 @@ mod tests {
             json!({"names": ["bazaar", "z"], "discovery_info_present": true, "discovery_schema_present": false})
         );
         assert_eq!(summary["tags"], json!(["a", "b"]));
-        assert_eq!(summary["curated"], Value::Null);
+        assert_eq!(summary["curated"], Value::Null, "not a boolean: unread");
         assert_eq!(summary["quality"], Value::Null);
+        let omitted = listing_summary(&json!({"resource": "https://a.example.com/x"}));
+        assert_eq!(
+            omitted["curated"], false,
+            "CDP omits curated when it is false"
+        );
     }
 }

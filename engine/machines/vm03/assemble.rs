@@ -8,14 +8,14 @@ use serde_json::{Value, json};
 use super::collect::{ChainOutcome, Holding, Origin, Timed};
 use super::{Parsed, Settings};
 use crate::catalog::manifest::Machine;
-use crate::providers::dexscreener::{Pricing, Quote};
+use crate::providers::dexscreener::{Pricing, Quote, Side};
 use crate::support::decimal::Decimal;
 use crate::support::timestamp;
 use crate::support::timestamp::now_millis as now;
 use crate::support::units::format_units;
 
 /// Every holding observation code, in the order they are listed.
-const OBSERVATIONS: [&str; 13] = [
+const OBSERVATIONS: [&str; 15] = [
     "DECLARED_HOLDING",
     "DECLARED_NOT_IN_INVENTORY",
     "DECLARED_NOT_OBSERVED",
@@ -25,15 +25,21 @@ const OBSERVATIONS: [&str; 13] = [
     "BALANCE_UNAVAILABLE",
     "METADATA_UNAVAILABLE",
     "NO_DEX_MARKET",
+    "DEX_ANSWER_POSSIBLY_CUT",
     "LOW_DEX_LIQUIDITY",
     "PRICE_UNAVAILABLE",
     "PRICING_UNAVAILABLE",
     "PRICED_VIA_WRAPPED_NATIVE",
+    "PRICED_FROM_QUOTE_SIDE",
 ];
 
 /// Observations that describe how a holding was found or priced rather than a fact about
 /// it; they are not repeated as readiness factual flags.
-const DESCRIPTIVE: [&str; 2] = ["DECLARED_HOLDING", "PRICED_VIA_WRAPPED_NATIVE"];
+const DESCRIPTIVE: [&str; 3] = [
+    "DECLARED_HOLDING",
+    "PRICED_VIA_WRAPPED_NATIVE",
+    "PRICED_FROM_QUOTE_SIDE",
+];
 
 struct Described {
     json: Value,
@@ -100,6 +106,10 @@ fn usable_price<'a>(
             observations.push("NO_DEX_MARKET");
             (None, None)
         }
+        Some(Pricing::NotInCutAnswer) => {
+            observations.push("DEX_ANSWER_POSSIBLY_CUT");
+            (None, None)
+        }
         Some(Pricing::Pair(quote)) => {
             if quote
                 .liquidity_usd
@@ -113,6 +123,9 @@ fn usable_price<'a>(
             } else {
                 if holding.token.is_none() {
                     observations.push("PRICED_VIA_WRAPPED_NATIVE");
+                }
+                if matches!(quote.side, Side::Quote { .. }) {
+                    observations.push("PRICED_FROM_QUOTE_SIDE");
                 }
                 (Some(quote), quote.price_usd)
             }
@@ -172,6 +185,8 @@ fn describe(holding: &Holding, outcome: &ChainOutcome, settings: &Settings) -> D
         "pair_address": quote.and_then(|q| q.pair_address.clone()),
         "pair_url": quote.and_then(|q| q.pair_url.clone()),
         "pair_created_at": created_at(quote.and_then(|q| q.pair_created_at_ms)),
+        "pair_side": quote.map(Quote::side_name),
+        "price_derivation": quote.map(Quote::derivation),
         "observations": observations,
         "confidence": confidence,
         "evidence_ids": evidence_ids(holding, outcome),
@@ -248,6 +263,23 @@ fn pricing_failures(outcome: &ChainOutcome) -> Vec<String> {
             format!(
                 "A pricing request for {tokens} tokens on {} failed ({error}); those holdings are unpriced.",
                 outcome.chain.caip2
+            )
+        })
+        .collect()
+}
+
+/// Batch answers that may have been cut by a per-response pair cap: a token absent from
+/// one is not claimed to have no market.
+fn possibly_cut(outcome: &ChainOutcome, settings: &Settings) -> Vec<String> {
+    outcome
+        .pricing
+        .iter()
+        .flat_map(|p| p.value.iter())
+        .filter(|batch| batch.error.is_none() && batch.possibly_cut)
+        .map(|batch| {
+            format!(
+                "A pricing answer for {} tokens on {} held {} pairs, at least pricing_answer_pair_cap {}, so it may have been cut; a token absent from it is DEX_ANSWER_POSSIBLY_CUT, not NO_DEX_MARKET.",
+                batch.tokens, outcome.chain.caip2, batch.pairs, settings.pair_cap
             )
         })
         .collect()
@@ -458,16 +490,22 @@ fn sources_and_evidence(
         );
         dex["block_number"] = Value::Null;
         dex["request_scope"] = json!(format!(
-            "GET /tokens/v1/{dex_chain}/... for {tokens} tokens in {} batch(es) of at most {}; per token the base-token pair with the largest liquidity.usd; pairs under ${} liquidity are not used",
+            "GET /tokens/v1/{dex_chain}/... for {tokens} tokens in {} batch(es) of at most {}; per token the base-token pair with the largest liquidity.usd, or for a token only on the quote side its quote-side pair with the largest liquidity.usd (price = priceUsd / priceNative); pairs under ${} liquidity are not used",
             pricing.value.len(),
             settings.batch_size,
             settings.floor_text
         ));
-        dex["provider_response_complete"] = json!(pricing.value.iter().all(|b| b.error.is_none()));
+        dex["provider_response_complete"] = json!(
+            pricing
+                .value
+                .iter()
+                .all(|b| b.error.is_none() && !b.possibly_cut)
+        );
         let mut notes = vec![
             "DEX prices are observed pair prices, not oracle or exchange-wide prices.".to_string(),
         ];
         notes.extend(pricing_failures(outcome));
+        notes.extend(possibly_cut(outcome, settings));
         dex["limitations"] = json!(notes);
         evidence.push(
             json!({"id": dex["id"], "kind": "dex_quote", "summary": format!(
@@ -546,6 +584,9 @@ fn status(outcomes: &[ChainOutcome]) -> &'static str {
             || !native_ok(o)
             || metadata_failed(o).is_some()
             || !pricing_failures(o).is_empty()
+            || o.pricing
+                .as_ref()
+                .is_some_and(|p| p.value.iter().any(|b| b.possibly_cut))
     });
     if degraded { "PARTIAL" } else { "OK" }
 }
@@ -622,7 +663,7 @@ fn overall_limitations(
     let mut out = vec![
         "priced_usd covers priced holdings only and is not a total portfolio value.".to_string(),
         format!(
-            "DEX prices are observed pair prices (per token the base-token pair with the largest liquidity.usd), not oracle or exchange-wide prices; pairs under ${} liquidity are not used.",
+            "DEX prices are observed pair prices (per token the base-token pair with the largest liquidity.usd, else its deepest quote-side pair), not oracle or exchange-wide prices; pairs under ${} liquidity are not used.",
             settings.floor_text
         ),
         "The inventory provider answers at its own latest block; every returned ERC-20 balance is re-read at the chain's observed block.".to_string(),
@@ -643,6 +684,14 @@ fn overall_limitations(
         out.push("Declared holdings are hints: their balances are read on chain at the chain's block, never taken from the request.".to_string());
     }
     out.extend(outcomes.iter().flat_map(chain_limitations));
+    out.extend(outcomes.iter().flat_map(|o| possibly_cut(o, settings)));
+    if outcomes.iter().any(|o| {
+        o.holdings
+            .iter()
+            .any(|h| matches!(&h.pricing, Some(Pricing::Pair(q)) if matches!(q.side, Side::Quote { .. })))
+    }) {
+        out.push("A holding marked PRICED_FROM_QUOTE_SIDE is the quote token of its pair: its price is the pair's priceUsd / priceNative (DexScreener: priceUsd is the base token's USD price, priceNative its price in quote-token units), stated in price_derivation.".to_string());
+    }
     out
 }
 

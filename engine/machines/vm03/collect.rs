@@ -9,8 +9,9 @@ use alloy::providers::{Provider, RootProvider};
 use futures_util::future::join_all;
 
 use super::{Declared, Parsed, Settings};
+use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::Chain;
-use crate::chain::rpc::{CountedRpc, ReadFailure};
+use crate::chain::rpc::ReadFailure;
 use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
@@ -89,16 +90,14 @@ fn rpc(
     settings: &Settings,
     chain: Chain,
 ) -> Result<RootProvider, WorkError> {
-    let url = context
-        .rpc_url(chain.caip2)
-        .ok_or_else(|| no_endpoint(chain))?;
-    Ok(CountedRpc::new(
-        context.gateway.clone(),
-        chain.rpc,
-        url,
+    FailoverRpc::for_chain(
+        &context.gateway,
+        &context.config,
+        chain,
         settings.rpc_timeout,
     )
-    .provider())
+    .map(|rpc| rpc.provider())
+    .ok_or_else(|| no_endpoint(chain))
 }
 
 /// Phase 1 of one chain: block, native balance at the block, inventory (concurrently).
@@ -275,7 +274,10 @@ async fn complete(
             base,
             dex_chain,
             &to_price,
-            settings.batch_size,
+            dexscreener::Batching {
+                batch_size: settings.batch_size,
+                pair_cap: settings.pair_cap,
+            },
             settings.pricing,
         )
         .await;

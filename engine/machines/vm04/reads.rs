@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::venues::{Frozen, VenueSpec};
 use crate::catalog::manifest::Machine;
+use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::Chain;
-use crate::chain::rpc::CountedRpc;
 use crate::machines::WorkContext;
 use crate::net::upstream::{Bounds, UpstreamError};
 use crate::providers::aave::{self, AaveError, ReserveObservation};
@@ -82,15 +82,13 @@ pub(super) async fn read_aave(
     if let Some(served) = from_cache(context, &key, ttl) {
         return Ok(served);
     }
-    let url = context
-        .rpc_url(chain.caip2)
-        .ok_or_else(|| internal("the RPC endpoint"))?;
-    let rpc = CountedRpc::new(
-        context.gateway.clone(),
-        chain.rpc,
-        url,
+    let rpc = FailoverRpc::for_chain(
+        &context.gateway,
+        &context.config,
+        chain,
         bounds(machine).timeout,
     )
+    .ok_or_else(|| internal("the RPC endpoint"))?
     .provider();
     let observation = aave::read_reserve(&rpc, provider_address, asset).await?;
     store(context, &key, &observation, ttl);

@@ -1,0 +1,554 @@
+//! Several JSON-RPC endpoints per chain: which chain each one serves (`eth_chainId`), how
+//! healthy each one is, and a transport that fails over **one endpoint at a time**.
+//!
+//! Why not alloy's `FallbackLayer`: it sends each request to several transports at once and
+//! ranks them by latency, which multiplies outbound calls past SPEC's per-evaluation method
+//! limits and breaks same-block reads. Here one logical read gets at most
+//! [`MAX_ATTEMPTS`] attempts, each to one endpoint, each counted by the gateway:
+//!
+//! - an endpoint that errors, times out or answers 429 cools down (for its `Retry-After` when
+//!   it sends one) and the read moves to the next endpoint in configured order;
+//! - a node that does not know the block yet ("header not found", "unknown block": a lagging
+//!   node behind a load balancer) is asked again after [`LAG_RETRY_DELAY`];
+//! - reads of one transport stay on the endpoint that last answered, so an observation's
+//!   block-pinned reads go to the node that told it the block.
+//!
+//! An endpoint answering another chain's id is never used. Health is shared by every reader
+//! in the process (a registry keyed by the endpoint's position and a digest of its URL), so a
+//! cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
+//! only by position (`eip155:8453#1`) and setting, never by its URL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::task;
+use std::time::{Duration, Instant};
+
+use alloy::network::Ethereum;
+use alloy::providers::RootProvider;
+use alloy::rpc::client::RpcClient;
+use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
+use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
+use sha2::{Digest, Sha256};
+
+use crate::chain::networks::{self, Chain};
+use crate::chain::rpc::{self, Attempt};
+use crate::config::{Config, Secret};
+use crate::net::gateway::{Gateway, Upstream};
+use crate::support::metrics::metrics;
+
+/// Attempts of one logical read, across endpoints and lag retries together.
+pub(crate) const MAX_ATTEMPTS: usize = 2;
+/// Wait before asking a lagging node again: a block reaches every node within a second or so.
+pub(crate) const LAG_RETRY_DELAY: Duration = Duration::from_millis(250);
+/// Cool-down after an error or timeout without `Retry-After`: short, so that a lone endpoint
+/// with a blip is not lost for long.
+const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` honoured: a provider's hour-long answer would idle the chain.
+const MAX_COOL_DOWN: Duration = Duration::from_secs(300);
+/// Answer timeout of one `eth_chainId` check (start-up and readiness loop).
+pub(crate) const IDENTITY_CHECK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What `eth_chainId` said about an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Identity {
+    /// Not asked yet.
+    Unchecked,
+    /// It serves the chain it is configured for.
+    Verified,
+    /// It serves another chain (the id it answered).
+    Mismatch(u64),
+    /// It did not answer `eth_chainId` usably.
+    Unanswered,
+}
+
+#[derive(Debug)]
+struct HealthState {
+    cool_until: Option<Instant>,
+    /// The cool-down is the endpoint's own `Retry-After`: honoured even when no other
+    /// endpoint is left. A cool-down of ours (an error, a timeout) yields to having none.
+    cool_asked: bool,
+    identity: Identity,
+}
+
+/// The shared health of one endpoint.
+#[derive(Debug)]
+struct Health(Mutex<HealthState>);
+
+impl Health {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        // A poisoned lock only means another reader panicked mid-update; the state is plain.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+type RegistryKey = (String, [u8; 32]);
+
+static REGISTRY: LazyLock<Mutex<HashMap<RegistryKey, Arc<Health>>>> = LazyLock::new(Mutex::default);
+
+fn health_of(label: &str, url: &Secret) -> Arc<Health> {
+    let digest: [u8; 32] = Sha256::digest(url.expose().as_bytes()).into();
+    let mut registry = REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    registry
+        .entry((label.to_string(), digest))
+        .or_insert_with(|| {
+            Arc::new(Health(Mutex::new(HealthState {
+                cool_until: None,
+                cool_asked: false,
+                identity: Identity::Unchecked,
+            })))
+        })
+        .clone()
+}
+
+/// One configured endpoint.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// The setting it came from (`rpc_url_eip155_1`, `rpc_urls_eip155_1[2]`).
+    pub setting: String,
+    /// Its position label (`eip155:1#1`), the only name metrics and responses use.
+    pub label: String,
+    url: Option<reqwest::Url>,
+    health: Arc<Health>,
+}
+
+impl Endpoint {
+    /// An endpoint from its setting, its position label and its URL.
+    pub(crate) fn configured(setting: &str, label: &str, url: &Secret) -> Endpoint {
+        Endpoint::new(setting.to_string(), label.to_string(), url)
+    }
+
+    fn new(setting: String, label: String, url: &Secret) -> Endpoint {
+        Endpoint {
+            health: health_of(&label, url),
+            url: reqwest::Url::parse(url.expose()).ok(),
+            setting,
+            label,
+        }
+    }
+
+    /// What `eth_chainId` last said.
+    pub(crate) fn identity(&self) -> Identity {
+        self.health.lock().identity
+    }
+
+    fn cooling(&self, now: Instant) -> bool {
+        self.health
+            .lock()
+            .cool_until
+            .is_some_and(|until| until > now)
+    }
+
+    /// Cooling only by a cool-down of ours, not one the endpoint asked for.
+    fn cooling_softly(&self, now: Instant) -> bool {
+        let state = self.health.lock();
+        !state.cool_asked && state.cool_until.is_some_and(|until| until > now)
+    }
+
+    /// Cools the endpoint down; `asked` when the duration is its own `Retry-After`.
+    fn cool_down(&self, for_how_long: Duration, asked: bool) {
+        let until = Instant::now() + for_how_long.min(MAX_COOL_DOWN);
+        let mut state = self.health.lock();
+        if state.cool_until.is_none_or(|known| until >= known) {
+            state.cool_until = Some(until);
+            state.cool_asked = asked;
+        }
+    }
+
+    fn record(&self, result: &'static str) {
+        metrics().rpc_attempt(&self.label, result);
+    }
+}
+
+/// The endpoints of one chain for one role, in configured order.
+#[derive(Debug, Clone)]
+pub(crate) struct EndpointSet {
+    pub chain: Chain,
+    pub endpoints: Vec<Endpoint>,
+}
+
+impl EndpointSet {
+    /// The chain's JSON-RPC endpoints: `rpc_url_<chain>` first, then `rpc_urls_<chain>`.
+    pub(crate) fn rpc(config: &Config, chain: Chain) -> EndpointSet {
+        let endpoints = config
+            .rpc_endpoints(chain.caip2)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (setting, url))| {
+                Endpoint::new(setting, format!("{}#{}", chain.caip2, i + 1), url)
+            })
+            .collect();
+        EndpointSet { chain, endpoints }
+    }
+
+    /// The chain's inventory provider (one URL; an RPC endpoint too, so it has a chain id).
+    pub(crate) fn inventory(config: &Config, chain: Chain) -> EndpointSet {
+        let key = format!("inventory_url_{}", chain.caip2.replace(':', "_"));
+        let endpoints = config
+            .inventory_url(chain.caip2)
+            .map(|url| Endpoint::new(key, format!("{}#inventory", chain.caip2), url))
+            .into_iter()
+            .collect();
+        EndpointSet { chain, endpoints }
+    }
+
+    /// Whether no endpoint is configured.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// Some endpoint has answered this chain's id.
+    pub(crate) fn verified(&self) -> bool {
+        self.endpoints
+            .iter()
+            .any(|e| e.identity() == Identity::Verified)
+    }
+
+    /// Why the set cannot be used: every endpoint answered another chain's id. Names the
+    /// settings and the chains they answered, never a URL.
+    pub(crate) fn mismatch(&self) -> Option<String> {
+        let wrong: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter_map(|e| match e.identity() {
+                Identity::Mismatch(id) => Some(format!(
+                    "{} answers eth_chainId {id}{}, not {}",
+                    e.setting,
+                    networks::by_id(id).map_or(String::new(), |c| format!(" ({})", c.caip2)),
+                    self.chain.caip2
+                )),
+                _ => None,
+            })
+            .collect();
+        (!wrong.is_empty() && wrong.len() == self.endpoints.len()).then(|| wrong.join("; "))
+    }
+
+    /// Asks every endpoint for `eth_chainId` (one call each) and records the verdicts; a
+    /// mismatch is logged with the setting and the chain it answered.
+    pub(crate) async fn verify_identity(&self, gateway: &Gateway, timeout: Duration) {
+        for endpoint in &self.endpoints {
+            let identity = ask_chain_id(gateway, self.chain, endpoint, timeout).await;
+            if let Identity::Mismatch(id) = identity {
+                tracing::error!(
+                    setting = %endpoint.setting,
+                    endpoint = %endpoint.label,
+                    answered_chain_id = id,
+                    expected = self.chain.caip2,
+                    "an RPC endpoint serves another chain; it is not used"
+                );
+            } else if identity == Identity::Unanswered {
+                tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, "eth_chainId was not answered; the endpoint's chain is unverified");
+            }
+            endpoint.health.lock().identity = identity;
+        }
+    }
+}
+
+async fn ask_chain_id(
+    gateway: &Gateway,
+    chain: Chain,
+    endpoint: &Endpoint,
+    timeout: Duration,
+) -> Identity {
+    let Some(url) = &endpoint.url else {
+        return Identity::Unanswered;
+    };
+    let body =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "eth_chainId", "params": []});
+    let answer = rpc::post_json(gateway, chain.rpc, url, timeout, &body).await;
+    let id = answer.ok().and_then(|value| {
+        value
+            .get("result")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|hex| u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+    });
+    match id {
+        Some(id) if id == chain.chain_id => Identity::Verified,
+        Some(id) => Identity::Mismatch(id),
+        None => Identity::Unanswered,
+    }
+}
+
+/// Checks the chain of every configured RPC and inventory endpoint.
+pub(crate) async fn verify_all(gateway: &Gateway, config: &Config, timeout: Duration) {
+    for chain in networks::ALL {
+        EndpointSet::rpc(config, chain)
+            .verify_identity(gateway, timeout)
+            .await;
+        EndpointSet::inventory(config, chain)
+            .verify_identity(gateway, timeout)
+            .await;
+    }
+}
+
+/// A JSON-RPC transport over an [`EndpointSet`]: one endpoint at a time, failing over.
+#[derive(Debug, Clone)]
+pub(crate) struct FailoverRpc {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    gateway: Gateway,
+    upstream: Upstream,
+    set: EndpointSet,
+    response_timeout: Duration,
+    /// The endpoint that answered last (usize::MAX: none yet).
+    sticky: AtomicUsize,
+    /// Retries this transport needed, in words, for a response's limitations.
+    retries: Mutex<Vec<String>>,
+}
+
+/// How one attempt went, for the failover decision.
+enum Outcome {
+    Answered(ResponsePacket),
+    Lagging(ResponsePacket),
+    Failed(TransportError, Option<Duration>, &'static str),
+}
+
+impl FailoverRpc {
+    /// A transport over `set`; each attempt's answer is bounded by `response_timeout`.
+    pub(crate) fn new(gateway: Gateway, set: EndpointSet, response_timeout: Duration) -> Self {
+        FailoverRpc {
+            inner: Arc::new(Inner {
+                upstream: set.chain.rpc,
+                gateway,
+                set,
+                response_timeout,
+                sticky: AtomicUsize::new(usize::MAX),
+                retries: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The chain's endpoints from the configuration; None when none is configured.
+    pub(crate) fn for_chain(
+        gateway: &Gateway,
+        config: &Config,
+        chain: Chain,
+        response_timeout: Duration,
+    ) -> Option<FailoverRpc> {
+        let set = EndpointSet::rpc(config, chain);
+        (!set.is_empty()).then(|| FailoverRpc::new(gateway.clone(), set, response_timeout))
+    }
+
+    /// An alloy provider speaking through this transport (clones share stickiness and notes).
+    pub(crate) fn provider(&self) -> RootProvider<Ethereum> {
+        RootProvider::new(RpcClient::new(self.clone(), false))
+    }
+
+    /// The endpoints, for identity verdicts.
+    pub(crate) fn endpoints(&self) -> &EndpointSet {
+        &self.inner.set
+    }
+
+    /// The retries reads through this transport needed, in words (empty: none).
+    pub(crate) fn retries(&self) -> Vec<String> {
+        self.inner
+            .retries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn note(&self, text: String) {
+        self.inner
+            .retries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(text);
+    }
+
+    /// The endpoints to try, in order: the sticky one first, then configured order; those
+    /// cooling down or serving another chain are left out. When that leaves none, the ones
+    /// cooling by our own choice (an error, a timeout) are tried after all: a lone endpoint
+    /// with a blip is not lost; a `Retry-After` is always honoured.
+    fn candidates(&self) -> Vec<usize> {
+        let now = Instant::now();
+        let endpoints = &self.inner.set.endpoints;
+        let right_chain = |i: &usize| !matches!(endpoints[*i].identity(), Identity::Mismatch(_));
+        let sticky = self.inner.sticky.load(Ordering::Relaxed);
+        let mut order: Vec<usize> = (0..endpoints.len())
+            .filter(right_chain)
+            .filter(|i| !endpoints[*i].cooling(now))
+            .collect();
+        if order.is_empty() {
+            order = (0..endpoints.len())
+                .filter(right_chain)
+                .filter(|i| endpoints[*i].cooling_softly(now))
+                .collect();
+        }
+        if let Some(at) = order.iter().position(|i| *i == sticky) {
+            order.remove(at);
+            order.insert(0, sticky);
+        }
+        order
+    }
+
+    async fn attempt(&self, index: usize, packet: &RequestPacket) -> Outcome {
+        let endpoint = &self.inner.set.endpoints[index];
+        let Some(url) = &endpoint.url else {
+            endpoint.record("error");
+            return Outcome::Failed(
+                TransportErrorKind::custom_str("the configured RPC URL is invalid"),
+                None,
+                "invalid URL",
+            );
+        };
+        let inner = &self.inner;
+        match rpc::post_packet(
+            &inner.gateway,
+            inner.upstream,
+            url,
+            inner.response_timeout,
+            packet,
+        )
+        .await
+        {
+            Ok(answer) if lagging(&answer) => {
+                endpoint.record("lagging");
+                Outcome::Lagging(answer)
+            }
+            Ok(answer) => {
+                endpoint.record("ok");
+                Outcome::Answered(answer)
+            }
+            Err(Attempt {
+                error,
+                retry_after,
+                rate_limited,
+            }) => {
+                let (result, why) = if rate_limited {
+                    ("rate_limited", "HTTP 429")
+                } else {
+                    ("error", "no usable answer")
+                };
+                endpoint.record(result);
+                Outcome::Failed(error, retry_after, why)
+            }
+        }
+    }
+
+    async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
+        let mut order = self.candidates().into_iter();
+        let Some(mut index) = order.next() else {
+            return Err(TransportErrorKind::custom_str(&format!(
+                "no {} RPC endpoint is usable now (each is cooling down after a failure or serves another chain)",
+                self.inner.set.chain.caip2
+            )));
+        };
+        let mut attempts = 1;
+        loop {
+            let label = self.inner.set.endpoints[index].label.clone();
+            match self.attempt(index, &packet).await {
+                Outcome::Answered(answer) => {
+                    self.inner.sticky.store(index, Ordering::Relaxed);
+                    return Ok(answer);
+                }
+                Outcome::Lagging(answer) => {
+                    if attempts >= MAX_ATTEMPTS {
+                        return Ok(answer);
+                    }
+                    self.note(format!(
+                        "{label} did not know the requested block yet (a lagging node); the read was asked again after {} ms.",
+                        LAG_RETRY_DELAY.as_millis()
+                    ));
+                    tokio::time::sleep(LAG_RETRY_DELAY).await;
+                }
+                Outcome::Failed(error, retry_after, why) => {
+                    let endpoint = &self.inner.set.endpoints[index];
+                    endpoint.cool_down(
+                        retry_after.unwrap_or(DEFAULT_COOL_DOWN),
+                        retry_after.is_some(),
+                    );
+                    let next = order.next();
+                    let (Some(next), true) = (next, attempts < MAX_ATTEMPTS) else {
+                        return Err(error);
+                    };
+                    self.note(format!(
+                        "{label} failed ({why}); the read was retried on {}.",
+                        self.inner.set.endpoints[next].label
+                    ));
+                    index = next;
+                }
+            }
+            attempts += 1;
+        }
+    }
+}
+
+/// The node answered that it does not know the block (the providers' spellings vary).
+fn lagging(answer: &ResponsePacket) -> bool {
+    const SIGNS: [&str; 4] = [
+        "header not found",
+        "unknown block",
+        "block not found",
+        "no state available for block",
+    ];
+    answer.responses().iter().any(|response| {
+        response.payload.as_error().is_some_and(|error| {
+            let message = error.message.to_ascii_lowercase();
+            SIGNS.iter().any(|sign| message.contains(sign))
+        })
+    })
+}
+
+impl tower::Service<RequestPacket> for FailoverRpc {
+    type Response = ResponsePacket;
+    type Error = TransportError;
+    type Future = TransportFut<'static>;
+
+    fn poll_ready(&mut self, _cx: &mut task::Context<'_>) -> task::Poll<Result<(), Self::Error>> {
+        task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, packet: RequestPacket) -> Self::Future {
+        Box::pin(self.clone().send(packet))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloy::rpc::json_rpc::{ErrorPayload, Id, Response, ResponsePayload};
+
+    fn failure(message: &str) -> ResponsePacket {
+        ResponsePacket::Single(Response {
+            id: Id::Number(1),
+            payload: ResponsePayload::Failure(ErrorPayload {
+                code: -32000,
+                message: message.to_string().into(),
+                data: None,
+            }),
+        })
+    }
+
+    #[test]
+    fn lagging_nodes_are_told_apart_from_other_errors() {
+        assert!(lagging(&failure("header not found")));
+        assert!(lagging(&failure("Unknown block")));
+        assert!(!lagging(&failure("execution reverted")));
+    }
+
+    #[test]
+    fn cool_downs_are_capped_and_never_shortened() {
+        let endpoint = Endpoint::new(
+            "rpc_url_eip155_1".into(),
+            "eip155:1#test-cool".into(),
+            &crate::config::Secret::for_tests("http://127.0.0.1:9/cool"),
+        );
+        endpoint.cool_down(Duration::from_secs(3600), true);
+        endpoint.cool_down(Duration::from_secs(1), false);
+        assert!(
+            !endpoint.cooling_softly(Instant::now()),
+            "a Retry-After stays honoured"
+        );
+        let until = endpoint.health.lock().cool_until.expect("cooling");
+        let left = until - Instant::now();
+        assert!(left > Duration::from_secs(290) && left <= MAX_COOL_DOWN);
+    }
+}
