@@ -148,6 +148,9 @@ impl<'a> Rig<'a> {
     }
 }
 
+/// One official client's paid call: the stack, the buyer, the URL and the body.
+type PaidCall = fn(&DevStack, &Buyer, &str, &Value) -> Value;
+
 /// The `error` of a 402's fresh PAYMENT-REQUIRED.
 fn reason_of(response: &reqwest::Response) -> String {
     let header = response.headers()["payment-required"]
@@ -310,7 +313,7 @@ async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1500"),
     ];
     let rig = Rig::start(stack, late, &short).await;
-    let clients: [(&str, fn(&DevStack, &Buyer, &str, &Value) -> Value); 2] = [
+    let clients: [(&str, PaidCall); 2] = [
         ("typescript", |s, b, u, body| s.pay_as(b, u, body)),
         ("python", |s, b, u, body| s.pay_python_as(b, u, body)),
     ];
