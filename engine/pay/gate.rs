@@ -36,6 +36,9 @@ use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
+/// How far past its own `overall_timeout_ms` a machine's work may run before the gate cuts
+/// it (the settle margin of `window` absorbs it).
+const WORK_GRACE: Duration = Duration::from_secs(2);
 /// The 402 reason of a payment whose nonce another authorization spent.
 pub(crate) const NONCE_BURNED: &str = "payment_nonce_burned";
 /// The 402 reason of a payer refused during the cooling period after an unpaid payment.
@@ -374,7 +377,9 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
         Err(error) => return ledger_failure(&error),
     };
-    let budget = call.machine.overall_timeout();
+    // A backstop past the machine's own overall timeout (which turns a slow upstream into a
+    // truthful HOLD): only a machine that overruns its own bound, or the deadline, cuts it.
+    let budget = call.machine.overall_timeout() + WORK_GRACE;
     let body = match tokio::time::timeout_at(deadline.min(Instant::now() + budget), work).await {
         Ok(Ok(body)) => body,
         Ok(Err(error)) => return work_failed(rail, id, call.machine, error.to_string()).await,
