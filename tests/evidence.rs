@@ -162,7 +162,8 @@ async fn every_402_offer_and_the_receipt_verify_with_the_official_implementation
             checked["header"].as_array().is_none_or(Vec::is_empty),
             "{id}: the header leaves the offer to the body: {checked}"
         );
-        for place in ["body"] {
+        {
+            let place = "body";
             let offers = checked[place].as_array().expect("offers");
             assert_eq!(
                 offers.len(),
