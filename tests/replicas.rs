@@ -34,7 +34,10 @@ fn env_for<'a>(
     rpc: &'a str,
     database: &'a str,
 ) -> Vec<(&'static str, String)> {
+    // Replicas behind one load balancer publish one base URL: a payment signed against one
+    // replica's 402 names the same resource on every other.
     vec![
+        ("FACTOMAT_BASE_URL", common::BASE_URL.to_string()),
         ("FACTOMAT_PAY_TO", stack.field("pay_to")),
         ("FACTOMAT_FACILITATOR_URL", facilitator.to_string()),
         ("FACTOMAT_RPC_URL_EIP155_8453", rpc.to_string()),
@@ -504,8 +507,8 @@ async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
             "SELECT count(*) FROM pg_indexes WHERE tablename = 'payment_attempts'"
         )
         .trim(),
-        "3",
-        "primary key, unique nonce, state index: created once"
+        "5",
+        "primary key, unique nonce, state, transfer proof and payer indexes: created once"
     );
 }
 
