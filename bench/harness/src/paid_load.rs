@@ -79,6 +79,12 @@ impl Signer {
     fn sign(&self, nonce: B256) -> Result<Value, BenchError> {
         let mut message = self.template.clone();
         message.nonce = nonce;
+        // The official clients' window (now + maxTimeoutSeconds): the gate refuses one that
+        // reaches further, or that is too short to settle.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        message.validBefore = U256::from(now + 60);
         let hash = message.eip712_signing_hash(&self.domain);
         let signature: Signature = self
             .key
