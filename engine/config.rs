@@ -113,6 +113,24 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "A payer whose verified payment ended unpaid (nonce burned or cancelled, balance gone) is refused before /verify for this long (default 3600; 0 = off).",
     ),
     (
+        "delivery_retention_seconds",
+        "FACTOMAT_DELIVERY_RETENTION_SECONDS",
+        false,
+        "How long a paid answer bought with a payment-identifier id stays collectable again with the same payment, in seconds (default 600; 0 = no answer is retained).",
+    ),
+    (
+        "delivery_collect_without_id_seconds",
+        "FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS",
+        false,
+        "How long after its settlement a paid answer bought without a payment-identifier id stays collectable again, in seconds (default 60).",
+    ),
+    (
+        "delivery_key_file",
+        "FACTOMAT_DELIVERY_KEY_FILE",
+        false,
+        "File with the 32-byte secret (64 hex characters) that seals retained answers, shared by every replica; with SQLite and none set, <ledger file>.delivery-key is generated; with PostgreSQL it is required unless retention is 0.",
+    ),
+    (
         "rpc_max_log_blocks",
         "FACTOMAT_RPC_MAX_LOG_BLOCKS",
         false,
@@ -384,6 +402,13 @@ pub struct Config {
     pub unpaid_strike_seconds: u64,
     /// Most blocks one `eth_getLogs` may span on the payment chain's RPC.
     pub rpc_max_log_blocks: u64,
+    /// How long an answer bought with a payment-identifier id is retained, in seconds (0 =
+    /// retention off).
+    pub delivery_retention_seconds: u64,
+    /// How long an answer bought without an id may be collected again, in seconds.
+    pub delivery_collect_without_id_seconds: u64,
+    /// The file of the secret that seals retained answers.
+    pub delivery_key_file: Option<PathBuf>,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
     /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only through
@@ -1012,6 +1037,9 @@ impl RawLayer {
         let settlement_wait_ms = self.millis("settlement_wait_ms", 20_000)?;
         let unpaid_strike_seconds = self.seconds("unpaid_strike_seconds", 3_600)?;
         let rpc_max_log_blocks = self.count("rpc_max_log_blocks", 1_000)? as u64;
+        let delivery_retention_seconds = self.seconds("delivery_retention_seconds", 600)?;
+        let delivery_collect_without_id_seconds =
+            self.seconds("delivery_collect_without_id_seconds", 60)?;
         let database_url = self
             .get("database_url")
             .map(|(v, _)| v)
@@ -1093,6 +1121,11 @@ impl RawLayer {
                 .map(PathBuf::from)
                 .collect(),
             evidence_retired_public_keys: self.list("evidence_retired_public_keys"),
+            delivery_retention_seconds,
+            delivery_collect_without_id_seconds,
+            delivery_key_file: self
+                .get("delivery_key_file")
+                .map(|(path, _)| PathBuf::from(path)),
             rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
             rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
             rpc_urls_eip155_8453: self.secret_list("rpc_urls_eip155_8453")?,
@@ -1395,6 +1428,8 @@ mod tests {
             "database_pool_size" => "7",
             "max_connections" => "77",
             "unpaid_strike_seconds" => "600",
+            "delivery_retention_seconds" => "900",
+            "delivery_collect_without_id_seconds" => "30",
             "rpc_max_log_blocks" => "10",
             "unpaid_empty_body" => "challenge",
             "ownership_proofs" => OWNERSHIP_PROOF,
@@ -1453,6 +1488,14 @@ mod tests {
                 "the database password never shows in Debug"
             );
             assert_eq!(config.unpaid_empty_body, UnpaidEmptyBody::Challenge);
+            assert_eq!(
+                (
+                    config.delivery_retention_seconds,
+                    config.delivery_collect_without_id_seconds,
+                    config.delivery_key_file.as_deref()
+                ),
+                (900, 30, Some(std::path::Path::new("token")))
+            );
             assert_eq!(config.ownership_proofs, vec![OWNERSHIP_PROOF.to_string()]);
             assert_eq!(config.unsafe_test_connect_to.len(), 1);
             assert_eq!(config.unsafe_test_dns.len(), 1);

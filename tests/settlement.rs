@@ -11,18 +11,9 @@ mod common;
 use std::time::Duration;
 
 use common::devstack::{Buyer, DevStack, shared_stack};
-use common::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
-use common::ledgers::{fresh_ledger_url, rows_of};
-use common::rpc_proxy::{RpcProxy, range_limited_rpc};
-use common::{TestServer, decode_header};
-use factomat::pay::ledger::AttemptRow;
-use serde_json::{Value, json};
-
-const VM02: &str = "/v1/allowance-exposure";
-const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
-const PRICE: u128 = 10_000;
-/// Alchemy's free tier: 10 blocks per `eth_getLogs`.
-const PROVIDER_LOG_LIMIT: u64 = 10;
+use common::facilitator_proxy::Settle;
+use common::paid_rig::{PRICE, Rig, payment_response, reason_of, unix_now, wait_for};
+use serde_json::Value;
 
 on_both_ledgers!(
     a_burned_nonce_is_never_paid_and_its_payer_cools_off,
@@ -30,159 +21,8 @@ on_both_ledgers!(
     an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
 );
 
-/// A server in front of `stack` through a facilitator proxy and a range-limited RPC.
-struct Rig<'a> {
-    stack: &'a DevStack,
-    server: TestServer,
-    facilitator: FacilitatorProxy,
-    rpc: RpcProxy,
-    ledger_url: String,
-}
-
-impl<'a> Rig<'a> {
-    async fn start(stack: &'a DevStack, settle: Settle, env: &[(&str, &str)]) -> Rig<'a> {
-        let facilitator = facilitator_proxy(stack, settle).await;
-        let rpc = range_limited_rpc(&stack.field("rpc_url"), PROVIDER_LOG_LIMIT).await;
-        let ledger_url = fresh_ledger_url();
-        let pay_to = stack.field("pay_to");
-        let mut all = vec![
-            ("FACTOMAT_PAY_TO", pay_to.as_str()),
-            ("FACTOMAT_FACILITATOR_URL", facilitator.url.as_str()),
-            ("FACTOMAT_RPC_URL_EIP155_8453", rpc.url.as_str()),
-            ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
-            ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
-        ];
-        all.extend_from_slice(env);
-        let server = TestServer::with_env(&all).await;
-        Rig {
-            stack,
-            server,
-            facilitator,
-            rpc,
-            ledger_url,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}{VM02}", self.server.url)
-    }
-
-    fn request(&self, buyer: &Buyer) -> Value {
-        json!({"owner": buyer.address, "token": USDC, "spender": self.stack.field("pay_to")})
-    }
-
-    /// The PAYMENT-REQUIRED header and JSON body of an unpaid call.
-    async fn challenge(&self, body: &Value) -> (String, Value) {
-        let response = self.server.post_json(VM02, body).await;
-        assert_eq!(response.status().as_u16(), 402);
-        let header = response.headers()["payment-required"]
-            .to_str()
-            .expect("ascii")
-            .to_string();
-        (header, response.json().await.expect("402 body"))
-    }
-
-    /// A PAYMENT-SIGNATURE of `buyer` for this call, with sign.mjs mutations.
-    async fn sign(&self, buyer: &Buyer, body: &Value, mutations: &[&str]) -> (String, Value) {
-        let (required, _) = self.challenge(body).await;
-        let signed = self.stack.sign_as(buyer, &required, mutations);
-        let header = signed["header"].as_str().expect("header").to_string();
-        (header, signed)
-    }
-
-    async fn send(&self, body: &Value, header: &str) -> reqwest::Response {
-        self.server
-            .client
-            .post(self.url())
-            .header("content-type", "application/json")
-            .header("PAYMENT-SIGNATURE", header)
-            .json(body)
-            .send()
-            .await
-            .expect("answered")
-    }
-
-    async fn rows(&self) -> Vec<AttemptRow> {
-        rows_of(&self.ledger_url).await
-    }
-
-    fn balance(&self, address: &str) -> u128 {
-        self.stack
-            .usdc_balance(address)
-            .trim_matches('"')
-            .parse()
-            .expect("balance")
-    }
-
-    fn ledger_command(&self, args: &[&str]) -> Value {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-            .args(["ledger"])
-            .args(args)
-            .arg("--json")
-            .env("FACTOMAT_DATABASE_URL", &self.ledger_url)
-            .env("FACTOMAT_RPC_URL_EIP155_8453", &self.rpc.url)
-            .output()
-            .expect("factomat ledger runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).expect("json")
-    }
-
-    fn reconcile(&self) -> Vec<Value> {
-        let entries = self.ledger_command(&["reconcile"]);
-        entries.as_array().expect("entries").clone()
-    }
-
-    fn vm02_paid_calls(&self) -> u64 {
-        let report = self.ledger_command(&["report"]);
-        report["machines"]
-            .as_array()
-            .expect("machines")
-            .iter()
-            .find(|m| m["machine"] == "VM02")
-            .and_then(|m| m["paid_calls"].as_u64())
-            .expect("VM02 paid calls")
-    }
-}
-
 /// One official client's paid call: the stack, the buyer, the URL and the body.
 type PaidCall = fn(&DevStack, &Buyer, &str, &Value) -> Value;
-
-/// The `error` of a 402's fresh PAYMENT-REQUIRED.
-fn reason_of(response: &reqwest::Response) -> String {
-    let header = response.headers()["payment-required"]
-        .to_str()
-        .expect("ascii");
-    decode_header(header)["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn payment_response(response: &reqwest::Response) -> Value {
-    decode_header(
-        response.headers()["payment-response"]
-            .to_str()
-            .expect("ascii"),
-    )
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !done().await {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 async fn a_burned_nonce_is_never_paid_and_its_payer_cools_off() {
     let stack = shared_stack();

@@ -76,11 +76,42 @@ pub(crate) struct Offer {
 /// Every extension of a machine's 402, in order. The one place to add an extension: the
 /// body, the header (within [`HEADER_ALLOWANCE`]) and the [`Offer`] all follow this list.
 pub(crate) fn extensions(machine: &Machine) -> Vec<Extension> {
-    vec![Extension {
-        key: "bazaar",
-        full: render::bazaar_extension(machine),
-        compact: render::bazaar_header_extension(machine),
-    }]
+    vec![
+        Extension {
+            key: "bazaar",
+            full: render::bazaar_extension(machine),
+            compact: render::bazaar_header_extension(machine),
+        },
+        payment_identifier(),
+    ]
+}
+
+/// x402's payment-identifier extension, optional: a buyer who sends an `id` may collect the
+/// answer again within the retention (docs/payment.md). The schema is the extension's own
+/// (`specs/extensions/payment_identifier.md`); the header carries only `info`.
+fn payment_identifier() -> Extension {
+    let info = json!({"required": false});
+    Extension {
+        key: "payment-identifier",
+        full: json!({
+            "info": info,
+            "schema": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "properties": {
+                    "required": {"type": "boolean"},
+                    "id": {
+                        "type": "string",
+                        "minLength": 16,
+                        "maxLength": 128,
+                        "pattern": "^[a-zA-Z0-9_-]+$"
+                    }
+                },
+                "required": ["required"]
+            }
+        }),
+        compact: json!({"info": info}),
+    }
 }
 
 /// The machine's `resource` and whole `extensions`, exactly as its 402 body states them:

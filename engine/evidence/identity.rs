@@ -6,7 +6,6 @@
 //! its key afterwards (a numbered `#key-1` would move to the new key).
 
 use std::fmt;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -276,13 +275,7 @@ pub fn generate_key_file(path: &Path) -> Result<PublicKey, EvidenceError> {
         path: path.display().to_string(),
         kind: e.kind(),
     };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).map_err(write_error)?;
-    file.write_all(pem.as_bytes()).map_err(write_error)?;
-    file.sync_all().map_err(write_error)?;
+    crate::support::private_file::write_new(path, pem.as_bytes()).map_err(write_error)?;
     Ok(PublicKey::from_bytes(key.verifying_key().as_bytes()))
 }
 

@@ -101,13 +101,16 @@ impl From<NotReady> for ApiError {
 
 impl From<&Refusal> for ApiError {
     /// A refusal of ours on the paid path: 500 when the work failed or the payee or price cannot
-    /// be read, else 503.
+    /// be read, 400 for a malformed payment-identifier, 409 for one bound to another payment,
+    /// else 503.
     fn from(refusal: &Refusal) -> Self {
         let status = match refusal {
             Refusal::WorkFailed | Refusal::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            Refusal::LedgerUnavailable | Refusal::FacilitatorUnavailable { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Refusal::LedgerUnavailable
+            | Refusal::FacilitatorUnavailable { .. }
+            | Refusal::InProgress => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::IdentifierInvalid => StatusCode::BAD_REQUEST,
+            Refusal::IdentifierConflict => StatusCode::CONFLICT,
         };
         ApiError::new(status, refusal.code(), refusal.to_string())
     }

@@ -36,6 +36,7 @@ use crate::http::{admin, request_id, sealed};
 use crate::machines::Work;
 use crate::pay::echo::Declared;
 use crate::pay::gate::{self, PaidOutcome};
+use crate::pay::retained::{Answer, Finisher};
 use crate::support::metrics::{RouteCounters, metrics};
 
 const JSON: &str = "application/json";
@@ -143,6 +144,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     let state = Arc::new(AppState::prepare(config, base_url)?);
     state.report_unfinished_attempts().await;
     state.check_facilitator_in_background();
+    state.sweep_retained_in_background();
     let (tx, rx) = oneshot::channel::<()>();
     let (admin_tx, admin_rx) = oneshot::channel::<()>();
     let admin_addr = match state.config.admin_listen {
@@ -347,18 +349,15 @@ where
     // The paid call runs to its end in a task of its own: hyper drops a request's future when
     // its client disconnects, and a call cut between /settle and the ledger record would leave
     // a payment that may have moved with no record of its outcome.
-    // The seal names the request by the ledger's hash; computed only when signing is on.
-    let request_sha256 = state
-        .evidence
-        .as_ref()
-        .map(|_| crate::support::canonical::canonical_sha256(&request));
+    // The ledger row, the retained answer's key and the seal all name the request by this.
+    let request_sha256 = crate::support::canonical::canonical_sha256(&request);
     let call = PaidCall {
         state: Arc::clone(state),
         machine: route.machine,
         requirement: requirement.clone(),
         declared: declared.clone(),
         pay_to: pay_to.to_string(),
-        request,
+        request_sha256,
         work,
         signature: signature.as_bytes().to_vec(),
         request_id: incoming.request_id.to_string(),
@@ -367,7 +366,7 @@ where
     // this span, so it carries the request id.
     let span = tracing::info_span!("request", request_id = incoming.request_id);
     match tokio::spawn(call.run().instrument(span)).await {
-        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome, request_sha256.as_deref()),
+        Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
         Ok(Err(error)) => error_response(&error),
         Err(error) => {
             tracing::error!(%error, machine = %route.machine.machine, request_id = incoming.request_id, "paid call task failed");
@@ -461,7 +460,7 @@ struct PaidCall {
     requirement: Value,
     declared: Declared,
     pay_to: String,
-    request: Value,
+    request_sha256: String,
     work: Work,
     signature: Vec<u8>,
     request_id: String,
@@ -477,14 +476,20 @@ impl PaidCall {
                 "no payment facilitator is configured on this deployment; nothing was charged",
             ));
         };
+        let finisher = PaidAnswer {
+            state: &self.state,
+            machine: self.machine,
+            request_sha256: &self.request_sha256,
+        };
         let call = gate::PaidCall {
             machine: self.machine,
             requirement: &self.requirement,
             declared: &self.declared,
             pay_to: &self.pay_to,
-            request: &self.request,
+            request_sha256: &self.request_sha256,
             header: &self.signature,
             request_id: &self.request_id,
+            finisher: &finisher,
         };
         let work = self.work.observe(&self.state.work);
         Ok(gate::run(rail, &MANIFEST, call, work).await)
@@ -496,41 +501,9 @@ fn paid_response(
     route: &PaidRoute,
     pay_to: &str,
     outcome: PaidOutcome,
-    request_sha256: Option<&str>,
 ) -> Response<Bytes> {
     match outcome {
-        PaidOutcome::Delivered {
-            body,
-            payment_response,
-        } => {
-            let bytes = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-            let sealed = sealed_answer(state, route, request_sha256, &payment_response, &bytes);
-            let mut response = base_response(StatusCode::OK, JSON, bytes);
-            let payment_response = sealed
-                .as_ref()
-                .map_or(payment_response.as_str(), |s| s.payment_response.as_str());
-            insert_header(&mut response, challenge::PAYMENT_RESPONSE, payment_response);
-            let headers = response.headers_mut();
-            match sealed {
-                Some(sealed) => {
-                    headers.insert(const { HeaderName::from_static(SEAL_HEADER) }, sealed.seal);
-                    headers.insert(
-                        const { HeaderName::from_static("content-digest") },
-                        sealed.content_digest,
-                    );
-                    // No proxy may re-encode the bytes the seal and digest name.
-                    headers.insert(
-                        CACHE_CONTROL,
-                        const { HeaderValue::from_static("private, no-transform") },
-                    );
-                }
-                // A paid answer is the buyer's alone: no shared cache keeps it.
-                None => {
-                    headers.insert(CACHE_CONTROL, const { HeaderValue::from_static("private") });
-                }
-            }
-            response
-        }
+        PaidOutcome::Answered(answer) => answered(answer),
         PaidOutcome::Pending {
             transaction,
             retry_after_seconds,
@@ -553,20 +526,85 @@ fn paid_response(
     }
 }
 
+/// A paid answer exactly as built (and, when retained, exactly as first sent).
+fn answered(answer: Answer) -> Response<Bytes> {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let mut response = base_response(status, JSON, Bytes::from(answer.body));
+    for (name, value) in &answer.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// Builds the 200 of a settled paid call: PAYMENT-RESPONSE, and when signing is on the
+/// receipt inside it, the evidence seal and Content-Digest over the body bytes.
+struct PaidAnswer<'a> {
+    state: &'a AppState,
+    machine: &'static Machine,
+    request_sha256: &'a str,
+}
+
+impl Finisher for PaidAnswer<'_> {
+    fn finish(&self, body: Vec<u8>, payment_response: &str) -> Answer {
+        let sealed = sealed_answer(
+            self.state,
+            self.machine,
+            self.request_sha256,
+            payment_response,
+            &body,
+        );
+        let mut headers = Vec::with_capacity(4);
+        let header = |name: &str, value: &str| (name.to_string(), value.to_string());
+        match sealed {
+            Some(sealed) => {
+                headers.push(header(
+                    challenge::PAYMENT_RESPONSE,
+                    &sealed.payment_response,
+                ));
+                headers.push(header(
+                    SEAL_HEADER,
+                    sealed.seal.to_str().unwrap_or_default(),
+                ));
+                headers.push(header(
+                    "content-digest",
+                    sealed.content_digest.to_str().unwrap_or_default(),
+                ));
+                // No proxy may re-encode the bytes the seal and digest name.
+                headers.push(header("cache-control", "private, no-transform"));
+            }
+            None => {
+                headers.push(header(challenge::PAYMENT_RESPONSE, payment_response));
+                // A paid answer is the buyer's alone: no shared cache keeps it.
+                headers.push(header("cache-control", "private"));
+            }
+        }
+        Answer {
+            status: 200,
+            body,
+            headers,
+        }
+    }
+}
+
 /// The receipt, seal and Content-Digest of a settled answer when signing is on; a signing
 /// failure is logged and the answer goes out unsealed (the buyer has paid for it).
 fn sealed_answer(
     state: &AppState,
-    route: &PaidRoute,
-    request_sha256: Option<&str>,
+    machine: &Machine,
+    request_sha256: &str,
     payment_response: &str,
     body: &[u8],
 ) -> Option<sealed::Sealed> {
-    let (identity, request_sha256) = (state.evidence.as_deref()?, request_sha256?);
-    let resource_url = challenge::resource_url(&state.base_url, route.machine);
-    sealed::seal(identity, &resource_url, route.machine, request_sha256, payment_response, body)
+    let identity = state.evidence.as_deref()?;
+    let resource_url = challenge::resource_url(&state.base_url, machine);
+    sealed::seal(identity, &resource_url, machine, request_sha256, payment_response, body)
         .map_err(|error| {
-            tracing::error!(%error, machine = %route.machine.machine, "paid answer sent without its evidence seal");
+            tracing::error!(%error, machine = %machine.machine, "paid answer sent without its evidence seal");
         })
         .ok()
 }

@@ -27,6 +27,7 @@ use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::gate::PaymentRail;
 use crate::pay::ledger;
 use crate::pay::local_check;
+use crate::pay::retained::{DeliverySecret, Retention};
 use crate::support::metrics::{RouteCounters, metrics};
 
 /// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
@@ -171,6 +172,29 @@ impl AppState {
         }
     }
 
+    /// Deletes expired retained answers on a timer, on every replica (idempotent).
+    pub(super) fn sweep_retained_in_background(&self) {
+        let Some(rail) = &self.rail else { return };
+        let Some(retention) = &rail.retention else {
+            return;
+        };
+        let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval(every);
+            loop {
+                timer.tick().await;
+                match ledger.sweep_retained(crate::pay::gate::unix_now()).await {
+                    Ok(0) => {}
+                    Ok(swept) => {
+                        metrics().retained_expired(swept);
+                        tracing::debug!(swept, "expired retained answers deleted");
+                    }
+                    Err(error) => tracing::warn!(%error, "could not sweep retained answers"),
+                }
+            }
+        });
+    }
+
     /// `GET /supported` once; a facilitator without exact on our network gets a warning.
     pub(super) fn check_facilitator_in_background(&self) {
         let Some(rail) = &self.rail else { return };
@@ -226,6 +250,44 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         refused_locally: Default::default(),
         signatures_deferred: Default::default(),
         listing: Default::default(),
+        retention: retention(config)?,
+    }))
+}
+
+/// The retention of paid answers and the secret that seals them. Without a configured
+/// secret file, a SQLite deployment gets one generated beside its ledger file; a PostgreSQL
+/// one (several replicas must share the secret) does not start.
+fn retention(config: &Config) -> Result<Option<Retention>, StartError> {
+    if config.delivery_retention_seconds == 0 {
+        tracing::info!("delivery_retention_seconds = 0: paid answers are not retained");
+        return Ok(None);
+    }
+    let refused = |e: crate::pay::retained::RetainedError| StartError::Prepare(e.to_string());
+    let secret = match (
+        &config.delivery_key_file,
+        ledger::sqlite_path(config.database_url.expose()),
+    ) {
+        (Some(path), _) => DeliverySecret::load(path).map_err(refused)?,
+        (None, Some(ledger_file)) => {
+            let path = std::path::PathBuf::from(format!("{}.delivery-key", ledger_file.display()));
+            if path.exists() {
+                DeliverySecret::load(&path).map_err(refused)?
+            } else {
+                let secret = DeliverySecret::generate(&path).map_err(refused)?;
+                tracing::warn!(path = %path.display(), "generated the secret that seals retained paid answers (delivery_key_file); keep it with the ledger file, and set delivery_key_file to use your own");
+                secret
+            }
+        }
+        (None, None) => {
+            return Err(StartError::Prepare(
+                "delivery_key_file is required with a PostgreSQL ledger (every replica must share the secret that seals retained paid answers); generate one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`, or set delivery_retention_seconds = 0".into(),
+            ));
+        }
+    };
+    Ok(Some(Retention {
+        with_id_seconds: config.delivery_retention_seconds,
+        without_id_seconds: config.delivery_collect_without_id_seconds,
+        secret,
     }))
 }
 

@@ -1,10 +1,11 @@
 //! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`.
 //! It keeps only the order of the steps; each step's rules live in their own module:
 //!
-//! decode → `accepted` and the buyer's echo (`echo`) → the authorization's window (`window`)
-//! → the local check (`local_check`) → the ledger's nonce and strike pre-check → facilitator
-//! `/verify` → ledger reserve → the machine's work → the settlement (`settlement`) → ledger
-//! record.
+//! decode → a retained answer for this exact payment and request (`collect`) → `accepted`
+//! and the buyer's echo (`echo`) → the authorization's window (`window`) → the local check
+//! (`local_check`) → the ledger's nonce and strike pre-check → facilitator `/verify` →
+//! ledger reserve (binding where the answer will be retained) → the machine's work → the
+//! settlement (`settlement`) → ledger record, with the answer retained (`retained`).
 //!
 //! A payment refused before `/verify` never costs an outbound request. Nothing goes outbound
 //! before `/verify` says the payment is valid, and the unique nonce in the ledger makes sure
@@ -19,17 +20,19 @@ use alloy::sol_types::Eip712Domain;
 use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
+use crate::pay::collect::{self, ANSWER_EXPIRED};
 use crate::pay::echo::{self, Declared};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SETTLEMENT_PENDING};
-use crate::pay::ledger::{Ledger, LedgerError, NewAttempt, Outcome};
+use crate::pay::ledger::{Binding, Keep, Ledger, LedgerError, NewAttempt, Outcome};
 use crate::pay::listing::ListingBoard;
 use crate::pay::local_check::{self, Expected, LocalVerdict};
-use crate::pay::settlement::{self, Payment, Settlement, Settling};
+use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
+use crate::pay::settlement::{self, Payment, Settlement, Settling, encoded, our_settle_response};
 use crate::pay::window::{self, Bounds, WindowRefusal};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 use crate::support::metrics::metrics;
@@ -65,12 +68,14 @@ pub(crate) struct PaymentRail {
     pub signatures_deferred: AtomicU64,
     /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
     pub listing: ListingBoard,
+    /// How paid answers are retained for collecting again; None when retention is off.
+    pub retention: Option<Retention>,
 }
 
 impl PaymentRail {
     /// The chain reader, when it may decide a payment's outcome: one of its endpoints has
     /// answered `eth_chainId` 8453. An unverified reader never concludes "unpaid".
-    fn trusted_chain(&self) -> Option<&AuthorizationReader> {
+    pub(crate) fn trusted_chain(&self) -> Option<&AuthorizationReader> {
         self.chain.as_ref().filter(|chain| chain.trusted())
     }
 }
@@ -85,12 +90,14 @@ pub(crate) struct PaidCall<'a> {
     pub declared: &'a Declared,
     /// Our configured payTo address.
     pub pay_to: &'a str,
-    /// The request as received, for the ledger's request hash.
-    pub request: &'a Value,
+    /// sha256 of the canonical request (docs/hashing.md).
+    pub request_sha256: &'a str,
     /// The `PAYMENT-SIGNATURE` header.
     pub header: &'a [u8],
     /// The request's `x-request-id`, kept in the ledger row.
     pub request_id: &'a str,
+    /// Turns a settled result into the 200 that goes out (the edge's evidence seal).
+    pub finisher: &'a dyn Finisher,
 }
 
 /// A refusal of ours on the paid path: nothing was charged.
@@ -113,6 +120,21 @@ pub(crate) enum Refusal {
         "the observation could not be produced; the payment was not settled and nothing was charged"
     )]
     WorkFailed,
+    /// The payment-identifier `id` is outside the extension's bounds.
+    #[error(
+        "extensions[\"payment-identifier\"].info.id must be 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'; nothing was verified or charged"
+    )]
+    IdentifierInvalid,
+    /// The payment-identifier `id` is bound to another payment or request.
+    #[error(
+        "this payment identifier was already used with another payment or request; nothing ran and nothing was charged"
+    )]
+    IdentifierConflict,
+    /// The same payment is still being processed: its answer will be collectable.
+    #[error(
+        "this payment is still being processed; send the identical request again shortly to collect its answer, and do not sign a new payment"
+    )]
+    InProgress,
 }
 
 impl Refusal {
@@ -123,6 +145,9 @@ impl Refusal {
             Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
             Refusal::WorkFailed => "work_failed",
             Refusal::Misconfigured => "payment_misconfigured",
+            Refusal::IdentifierInvalid => "invalid_payment_identifier",
+            Refusal::IdentifierConflict => "payment_identifier_conflict",
+            Refusal::InProgress => "payment_in_progress",
         }
     }
 }
@@ -130,11 +155,8 @@ impl Refusal {
 /// What the gate decided; the server turns it into HTTP.
 #[derive(Debug)]
 pub(crate) enum PaidOutcome {
-    /// 200 with the result and the PAYMENT-RESPONSE header value.
-    Delivered {
-        body: Value,
-        payment_response: String,
-    },
+    /// The paid answer as it goes out (first sent, or collected again).
+    Answered(Answer),
     /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
     Rejected { reason: String },
     /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
@@ -162,14 +184,16 @@ struct Presented {
     valid_before: u64,
 }
 
-fn reject(reason: &str) -> PaidOutcome {
+/// A 402 with a fresh challenge naming `reason`.
+pub(crate) fn reject(reason: &str) -> PaidOutcome {
     metrics().payment("rejected", reason);
     PaidOutcome::Rejected {
         reason: reason.to_string(),
     }
 }
 
-fn unix_now() -> u64 {
+/// Now, in unix seconds.
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -274,14 +298,20 @@ fn check_locally(
 }
 
 /// The ledger's pre-check: a nonce already presented, or a payer in its cooling period.
-async fn precheck(rail: &PaymentRail, presented: &Presented) -> Result<(), PaidOutcome> {
+async fn precheck(
+    rail: &PaymentRail,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> Result<(), PaidOutcome> {
     let payer = format!("{:#x}", presented.payer);
     match rail
         .ledger
         .precheck(&presented.nonce_sha256, &payer, unix_now())
         .await
     {
-        Ok(found) if found.nonce_known => Err(reject("payment_nonce_already_presented")),
+        Ok(found) if found.nonce_known => {
+            Err(reject(already_presented(rail, call, presented).await))
+        }
         Ok(found) if found.payer_struck => {
             metrics().payment("payer_struck", "");
             tracing::info!(%payer, "payer refused before /verify: a recent verified payment ended unpaid");
@@ -292,9 +322,29 @@ async fn precheck(rail: &PaymentRail, presented: &Presented) -> Result<(), PaidO
     }
 }
 
-fn ledger_failure(error: &LedgerError) -> PaidOutcome {
+/// A 503 for a ledger that cannot answer.
+pub(crate) fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
     PaidOutcome::Failed(Refusal::LedgerUnavailable)
+}
+
+/// Why a known nonce is refused: the same request's settled payment whose answer is no
+/// longer retained says so; anything else was simply presented already.
+async fn already_presented(
+    rail: &PaymentRail,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> &'static str {
+    if rail.retention.is_none() {
+        return "payment_nonce_already_presented";
+    }
+    match rail.ledger.row_by_nonce(&presented.nonce_sha256).await {
+        Ok(Some(row)) if row.state == "settled" && row.request_sha256 == call.request_sha256 => {
+            metrics().retained("expired");
+            ANSWER_EXPIRED
+        }
+        _ => "payment_nonce_already_presented",
+    }
 }
 
 /// Every check before `/verify`, in order; none goes outbound.
@@ -302,14 +352,34 @@ async fn admit(
     rail: &PaymentRail,
     manifest: &Manifest,
     call: &PaidCall<'_>,
-) -> Result<(Presented, Instant), PaidOutcome> {
-    let presented = decode(call.header)?;
+    presented: &Presented,
+) -> Result<Instant, PaidOutcome> {
     echo::check(&presented.payload, call.requirement, call.declared)
         .map_err(|refusal| reject(refusal.reason()))?;
-    let deadline = call_deadline(rail, call.machine, manifest, &presented)?;
-    check_locally(rail, call.machine, call.pay_to, &presented)?;
-    precheck(rail, &presented).await?;
-    Ok((presented, deadline))
+    let deadline = call_deadline(rail, call.machine, manifest, presented)?;
+    check_locally(rail, call.machine, call.pay_to, presented)?;
+    precheck(rail, call, presented).await?;
+    Ok(deadline)
+}
+
+/// Where this payment's answer is retained: the exact payload, the request and the
+/// payment-identifier `id` (a malformed `id` is a 400 before anything else).
+fn lookup_of(call: &PaidCall<'_>, presented: &Presented) -> Result<Lookup, PaidOutcome> {
+    let id = retained::payment_identifier(&presented.payload)
+        .map_err(|_| PaidOutcome::Failed(Refusal::IdentifierInvalid))?;
+    let resource_url = call
+        .declared
+        .resource
+        .get("url")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Ok(Lookup::new(
+        &canonical_sha256(&presented.payload),
+        call.request_sha256,
+        id,
+        call.pay_to,
+        resource_url,
+    ))
 }
 
 /// `/verify` with our own resource, extensions and requirements.
@@ -362,8 +432,21 @@ pub(crate) async fn run<E: std::fmt::Display>(
     call: PaidCall<'_>,
     work: impl Future<Output = Result<Value, E>>,
 ) -> PaidOutcome {
-    let (presented, deadline) = match admit(rail, manifest, &call).await {
-        Ok(admitted) => admitted,
+    let presented = match decode(call.header) {
+        Ok(presented) => presented,
+        Err(outcome) => return outcome,
+    };
+    let lookup = match lookup_of(&call, &presented) {
+        Ok(lookup) => lookup,
+        Err(outcome) => return outcome,
+    };
+    if let Some(retention) = &rail.retention
+        && let Some(outcome) = collect::again(rail, retention, manifest, &call, &lookup).await
+    {
+        return outcome;
+    }
+    let deadline = match admit(rail, manifest, &call, &presented).await {
+        Ok(deadline) => deadline,
         Err(outcome) => return outcome,
     };
     let sent = echo::for_facilitator(&presented.payload, call.requirement, call.declared);
@@ -372,9 +455,17 @@ pub(crate) async fn run<E: std::fmt::Display>(
     }
     let attempt = new_attempt(manifest, &call, &presented);
     let reserved_at = unix_now();
-    let id = match rail.ledger.reserve(&attempt).await {
+    let binding = rail.retention.as_ref().map(|_| Binding {
+        lookup_sha256: lookup.key_hex(),
+        id_sha256: lookup.id_sha256.clone(),
+    });
+    let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
         Ok(id) => id,
         Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
+        Err(LedgerError::IdentifierBound) => {
+            metrics().retained("conflict");
+            return PaidOutcome::Failed(Refusal::IdentifierConflict);
+        }
         Err(error) => return ledger_failure(&error),
     };
     // A backstop past the machine's own overall timeout (which turns a slow upstream into a
@@ -413,7 +504,10 @@ pub(crate) async fn run<E: std::fmt::Display>(
         machine: call.machine,
         manifest,
         presented: &presented,
+        lookup: &lookup,
+        finisher: call.finisher,
     };
+    let body = serde_json::to_vec(&body).unwrap_or_default();
     row.record(settled, body).await
 }
 
@@ -429,7 +523,7 @@ fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) 
         nonce_sha256: presented.nonce_sha256.clone(),
         nonce: presented.nonce.to_string(),
         valid_before: presented.valid_before.to_string(),
-        request_sha256: canonical_sha256(call.request),
+        request_sha256: call.request_sha256.to_string(),
         request_id: call.request_id.to_string(),
     }
 }
@@ -466,30 +560,6 @@ async fn work_failed(
     PaidOutcome::Failed(Refusal::WorkFailed)
 }
 
-fn encoded(response: &Value) -> String {
-    STANDARD.encode(serde_json::to_vec(response).unwrap_or_default())
-}
-
-/// A SettleResponse of ours (when the facilitator's is not the answer).
-fn settle_response(
-    manifest: &Manifest,
-    presented: &Presented,
-    success: bool,
-    reason: Option<&str>,
-    transaction: Option<&str>,
-) -> Value {
-    let mut response = json!({
-        "success": success,
-        "transaction": transaction.unwrap_or_default(),
-        "network": manifest.payment.network,
-        "payer": presented.payer.to_checksum(None),
-    });
-    if let Some(reason) = reason {
-        response["errorReason"] = json!(reason);
-    }
-    response
-}
-
 /// The reserved row of one paid call, and what its answer is made of.
 struct Row<'a> {
     rail: &'a PaymentRail,
@@ -497,6 +567,8 @@ struct Row<'a> {
     machine: &'a Machine,
     manifest: &'a Manifest,
     presented: &'a Presented,
+    lookup: &'a Lookup,
+    finisher: &'a dyn Finisher,
 }
 
 impl Row<'_> {
@@ -506,12 +578,47 @@ impl Row<'_> {
         (seconds > 0).then(|| unix_now().saturating_add(seconds))
     }
 
-    fn response(&self, success: bool, reason: Option<&str>, transaction: Option<&str>) -> Value {
-        settle_response(self.manifest, self.presented, success, reason, transaction)
+    /// Our own SettleResponse, encoded for PAYMENT-RESPONSE.
+    fn response(&self, success: bool, reason: Option<&str>, transaction: Option<&str>) -> String {
+        let payer = self.presented.payer.to_checksum(None);
+        let network = &self.manifest.payment.network;
+        our_settle_response(network, &payer, success, reason, transaction)
     }
 
-    async fn finish(&self, outcome: &Outcome) -> Result<(), LedgerError> {
-        self.rail.ledger.finish(self.id, outcome).await
+    /// The answer sealed for retention, when retention is on and sealing works.
+    fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
+        let retention = self.rail.retention.as_ref()?;
+        retained::seal(&retention.secret, self.lookup, answer)
+            .map_err(|error| {
+                tracing::error!(%error, attempt = self.id, "answer not retained");
+            })
+            .ok()
+            .map(|sealed| (retention, sealed))
+    }
+
+    /// Records the outcome, retaining `answer` with it in one transaction.
+    async fn finish(
+        &self,
+        outcome: &Outcome,
+        answer: &Answer,
+        held: bool,
+    ) -> Result<(), LedgerError> {
+        let Some((retention, sealed)) = self.sealed(answer) else {
+            return self.rail.ledger.finish(self.id, outcome).await;
+        };
+        let collectable_until =
+            (!held).then(|| retention.collectable_until(self.lookup, unix_now()));
+        let keep = Keep::Store {
+            sealed: &sealed,
+            held,
+            collectable_until,
+        };
+        self.rail
+            .ledger
+            .finish_keeping(self.id, outcome, keep)
+            .await?;
+        metrics().retained("retained");
+        Ok(())
     }
 
     async fn finish_logged(&self, outcome: &Outcome) {
@@ -519,7 +626,7 @@ impl Row<'_> {
     }
 
     /// Records the settlement and decides the answer.
-    async fn record(&self, settled: Settlement, body: Value) -> PaidOutcome {
+    async fn record(&self, settled: Settlement, body: Vec<u8>) -> PaidOutcome {
         match settled {
             Settlement::Paid {
                 transaction,
@@ -543,7 +650,7 @@ impl Row<'_> {
             Settlement::Pending {
                 transaction,
                 evidence,
-            } => self.pending(transaction, evidence).await,
+            } => self.pending(transaction, evidence, body).await,
         }
     }
 
@@ -553,14 +660,18 @@ impl Row<'_> {
         transfer_log_index: Option<u64>,
         response: Option<Value>,
         evidence: Option<String>,
-        body: Value,
+        body: Vec<u8>,
     ) -> PaidOutcome {
         let outcome = Outcome::Settled {
             transaction: transaction.clone(),
             transfer_log_index,
             evidence,
         };
-        match self.finish(&outcome).await {
+        let payment_response = response
+            .map(|response| encoded(&response))
+            .unwrap_or_else(|| self.response(true, None, Some(&transaction)));
+        let answer = self.finisher.finish(body, &payment_response);
+        match self.finish(&outcome, &answer, false).await {
             Err(LedgerError::Duplicate) => {
                 let evidence = format!("the Transfer in {transaction} already proves another row");
                 return self.burned(transaction, evidence).await;
@@ -571,11 +682,7 @@ impl Row<'_> {
         }
         tracing::info!(machine = %self.machine.machine, %transaction, "payment settled");
         metrics().payment("settled", "");
-        let response = response.unwrap_or_else(|| self.response(true, None, Some(&transaction)));
-        PaidOutcome::Delivered {
-            body,
-            payment_response: encoded(&response),
-        }
+        PaidOutcome::Answered(answer)
     }
 
     async fn burned(&self, transaction: String, evidence: String) -> PaidOutcome {
@@ -587,10 +694,9 @@ impl Row<'_> {
             strike_until: self.strike_until(),
         };
         self.finish_logged(&outcome).await;
-        let response = self.response(false, Some(NONCE_BURNED), Some(&transaction));
         PaidOutcome::SettleFailed {
             reason: NONCE_BURNED.into(),
-            payment_response: encoded(&response),
+            payment_response: self.response(false, Some(NONCE_BURNED), Some(&transaction)),
         }
     }
 
@@ -609,25 +715,44 @@ impl Row<'_> {
             strike_until: self.strike_until().filter(|_| payer_fault),
         };
         self.finish_logged(&outcome).await;
-        let mut response = response.unwrap_or_else(|| self.response(false, Some(&reason), None));
-        response["success"] = json!(false);
-        if response.get("transaction").is_none() {
-            response["transaction"] = json!("");
-        }
+        let payment_response = match response {
+            Some(mut response) => {
+                response["success"] = Value::Bool(false);
+                if response.get("transaction").is_none() {
+                    response["transaction"] = Value::String(String::new());
+                }
+                encoded(&response)
+            }
+            None => self.response(false, Some(&reason), None),
+        };
         PaidOutcome::SettleFailed {
             reason,
-            payment_response: encoded(&response),
+            payment_response,
         }
     }
 
-    async fn pending(&self, transaction: Option<String>, evidence: String) -> PaidOutcome {
+    async fn pending(
+        &self,
+        transaction: Option<String>,
+        evidence: String,
+        body: Vec<u8>,
+    ) -> PaidOutcome {
         tracing::warn!(machine = %self.machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
         metrics().payment("settle_pending", "");
         let outcome = Outcome::SettlePending {
             transaction: transaction.clone(),
             evidence,
         };
-        self.finish_logged(&outcome).await;
+        // The result is held (sealed, without payment headers) until the chain decides: the
+        // buyer collects it by sending the identical request again.
+        let held = Answer {
+            status: 200,
+            body,
+            headers: Vec::new(),
+        };
+        if let Err(error) = self.finish(&outcome, &held, true).await {
+            tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
+        }
         let response = self.response(false, Some(SETTLEMENT_PENDING), transaction.as_deref());
         PaidOutcome::Pending {
             transaction,
@@ -636,7 +761,7 @@ impl Row<'_> {
                 .valid_before
                 .saturating_sub(unix_now())
                 .max(1),
-            payment_response: encoded(&response),
+            payment_response: response,
         }
     }
 }

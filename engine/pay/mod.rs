@@ -1,6 +1,7 @@
 //! The x402 payment gate: verify, run the work once, settle, and record every attempt.
 
 pub(crate) mod cdp_auth;
+pub(crate) mod collect;
 pub(crate) mod echo;
 pub(crate) mod facilitator;
 pub(crate) mod gate;
@@ -9,5 +10,6 @@ pub(crate) mod listing;
 pub(crate) mod local_check;
 pub mod reconcile;
 pub mod report;
+pub(crate) mod retained;
 pub(crate) mod settlement;
 pub(crate) mod window;

@@ -41,7 +41,7 @@ pub struct Examined {
 
 /// Why a row's authorization cannot be asked of the chain.
 #[derive(Debug, thiserror::Error)]
-enum Unreadable {
+pub(crate) enum Unreadable {
     #[error("network {0} is not reconciled")]
     OtherNetwork(String),
     #[error("the row predates kept nonces: check the payer's transfers by hand")]
@@ -50,7 +50,8 @@ enum Unreadable {
     Bad(&'static str),
 }
 
-fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
+/// What the chain is asked about a row's payment.
+pub(crate) fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
     if row.network != NETWORK {
         return Err(Unreadable::OtherNetwork(row.network.clone()));
     }
@@ -86,7 +87,7 @@ fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
 }
 
 /// The outcome a finding gives a row in `state`, if any.
-fn outcome_of(state: &str, finding: &Finding) -> Option<Outcome> {
+pub(crate) fn outcome_of(state: &str, finding: &Finding) -> Option<Outcome> {
     match (finding, state) {
         (_, "settled") | (Finding::Unknown { .. }, _) => None,
         (

@@ -1,4 +1,5 @@
-//! `factomat ledger report`: unique paying wallets per family, calls and USDC per machine.
+//! `factomat ledger report`: unique paying wallets per family; calls, USDC and answers
+//! collected again per machine.
 //!
 //! Only settled attempts count as paid. A wallet that buys several machines of one family
 //! counts once for that family; family counts are never summed into a portfolio-wide count.
@@ -46,12 +47,14 @@ pub fn build(manifest: &Manifest, rows: &[AttemptRow]) -> Value {
                 .iter()
                 .filter_map(|r| U256::from_str_radix(&r.amount_atomic, 10).ok())
                 .fold(U256::ZERO, |sum, v| sum.saturating_add(v));
+            let collected_again: i64 = paid.iter().map(|r| r.collected_again).sum();
             json!({
                 "machine": m.machine,
                 "family": m.family,
                 "paid_calls": paid.len(),
                 "usdc_atomic": atomic.to_string(),
                 "usdc": format_units(atomic, decimals),
+                "collected_again": collected_again,
                 "attempts_by_state": states.get(m.machine.as_str()).cloned().unwrap_or_default(),
             })
         })
@@ -73,13 +76,14 @@ pub fn render_text(report: &Value) -> String {
             family["unique_paying_wallets"]
         ));
     }
-    out.push_str("\nmachine  family               paid calls  USDC\n");
+    out.push_str("\nmachine  family               paid calls  collected again  USDC\n");
     for m in report["machines"].as_array().into_iter().flatten() {
         out.push_str(&format!(
-            "  {:<6} {:<20} {:>10}  {}\n",
+            "  {:<6} {:<20} {:>10}  {:>15}  {}\n",
             m["machine"].as_str().unwrap_or_default(),
             m["family"].as_str().unwrap_or_default(),
             m["paid_calls"],
+            m["collected_again"],
             m["usdc"].as_str().unwrap_or_default()
         ));
     }

@@ -361,6 +361,34 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
     }
 }
 
+/// A SettleResponse of ours (when the facilitator's is not the answer), as the
+/// PAYMENT-RESPONSE header carries it: base64 of JSON.
+pub(crate) fn our_settle_response(
+    network: &str,
+    payer: &str,
+    success: bool,
+    reason: Option<&str>,
+    transaction: Option<&str>,
+) -> String {
+    let mut response = serde_json::json!({
+        "success": success,
+        "transaction": transaction.unwrap_or_default(),
+        "network": network,
+        "payer": payer,
+    });
+    if let Some(reason) = reason {
+        response["errorReason"] = serde_json::json!(reason);
+    }
+    encoded(&response)
+}
+
+/// A SettleResponse as the PAYMENT-RESPONSE header carries it.
+pub(crate) fn encoded(response: &Value) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .encode(serde_json::to_vec(response).unwrap_or_default())
+}
+
 fn pending(transaction: Option<String>, evidence: String) -> Settlement {
     Settlement::Pending {
         transaction,

@@ -53,6 +53,11 @@ struct RpcAttemptLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RetainedLabels {
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -67,6 +72,7 @@ pub(crate) struct Metrics {
     in_flight: Gauge,
     build: Family<BuildLabels, Gauge>,
     listings: Family<ListingLabels, Counter>,
+    retained: Family<RetainedLabels, Counter>,
     /// `payments{outcome="challenged"}`, resolved once: every unpaid valid request counts it.
     challenged: Counter,
 }
@@ -94,6 +100,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         in_flight: Gauge::default(),
         build: Family::default(),
         listings: Family::default(),
+        retained: Family::default(),
         challenged,
     };
     metrics
@@ -165,6 +172,20 @@ impl Metrics {
                 machine: machine.to_string(),
             })
             .inc();
+    }
+
+    /// One event of the retained paid answers: `retained`, `collected` (answered again from
+    /// the store), `conflict` (a payment-identifier reused on another payment) or `expired`
+    /// (swept, or refused past its window).
+    pub(crate) fn retained(&self, event: &'static str) {
+        self.retained.get_or_create(&RetainedLabels { event }).inc();
+    }
+
+    /// Counts several `expired` retained answers at once (a sweep).
+    pub(crate) fn retained_expired(&self, swept: u64) {
+        self.retained
+            .get_or_create(&RetainedLabels { event: "expired" })
+            .inc_by(swept);
     }
 
     /// One outbound call to a provider (`facilitator`, `rpc_base`, …) endpoint and how long
@@ -246,6 +267,11 @@ impl Metrics {
             "discovery_listing",
             "Bazaar listing outcomes the facilitator reported (EXTENSION-RESPONSES), by status and machine",
             self.listings.clone(),
+        );
+        registry.register(
+            "retained_answers",
+            "Retained paid answers: retained, collected again, refused as conflicting, expired",
+            self.retained.clone(),
         );
         registry.register("build_info", "Build information", self.build.clone());
         let rows: Family<Vec<(String, String)>, Gauge> = Family::default();

@@ -21,6 +21,12 @@ pub fn run_node(script: &str, args: &[&str]) -> Value {
     node(script, args)
 }
 
+/// The official declaration of the payment-identifier extension in a 402 (`{info: {required:
+/// false}, schema}`), from `@x402/extensions` (devstack/pay-id.mjs --declaration).
+pub fn payment_identifier_declaration() -> Value {
+    node("pay-id.mjs", &["--declaration"])["declaration"].clone()
+}
+
 /// 32 unpredictable bytes as 0x-hex (a private key, a nonce, a transaction hash that exists
 /// nowhere): keccak-256 of the time, the process id and a counter.
 pub fn random_hex32() -> String {
@@ -185,6 +191,28 @@ impl DevStack {
                 &self.state_arg(),
             ],
         )
+    }
+
+    /// The official client (`@x402/fetch`) making one paid call as `buyer` whose payment
+    /// carries a payment-identifier `id` (devstack/pay-id.mjs): `id`, or one the client makes.
+    /// The output is pay.mjs's plus `id`, the id the payment carried.
+    pub fn pay_with_id(&self, buyer: &Buyer, url: &str, body: &Value, id: Option<&str>) -> Value {
+        let body = body.to_string();
+        let state = self.state_arg();
+        let mut args = vec![
+            "--url",
+            url,
+            "--body",
+            body.as_str(),
+            "--key",
+            buyer.key.as_str(),
+            "--state",
+            state.as_str(),
+        ];
+        if let Some(id) = id {
+            args.extend(["--id", id]);
+        }
+        node("pay-id.mjs", &args)
     }
 
     /// The official Python client (PyPI `x402`, devstack/pay.py) making one paid call as the

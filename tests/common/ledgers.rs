@@ -3,7 +3,10 @@
 //! for a new ledger of its backend.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
+use rusqlite::{Connection, OpenFlags};
 
 use super::temp_path;
 
@@ -38,6 +41,30 @@ pub async fn rows_of(url: &str) -> Vec<AttemptRow> {
         .rows()
         .await
         .expect("rows")
+}
+
+/// The database file a `sqlite:PATH` ledger URL names.
+pub fn sqlite_file(url: &str) -> PathBuf {
+    let path = url
+        .strip_prefix("sqlite:")
+        .expect("a sqlite:PATH ledger URL");
+    PathBuf::from(path.strip_prefix("//").unwrap_or(path))
+}
+
+/// How many rows a table of a SQLite ledger holds, read beside the running server (a
+/// read-only connection, which never checkpoints the WAL).
+pub fn sqlite_count(url: &str, table: &str) -> i64 {
+    let connection =
+        Connection::open_with_flags(sqlite_file(url), OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .expect("the ledger file opens");
+    connection
+        .busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    connection
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
+        .unwrap_or_else(|e| panic!("SELECT COUNT(*) FROM {table}: {e}"))
 }
 
 /// Runs each named async test body once per ledger backend.

@@ -11,6 +11,7 @@ pub mod https;
 pub mod ledgers;
 pub mod logs;
 pub mod onchain;
+pub mod paid_rig;
 pub mod postgres;
 pub mod replica;
 pub mod rpc_proxy;
@@ -75,6 +76,11 @@ impl TestServer {
             (
                 "FACTOMAT_SAMPLE_PATH".into(),
                 temp_path("sample.json").display().to_string(),
+            ),
+            // One sealing secret per test binary, as replicas of one deployment share it.
+            (
+                "FACTOMAT_DELIVERY_KEY_FILE".into(),
+                delivery_key_file().display().to_string(),
             ),
         ];
         env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
@@ -179,6 +185,20 @@ pub async fn expect_400(response: reqwest::Response, code: &str, context: &str) 
         "{context}: message"
     );
     body["error"].clone()
+}
+
+/// The test binary's delivery key file (the secret that seals retained answers), written once.
+pub fn delivery_key_file() -> &'static std::path::Path {
+    static FILE: LazyLock<PathBuf> = LazyLock::new(|| {
+        let path = temp_path("delivery-key");
+        std::fs::write(
+            &path,
+            format!("{}\n", devstack::random_hex32().trim_start_matches("0x")),
+        )
+        .expect("delivery key file");
+        path
+    });
+    &FILE
 }
 
 /// A fresh path in a per-process temporary folder.

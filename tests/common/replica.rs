@@ -28,6 +28,7 @@ impl Replica {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("FACTOMAT_LISTEN", format!("127.0.0.1:{port}"))
+            .env("FACTOMAT_DELIVERY_KEY_FILE", super::delivery_key_file())
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))

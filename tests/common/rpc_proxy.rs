@@ -1,12 +1,13 @@
 //! A JSON-RPC proxy in front of anvil that behaves like a hosted provider: it refuses
 //! `eth_getLogs` over a block range with the provider's own error, can act like a node that
-//! lags behind the head, and counts the calls per method.
+//! lags behind the head or a slow one, and counts the calls per method.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use warp::Filter;
@@ -51,6 +52,8 @@ struct State {
     refused: AtomicU64,
     /// Blocks this "node" is behind the head; 0 = in sync (see [`RpcProxy::set_lag`]).
     lag: AtomicU64,
+    /// How long a request carrying a call of a method waits (see [`RpcProxy::set_delay`]).
+    delays: Mutex<HashMap<String, Duration>>,
 }
 
 impl RpcProxy {
@@ -84,6 +87,17 @@ impl RpcProxy {
     pub fn set_lag(&self, blocks: u64) {
         self.state.lag.store(blocks, Ordering::SeqCst);
     }
+
+    /// Acts like a slow provider: every HTTP request that carries a call of `method` (alone or
+    /// in a batch) is answered `delay` later, once per request (`Duration::ZERO`: at once).
+    /// The calls are counted when they arrive.
+    pub fn set_delay(&self, method: &str, delay: Duration) {
+        self.state
+            .delays
+            .lock()
+            .expect("delays")
+            .insert(method.to_string(), delay);
+    }
 }
 
 /// A provider-like proxy in front of `upstream` (anvil's URL).
@@ -98,6 +112,7 @@ pub async fn rpc_proxy(upstream: &str, limits: RpcLimits) -> RpcProxy {
         calls: Mutex::new(HashMap::new()),
         refused: AtomicU64::new(0),
         lag: AtomicU64::new(0),
+        delays: Mutex::new(HashMap::new()),
     });
     let shared = state.clone();
     let route = warp::post()
@@ -167,7 +182,23 @@ fn block_param(method: &str) -> Option<usize> {
 }
 
 impl State {
+    /// The longest delay set for a method this request calls.
+    fn delay_of(&self, request: &Value) -> Duration {
+        let calls: Vec<&Value> = match request {
+            Value::Array(calls) => calls.iter().collect(),
+            call => vec![call],
+        };
+        let delays = self.delays.lock().expect("delays");
+        calls
+            .iter()
+            .filter_map(|call| call["method"].as_str().and_then(|m| delays.get(m)))
+            .copied()
+            .max()
+            .unwrap_or_default()
+    }
+
     async fn answer(&self, request: Value) -> http::Response<bytes::Bytes> {
+        let delay = self.delay_of(&request);
         let (status, body) = match request {
             Value::Array(calls) => {
                 let mut answers = Vec::new();
@@ -178,6 +209,7 @@ impl State {
             }
             call => self.one(call).await,
         };
+        tokio::time::sleep(delay).await;
         http::Response::builder()
             .status(status)
             .header("content-type", "application/json")

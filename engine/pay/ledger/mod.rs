@@ -7,6 +7,10 @@
 //! many arrive at once — in one process (SQLite) or on any number of replicas sharing one
 //! PostgreSQL database. The nonce itself and `validBefore` are kept too (public once settled,
 //! useless without the signature): they are what reconciliation asks the chain about.
+//!
+//! Retained paid answers (`pay::retained`) live in their own table, `retained_answers`:
+//! sealed, keyed by a hash, deleted when they expire or their payment ends unpaid. A row of
+//! `payment_attempts` never holds an answer.
 
 mod postgres;
 mod sqlite;
@@ -136,6 +140,54 @@ pub struct AttemptRow {
     pub request_id: Option<String>,
     /// The log index of the Transfer that proved the payment, when the chain was read.
     pub transfer_log_index: Option<i64>,
+    /// sha256 of the canonical request the payment bought.
+    pub request_sha256: String,
+    /// How many times its answer was collected again from the retained answers.
+    pub collected_again: i64,
+}
+
+/// Where a paid call's answer will be retained, bound when the call is reserved.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    /// The lookup key (hex) of the exact payload and request.
+    pub lookup_sha256: String,
+    /// The scoped hash of the payment-identifier `id`, if the payload carries one.
+    pub id_sha256: Option<String>,
+}
+
+/// What a row change does to the row's retained answer. Whatever is asked, an outcome that
+/// is unpaid for sure (`settle_failed`, `nonce_burned`, `work_failed`, `expired`) deletes it.
+#[derive(Debug, Clone, Copy)]
+pub enum Keep<'a> {
+    /// Leave it as it is.
+    Untouched,
+    /// Store the sealed answer: `held` while its settlement is pending (the body only, no
+    /// payment headers yet); `collectable_until` None keeps it until the row resolves.
+    Store {
+        /// The sealed answer.
+        sealed: &'a [u8],
+        /// True while the payment's outcome is unknown.
+        held: bool,
+        /// Until when it may be collected (unix seconds).
+        collectable_until: Option<i64>,
+    },
+}
+
+/// A retained answer and the settlement row it belongs to.
+#[derive(Debug, Clone)]
+pub struct Retained {
+    /// Its lookup key (hex).
+    pub lookup_sha256: String,
+    /// The scoped hash of the `id` it was bought with, if any.
+    pub id_sha256: Option<String>,
+    /// `in_flight` (reserved, no answer yet), `held` (settlement pending) or `sent`.
+    pub kind: String,
+    /// The sealed answer, once there is one.
+    pub sealed: Option<Vec<u8>>,
+    /// Until when it may be collected (unix seconds); None until its row resolves.
+    pub collectable_until: Option<i64>,
+    /// Its settlement row.
+    pub attempt: AttemptRow,
 }
 
 /// A ledger failure.
@@ -153,6 +205,9 @@ pub enum LedgerError {
     /// The database URL names no supported backend.
     #[error("{0} is neither sqlite:PATH nor postgres://…")]
     UnknownUrl(String),
+    /// The payment-identifier `id` is already bound to another payment.
+    #[error("this payment identifier is bound to another payment")]
+    IdentifierBound,
 }
 
 /// What the ledger says before `/verify`.
@@ -196,7 +251,89 @@ impl Default for PoolOptions {
 /// The columns every backend selects, in `AttemptRow` order.
 const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
     state, transaction_hash, nonce, valid_before, failure_reason, evidence, created_at,
-    request_id, transfer_log_index";
+    request_id, transfer_log_index, request_sha256, collected_again";
+
+/// A lookup by key or by `id` (none of the tables' column names overlap, so the join needs no
+/// prefixes).
+const RETAINED_SQL: &str = "SELECT lookup_sha256, id_sha256, kind, sealed, collectable_until,
+     id, machine, family, payer, amount_atomic, asset, network, pay_to, state,
+     transaction_hash, nonce, valid_before, failure_reason, evidence, created_at, request_id,
+     transfer_log_index, request_sha256, collected_again
+     FROM retained_answers JOIN payment_attempts ON id = attempt_id
+     WHERE lookup_sha256 = ?1 OR id_sha256 = ?2";
+
+/// Binds a reserved call to where its answer will be retained.
+const BIND_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256,
+     kind, retained_at) VALUES (?1, ?2, ?3, 'in_flight', ?4)";
+
+/// Stores a row's sealed answer.
+const STORE_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = ?2,
+     collectable_until = ?3 WHERE attempt_id = ?4";
+
+/// Forgets a row's retained answer.
+const DROP_SQL: &str = "DELETE FROM retained_answers WHERE attempt_id = ?1";
+
+/// One more collection of a row's answer.
+const COLLECTED_SQL: &str =
+    "UPDATE payment_attempts SET collected_again = collected_again + 1 WHERE id = ?1";
+
+/// Deletes answers past their window, and bindings whose call ended without an answer.
+const SWEEP_SQL: &str = "DELETE FROM retained_answers
+     WHERE (kind = 'sent' AND collectable_until < ?1)
+        OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
+            WHERE state NOT IN ('reserved', 'settle_pending')))";
+
+/// The retained answers table; `blob` is the backend's byte-string type.
+fn retained_schema(blob: &str) -> String {
+    format!(
+        "
+CREATE TABLE IF NOT EXISTS retained_answers (
+    lookup_sha256     TEXT PRIMARY KEY,
+    attempt_id        BIGINT NOT NULL,
+    id_sha256         TEXT UNIQUE,
+    kind              TEXT NOT NULL CHECK (kind IN ('in_flight', 'held', 'sent')),
+    sealed            {blob},
+    collectable_until BIGINT,
+    retained_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retained_answers_attempt ON retained_answers (attempt_id);
+"
+    )
+}
+
+/// What a change does to the row's retained answer, as SQL and its arguments.
+enum RetainedChange<'a> {
+    None,
+    Store {
+        sealed: &'a [u8],
+        kind: &'static str,
+        collectable_until: Option<i64>,
+    },
+    Drop,
+}
+
+impl<'a> RetainedChange<'a> {
+    fn of(state: &str, keep: Keep<'a>) -> RetainedChange<'a> {
+        match (state, keep) {
+            ("settle_failed" | "nonce_burned" | "work_failed" | "expired", _) => {
+                RetainedChange::Drop
+            }
+            (
+                _,
+                Keep::Store {
+                    sealed,
+                    held,
+                    collectable_until,
+                },
+            ) => RetainedChange::Store {
+                sealed,
+                kind: if held { "held" } else { "sent" },
+                collectable_until,
+            },
+            (_, Keep::Untouched) => RetainedChange::None,
+        }
+    }
+}
 
 /// The states a row can be in (docs/payment.md draws their transitions).
 pub const STATES: [&str; 7] = [
@@ -240,6 +377,7 @@ CREATE TABLE IF NOT EXISTS payment_attempts (
     strike_until     BIGINT,
     failure_reason   TEXT,
     evidence         TEXT,
+    collected_again  BIGINT NOT NULL DEFAULT 0,
     created_at       TEXT NOT NULL,
     updated_at       TEXT NOT NULL
 );
@@ -359,6 +497,14 @@ impl Outcome {
     }
 }
 
+/// The file a `sqlite:PATH` URL names; None for any other URL.
+pub fn sqlite_path(database_url: &str) -> Option<std::path::PathBuf> {
+    let path = database_url.strip_prefix("sqlite:")?;
+    Some(std::path::PathBuf::from(
+        path.strip_prefix("//").unwrap_or(path),
+    ))
+}
+
 /// True when a URL names a PostgreSQL database.
 pub fn is_postgres_url(database_url: &str) -> bool {
     database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
@@ -416,10 +562,66 @@ impl Ledger {
 
     /// Reserves an attempt; `Duplicate` when its nonce is already on record.
     pub async fn reserve(&self, attempt: &NewAttempt) -> Result<i64, LedgerError> {
+        self.reserve_bound(attempt, None).await
+    }
+
+    /// Reserves an attempt and, in the same transaction, binds where its answer will be
+    /// retained. `Duplicate` when its nonce is already on record, `IdentifierBound` when its
+    /// payment-identifier is bound to another payment.
+    pub async fn reserve_bound(
+        &self,
+        attempt: &NewAttempt,
+        binding: Option<&Binding>,
+    ) -> Result<i64, LedgerError> {
         match self {
-            Ledger::Sqlite(l) => l.reserve(attempt),
-            Ledger::Postgres(l) => l.reserve(attempt).await,
+            Ledger::Sqlite(l) => l.reserve(attempt, binding),
+            Ledger::Postgres(l) => l.reserve(attempt, binding).await,
         }
+    }
+
+    /// The retained answers found by a lookup key or a scoped `id` hash, with their rows.
+    pub async fn retained(
+        &self,
+        lookup_sha256: &str,
+        id_sha256: Option<&str>,
+    ) -> Result<Vec<Retained>, LedgerError> {
+        match self {
+            Ledger::Sqlite(l) => l.retained(lookup_sha256, id_sha256),
+            Ledger::Postgres(l) => l.retained(lookup_sha256, id_sha256).await,
+        }
+    }
+
+    /// Counts one more collection of a row's answer (for `ledger report`).
+    pub async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
+        match self {
+            Ledger::Sqlite(l) => l.note_collected(id),
+            Ledger::Postgres(l) => l.note_collected(id).await,
+        }
+    }
+
+    /// Deletes retained answers past their window (unix seconds `now`) and bindings whose
+    /// call ended unanswered; how many went. Idempotent: every replica runs it.
+    pub async fn sweep_retained(&self, now: u64) -> Result<u64, LedgerError> {
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        match self {
+            Ledger::Sqlite(l) => l.sweep_retained(now),
+            Ledger::Postgres(l) => l.sweep_retained(now).await,
+        }
+    }
+
+    /// The row of a nonce's sha256, if it is on record.
+    pub async fn row_by_nonce(
+        &self,
+        nonce_sha256: &str,
+    ) -> Result<Option<AttemptRow>, LedgerError> {
+        // A sha256 in hex: nothing to escape.
+        if !nonce_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(None);
+        }
+        let rows = self
+            .select(&format!("WHERE nonce_sha256 = '{nonce_sha256}'"))
+            .await?;
+        Ok(rows.into_iter().next())
     }
 
     /// True when a nonce is already on record (any state).
@@ -445,7 +647,17 @@ impl Ledger {
     /// Records how a reserved attempt ended. `Duplicate` when its Transfer already proves
     /// another row.
     pub async fn finish(&self, id: i64, outcome: &Outcome) -> Result<(), LedgerError> {
-        if self.resolve(id, "reserved", outcome).await? {
+        self.finish_keeping(id, outcome, Keep::Untouched).await
+    }
+
+    /// [`Ledger::finish`], storing the row's retained answer in the same transaction.
+    pub async fn finish_keeping(
+        &self,
+        id: i64,
+        outcome: &Outcome,
+        keep: Keep<'_>,
+    ) -> Result<(), LedgerError> {
+        if self.resolve_keeping(id, "reserved", outcome, keep).await? {
             Ok(())
         } else {
             Err(LedgerError::Storage(format!(
@@ -462,10 +674,23 @@ impl Ledger {
         from: &str,
         outcome: &Outcome,
     ) -> Result<bool, LedgerError> {
+        self.resolve_keeping(id, from, outcome, Keep::Untouched)
+            .await
+    }
+
+    /// [`Ledger::resolve`], changing the row's retained answer in the same transaction.
+    pub async fn resolve_keeping(
+        &self,
+        id: i64,
+        from: &str,
+        outcome: &Outcome,
+        keep: Keep<'_>,
+    ) -> Result<bool, LedgerError> {
         let change = outcome.change();
+        let retained = RetainedChange::of(change.state, keep);
         match self {
-            Ledger::Sqlite(l) => l.change(id, from, &change),
-            Ledger::Postgres(l) => l.change(id, from, &change).await,
+            Ledger::Sqlite(l) => l.change(id, from, &change, &retained),
+            Ledger::Postgres(l) => l.change(id, from, &change, &retained).await,
         }
     }
 

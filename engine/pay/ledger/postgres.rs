@@ -14,8 +14,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{NoTls, Row};
 
 use super::{
-    AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions,
-    Precheck, STATE_LIST, now, redacted, schema,
+    AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
+    LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RETAINED_SQL, Retained,
+    RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted, retained_schema, schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
@@ -26,6 +27,7 @@ const ADD_COLUMNS: &str = "
 ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS request_id TEXT;
 ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS transfer_log_index BIGINT;
 ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS strike_until BIGINT;
+ALTER TABLE payment_attempts ADD COLUMN IF NOT EXISTS collected_again BIGINT NOT NULL DEFAULT 0;
 ";
 
 /// A ledger whose state check predates `nonce_burned` gets the current one (the table scan
@@ -79,25 +81,28 @@ impl From<deadpool_postgres::PoolError> for LedgerError {
     }
 }
 
-fn attempt_row(row: &Row) -> AttemptRow {
+/// A row's `ROW_COLUMNS`, starting at column `at`.
+fn attempt_row(row: &Row, at: usize) -> AttemptRow {
     AttemptRow {
-        id: row.get(0),
-        machine: row.get(1),
-        family: row.get(2),
-        payer: row.get(3),
-        amount_atomic: row.get(4),
-        asset: row.get(5),
-        network: row.get(6),
-        pay_to: row.get(7),
-        state: row.get(8),
-        transaction_hash: row.get(9),
-        nonce: row.get(10),
-        valid_before: row.get(11),
-        failure_reason: row.get(12),
-        evidence: row.get(13),
-        created_at: row.get(14),
-        request_id: row.get(15),
-        transfer_log_index: row.get(16),
+        id: row.get(at),
+        machine: row.get(at + 1),
+        family: row.get(at + 2),
+        payer: row.get(at + 3),
+        amount_atomic: row.get(at + 4),
+        asset: row.get(at + 5),
+        network: row.get(at + 6),
+        pay_to: row.get(at + 7),
+        state: row.get(at + 8),
+        transaction_hash: row.get(at + 9),
+        nonce: row.get(at + 10),
+        valid_before: row.get(at + 11),
+        failure_reason: row.get(at + 12),
+        evidence: row.get(at + 13),
+        created_at: row.get(at + 14),
+        request_id: row.get(at + 15),
+        transfer_log_index: row.get(at + 16),
+        request_sha256: row.get(at + 17),
+        collected_again: row.get(at + 18),
     }
 }
 
@@ -112,6 +117,9 @@ impl PostgresLedger {
         })?;
         config.connect_timeout(options.connect_timeout);
         config.application_name("factomat");
+        // A commit returns only once it is durable: a retained answer and its `settled`
+        // record survive a crash together, whatever the server's default.
+        config.options("-c synchronous_commit=on");
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -149,7 +157,13 @@ impl PostgresLedger {
             .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await?;
         transaction
-            .batch_execute(&(schema("BIGSERIAL") + ADD_COLUMNS + &current_states() + INDEXES))
+            .batch_execute(
+                &(schema("BIGSERIAL")
+                    + ADD_COLUMNS
+                    + &current_states()
+                    + INDEXES
+                    + &retained_schema("BYTEA")),
+            )
             .await?;
         transaction.commit().await?;
         tracing::info!("PostgreSQL ledger schema is current");
@@ -176,17 +190,22 @@ impl PostgresLedger {
         self.bounded(async {
             let client = self.pool.get().await?;
             let rows = client.query(sql, &[]).await?;
-            Ok(rows.iter().map(attempt_row).collect())
+            Ok(rows.iter().map(|row| attempt_row(row, 0)).collect())
         })
         .await
     }
 
-    pub(super) async fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
+    pub(super) async fn reserve(
+        &self,
+        a: &NewAttempt,
+        binding: Option<&Binding>,
+    ) -> Result<i64, LedgerError> {
         self.ready().await?;
         let at = now();
         self.bounded(async {
-            let client = self.pool.get().await?;
-            let statement = client
+            let mut client = self.pool.get().await?;
+            let transaction = client.transaction().await?;
+            let statement = transaction
                 .prepare_cached(
                     "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset,
                          network, pay_to, nonce_sha256, nonce, valid_before, request_sha256,
@@ -196,7 +215,7 @@ impl PostgresLedger {
                      RETURNING id",
                 )
                 .await?;
-            let row = client
+            let row = transaction
                 .query_one(
                     &statement,
                     &[
@@ -216,7 +235,72 @@ impl PostgresLedger {
                     ],
                 )
                 .await?;
-            Ok(row.get(0))
+            let id: i64 = row.get(0);
+            if let Some(binding) = binding {
+                let bind = transaction.prepare_cached(&numbered(BIND_SQL)).await?;
+                transaction
+                    .execute(
+                        &bind,
+                        &[&binding.lookup_sha256, &id, &binding.id_sha256, &at],
+                    )
+                    .await
+                    .map_err(|error| match storage_error(&error) {
+                        LedgerError::Duplicate => LedgerError::IdentifierBound,
+                        other => other,
+                    })?;
+            }
+            transaction.commit().await?;
+            Ok(id)
+        })
+        .await
+    }
+
+    pub(super) async fn retained(
+        &self,
+        lookup_sha256: &str,
+        id_sha256: Option<&str>,
+    ) -> Result<Vec<Retained>, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client.prepare_cached(&numbered(RETAINED_SQL)).await?;
+            let rows = client
+                .query(&statement, &[&lookup_sha256, &id_sha256])
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|row| Retained {
+                    lookup_sha256: row.get(0),
+                    id_sha256: row.get(1),
+                    kind: row.get(2),
+                    sealed: row.get(3),
+                    collectable_until: row.get(4),
+                    attempt: attempt_row(row, 5),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    pub(super) async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
+        self.execute(COLLECTED_SQL, &[&id]).await.map(|_| ())
+    }
+
+    pub(super) async fn sweep_retained(&self, now: i64) -> Result<u64, LedgerError> {
+        self.execute(SWEEP_SQL, &[&now]).await
+    }
+
+    /// One statement written with `?n` placeholders, within the statement timeout.
+    async fn execute(
+        &self,
+        sql: &str,
+        arguments: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client.prepare_cached(&numbered(sql)).await?;
+            Ok(client.execute(&statement, arguments).await?)
         })
         .await
     }
@@ -247,31 +331,52 @@ impl PostgresLedger {
         id: i64,
         from: &str,
         c: &Change<'_>,
+        retained: &RetainedChange<'_>,
     ) -> Result<bool, LedgerError> {
         self.ready().await?;
-        let changed = self
-            .bounded(async {
-                let client = self.pool.get().await?;
-                let statement = client.prepare_cached(&numbered(CHANGE_SQL)).await?;
-                Ok(client
-                    .execute(
-                        &statement,
-                        &[
-                            &c.state,
-                            &c.transaction,
-                            &c.transfer_log_index,
-                            &c.failure_reason,
-                            &c.evidence,
-                            &c.strike_until,
-                            &now(),
-                            &id,
-                            &from,
-                        ],
-                    )
-                    .await?)
-            })
-            .await?;
-        Ok(changed == 1)
+        self.bounded(async {
+            let mut client = self.pool.get().await?;
+            let transaction = client.transaction().await?;
+            let statement = transaction.prepare_cached(&numbered(CHANGE_SQL)).await?;
+            let changed = transaction
+                .execute(
+                    &statement,
+                    &[
+                        &c.state,
+                        &c.transaction,
+                        &c.transfer_log_index,
+                        &c.failure_reason,
+                        &c.evidence,
+                        &c.strike_until,
+                        &now(),
+                        &id,
+                        &from,
+                    ],
+                )
+                .await?;
+            if changed == 1 {
+                match retained {
+                    RetainedChange::None => {}
+                    RetainedChange::Store {
+                        sealed,
+                        kind,
+                        collectable_until,
+                    } => {
+                        let store = transaction.prepare_cached(&numbered(STORE_SQL)).await?;
+                        transaction
+                            .execute(&store, &[sealed, kind, collectable_until, &id])
+                            .await?;
+                    }
+                    RetainedChange::Drop => {
+                        let drop = transaction.prepare_cached(&numbered(DROP_SQL)).await?;
+                        transaction.execute(&drop, &[&id]).await?;
+                    }
+                }
+            }
+            transaction.commit().await?;
+            Ok(changed == 1)
+        })
+        .await
     }
 
     pub(super) async fn counts_by_state(&self) -> Result<Vec<(String, i64)>, LedgerError> {

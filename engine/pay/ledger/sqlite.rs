@@ -1,13 +1,13 @@
 //! The embedded SQLite ledger: the quick start's default, one process per file.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use rusqlite::{Connection, ErrorCode, params};
 
 use super::{
-    AttemptRow, CHANGE_SQL, Change, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, now,
-    schema,
+    AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
+    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAINED_SQL, Retained, RetainedChange,
+    STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -29,19 +29,21 @@ pub struct SqliteLedger {
 
 /// Columns added after the first release, with their types; a ledger file created before
 /// them gains them.
-const ADDED_COLUMNS: [(&str, &str); 6] = [
+const ADDED_COLUMNS: [(&str, &str); 7] = [
     ("nonce", "TEXT"),
     ("valid_before", "TEXT"),
     ("request_id", "TEXT"),
     ("evidence", "TEXT"),
     ("transfer_log_index", "BIGINT"),
     ("strike_until", "BIGINT"),
+    ("collected_again", "BIGINT NOT NULL DEFAULT 0"),
 ];
 
 /// The columns copied when an older table is rebuilt (all but `id`'s type are unchanged).
 const COPIED_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
     nonce_sha256, nonce, valid_before, request_sha256, request_id, state, transaction_hash,
-    transfer_log_index, strike_until, failure_reason, evidence, created_at, updated_at";
+    transfer_log_index, strike_until, failure_reason, evidence, collected_again, created_at,
+    updated_at";
 
 fn add_missing_columns(connection: &Connection) -> Result<(), rusqlite::Error> {
     let present: Vec<String> = connection
@@ -82,13 +84,36 @@ fn allow_current_states(connection: &Connection) -> Result<(), rusqlite::Error> 
     ))
 }
 
+/// A row's `ROW_COLUMNS`, starting at column `at`.
+fn attempt_row(r: &rusqlite::Row<'_>, at: usize) -> Result<AttemptRow, rusqlite::Error> {
+    Ok(AttemptRow {
+        id: r.get(at)?,
+        machine: r.get(at + 1)?,
+        family: r.get(at + 2)?,
+        payer: r.get(at + 3)?,
+        amount_atomic: r.get(at + 4)?,
+        asset: r.get(at + 5)?,
+        network: r.get(at + 6)?,
+        pay_to: r.get(at + 7)?,
+        state: r.get(at + 8)?,
+        transaction_hash: r.get(at + 9)?,
+        nonce: r.get(at + 10)?,
+        valid_before: r.get(at + 11)?,
+        failure_reason: r.get(at + 12)?,
+        evidence: r.get(at + 13)?,
+        created_at: r.get(at + 14)?,
+        request_id: r.get(at + 15)?,
+        transfer_log_index: r.get(at + 16)?,
+        request_sha256: r.get(at + 17)?,
+        collected_again: r.get(at + 18)?,
+    })
+}
+
 impl SqliteLedger {
     /// Opens (creating if needed) the ledger named by a `sqlite:PATH` URL.
     pub fn open(database_url: &str) -> Result<SqliteLedger, LedgerError> {
-        let path = database_url
-            .strip_prefix("sqlite:")
+        let path = super::sqlite_path(database_url)
             .ok_or_else(|| LedgerError::Storage(format!("{database_url:?} is not sqlite:PATH")))?;
-        let path = PathBuf::from(path.strip_prefix("//").unwrap_or(path));
         let mut connection = Connection::open(&path)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         // FULL: a commit is on disk before the reserve or the record returns, so a power loss
@@ -103,6 +128,7 @@ impl SqliteLedger {
         add_missing_columns(&migration)?;
         allow_current_states(&migration)?;
         migration.execute_batch(INDEXES)?;
+        migration.execute_batch(&retained_schema("BLOB"))?;
         migration.commit()?;
         Ok(SqliteLedger {
             connection: Mutex::new(connection),
@@ -123,37 +149,26 @@ impl SqliteLedger {
     pub(super) fn select(&self, sql: &str) -> Result<Vec<AttemptRow>, LedgerError> {
         self.with(|c| {
             let mut statement = c.prepare(sql)?;
-            let rows = statement.query_map([], |r| {
-                Ok(AttemptRow {
-                    id: r.get(0)?,
-                    machine: r.get(1)?,
-                    family: r.get(2)?,
-                    payer: r.get(3)?,
-                    amount_atomic: r.get(4)?,
-                    asset: r.get(5)?,
-                    network: r.get(6)?,
-                    pay_to: r.get(7)?,
-                    state: r.get(8)?,
-                    transaction_hash: r.get(9)?,
-                    nonce: r.get(10)?,
-                    valid_before: r.get(11)?,
-                    failure_reason: r.get(12)?,
-                    evidence: r.get(13)?,
-                    created_at: r.get(14)?,
-                    request_id: r.get(15)?,
-                    transfer_log_index: r.get(16)?,
-                })
-            })?;
+            let rows = statement.query_map([], |r| attempt_row(r, 0))?;
             rows.collect()
         })
     }
 
-    pub(super) fn reserve(&self, a: &NewAttempt) -> Result<i64, LedgerError> {
+    pub(super) fn reserve(
+        &self,
+        a: &NewAttempt,
+        binding: Option<&Binding>,
+    ) -> Result<i64, LedgerError> {
         let at = now();
-        // Cached statements (here and below): every paid call runs these three, and parsing
-        // their SQL each time showed up in the paid path's profile.
-        self.with(|c| {
-            c.prepare_cached(
+        // Cached statements (here and below): every paid call runs these, and parsing their
+        // SQL each time showed up in the paid path's profile.
+        let connection = self
+            .connection
+            .lock()
+            .map_err(|_| LedgerError::Storage("ledger lock poisoned".into()))?;
+        let transaction = connection.unchecked_transaction()?;
+        transaction
+            .prepare_cached(
                 "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset, network,
                      pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id, state,
                      created_at, updated_at)
@@ -163,8 +178,49 @@ impl SqliteLedger {
                 a.machine, a.family, a.payer, a.amount_atomic, a.asset, a.network, a.pay_to,
                 a.nonce_sha256, a.nonce, a.valid_before, a.request_sha256, a.request_id, at
             ])?;
-            Ok(c.last_insert_rowid())
+        let id = transaction.last_insert_rowid();
+        if let Some(binding) = binding {
+            transaction
+                .prepare_cached(BIND_SQL)?
+                .execute(params![binding.lookup_sha256, id, binding.id_sha256, at])
+                .map_err(|error| match LedgerError::from(error) {
+                    LedgerError::Duplicate => LedgerError::IdentifierBound,
+                    other => other,
+                })?;
+        }
+        transaction.commit()?;
+        Ok(id)
+    }
+
+    pub(super) fn retained(
+        &self,
+        lookup_sha256: &str,
+        id_sha256: Option<&str>,
+    ) -> Result<Vec<Retained>, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached(RETAINED_SQL)?
+                .query_map(params![lookup_sha256, id_sha256], |r| {
+                    Ok(Retained {
+                        lookup_sha256: r.get(0)?,
+                        id_sha256: r.get(1)?,
+                        kind: r.get(2)?,
+                        sealed: r.get(3)?,
+                        collectable_until: r.get(4)?,
+                        attempt: attempt_row(r, 5)?,
+                    })
+                })?
+                .collect()
         })
+    }
+
+    pub(super) fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
+        self.with(|c| c.prepare_cached(COLLECTED_SQL)?.execute(params![id]))
+            .map(|_| ())
+    }
+
+    pub(super) fn sweep_retained(&self, now: i64) -> Result<u64, LedgerError> {
+        self.with(|c| c.prepare_cached(SWEEP_SQL)?.execute(params![now]))
+            .map(|swept| swept as u64)
     }
 
     pub(super) fn precheck(
@@ -186,20 +242,50 @@ impl SqliteLedger {
         })
     }
 
-    pub(super) fn change(&self, id: i64, from: &str, c: &Change<'_>) -> Result<bool, LedgerError> {
-        let changed = self.with(|connection| {
-            connection.prepare_cached(CHANGE_SQL)?.execute(params![
-                c.state,
-                c.transaction,
-                c.transfer_log_index,
-                c.failure_reason,
-                c.evidence,
-                c.strike_until,
-                now(),
-                id,
-                from
-            ])
-        })?;
+    pub(super) fn change(
+        &self,
+        id: i64,
+        from: &str,
+        c: &Change<'_>,
+        retained: &RetainedChange<'_>,
+    ) -> Result<bool, LedgerError> {
+        let connection = self
+            .connection
+            .lock()
+            .map_err(|_| LedgerError::Storage("ledger lock poisoned".into()))?;
+        let transaction = connection.unchecked_transaction()?;
+        let changed = transaction.prepare_cached(CHANGE_SQL)?.execute(params![
+            c.state,
+            c.transaction,
+            c.transfer_log_index,
+            c.failure_reason,
+            c.evidence,
+            c.strike_until,
+            now(),
+            id,
+            from
+        ])?;
+        if changed == 1 {
+            match retained {
+                RetainedChange::None => {}
+                RetainedChange::Store {
+                    sealed,
+                    kind,
+                    collectable_until,
+                } => {
+                    transaction.prepare_cached(STORE_SQL)?.execute(params![
+                        sealed,
+                        kind,
+                        collectable_until,
+                        id
+                    ])?;
+                }
+                RetainedChange::Drop => {
+                    transaction.prepare_cached(DROP_SQL)?.execute(params![id])?;
+                }
+            }
+        }
+        transaction.commit()?;
         Ok(changed == 1)
     }
 
@@ -224,7 +310,9 @@ mod tests {
     use super::*;
 
     fn resolve(ledger: &SqliteLedger, id: i64, from: &str, outcome: &Outcome) -> bool {
-        ledger.change(id, from, &outcome.change()).expect("change")
+        ledger
+            .change(id, from, &outcome.change(), &RetainedChange::None)
+            .expect("change")
     }
 
     fn expired(evidence: &str) -> Outcome {
@@ -286,9 +374,11 @@ mod tests {
             after[0].evidence.as_deref(),
             Some("unused, past validBefore")
         );
-        ledger.reserve(&attempt(1)).expect("reserve after rebuild");
+        ledger
+            .reserve(&attempt(1), None)
+            .expect("reserve after rebuild");
         assert!(matches!(
-            ledger.reserve(&attempt(1)),
+            ledger.reserve(&attempt(1), None),
             Err(LedgerError::Duplicate)
         ));
         drop(ledger);
@@ -347,8 +437,8 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
-        let first = ledger.reserve(&attempt(1)).expect("reserve");
-        let second = ledger.reserve(&attempt(2)).expect("reserve");
+        let first = ledger.reserve(&attempt(1), None).expect("reserve");
+        let second = ledger.reserve(&attempt(2), None).expect("reserve");
         let proven = Outcome::Settled {
             transaction: "0xfeed".into(),
             transfer_log_index: Some(3),
@@ -356,7 +446,7 @@ mod tests {
         };
         assert!(resolve(&ledger, first, "reserved", &proven));
         assert!(matches!(
-            ledger.change(second, "reserved", &proven.change()),
+            ledger.change(second, "reserved", &proven.change(), &RetainedChange::None),
             Err(LedgerError::Duplicate)
         ));
         let burned = Outcome::NonceBurned {
@@ -391,7 +481,7 @@ mod tests {
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         for n in 0..3000 {
-            ledger.reserve(&attempt(n)).expect("reserve");
+            ledger.reserve(&attempt(n), None).expect("reserve");
             let settled = Outcome::Settled {
                 transaction: format!("0x{n:064x}"),
                 transfer_log_index: Some(1),
@@ -434,7 +524,7 @@ mod tests {
             ..attempt(0)
         };
         ledger
-            .reserve(&attempt)
+            .reserve(&attempt, None)
             .expect("reserve on the migrated table");
         let rows = stored(&ledger, "");
         assert_eq!(rows[1].nonce.as_deref(), Some("0x01"));

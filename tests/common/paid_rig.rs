@@ -1,0 +1,196 @@
+//! One server selling VM02 in front of a dev stack, through a facilitator proxy (which records
+//! `/verify` and `/settle` and treats `/settle` as told) and an RPC proxy that refuses
+//! `eth_getLogs` over Alchemy's free-tier range: the rig of the settlement and lost-answer
+//! tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use factomat::pay::ledger::AttemptRow;
+use serde_json::{Value, json};
+
+use super::devstack::{Buyer, DevStack};
+use super::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
+use super::ledgers::{fresh_ledger_url, rows_of};
+use super::rpc_proxy::{RpcProxy, range_limited_rpc};
+use super::{TestServer, decode_header};
+
+/// The cheapest paid machine (one ERC-20 allowance against a balance).
+pub const VM02: &str = "/v1/allowance-exposure";
+/// USDC on Base (the dev stack places its token there).
+pub const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+/// VM02's price in atomic USDC.
+pub const PRICE: u128 = 10_000;
+/// Alchemy's free tier: 10 blocks per `eth_getLogs`.
+pub const PROVIDER_LOG_LIMIT: u64 = 10;
+
+/// A server in front of `stack` through a facilitator proxy and a range-limited RPC.
+pub struct Rig<'a> {
+    pub stack: &'a DevStack,
+    pub server: TestServer,
+    pub facilitator: FacilitatorProxy,
+    pub rpc: RpcProxy,
+    pub ledger_url: String,
+}
+
+impl<'a> Rig<'a> {
+    /// A rig on a fresh ledger of the test's backend; `env` adds or overrides configuration
+    /// (later pairs win).
+    pub async fn start(stack: &'a DevStack, settle: Settle, env: &[(&str, &str)]) -> Rig<'a> {
+        Rig::start_on(stack, settle, env, fresh_ledger_url()).await
+    }
+
+    /// A rig on the ledger at `ledger_url`.
+    pub async fn start_on(
+        stack: &'a DevStack,
+        settle: Settle,
+        env: &[(&str, &str)],
+        ledger_url: String,
+    ) -> Rig<'a> {
+        let facilitator = facilitator_proxy(stack, settle).await;
+        let rpc = range_limited_rpc(&stack.field("rpc_url"), PROVIDER_LOG_LIMIT).await;
+        let pay_to = stack.field("pay_to");
+        let mut all = vec![
+            ("FACTOMAT_PAY_TO", pay_to.as_str()),
+            ("FACTOMAT_FACILITATOR_URL", facilitator.url.as_str()),
+            ("FACTOMAT_RPC_URL_EIP155_8453", rpc.url.as_str()),
+            ("FACTOMAT_DATABASE_URL", ledger_url.as_str()),
+            ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
+        ];
+        all.extend_from_slice(env);
+        let server = TestServer::with_env(&all).await;
+        Rig {
+            stack,
+            server,
+            facilitator,
+            rpc,
+            ledger_url,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("{}{VM02}", self.server.url)
+    }
+
+    /// A VM02 request about `buyer`'s USDC allowance to our payee.
+    pub fn request(&self, buyer: &Buyer) -> Value {
+        json!({"owner": buyer.address, "token": USDC, "spender": self.stack.field("pay_to")})
+    }
+
+    /// The PAYMENT-REQUIRED header and JSON body of an unpaid call.
+    pub async fn challenge(&self, body: &Value) -> (String, Value) {
+        let response = self.server.post_json(VM02, body).await;
+        assert_eq!(response.status().as_u16(), 402);
+        let header = response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        (header, response.json().await.expect("402 body"))
+    }
+
+    /// A PAYMENT-SIGNATURE of `buyer` for this call, with sign.mjs mutations.
+    pub async fn sign(&self, buyer: &Buyer, body: &Value, mutations: &[&str]) -> (String, Value) {
+        let (required, _) = self.challenge(body).await;
+        let signed = self.stack.sign_as(buyer, &required, mutations);
+        let header = signed["header"].as_str().expect("header").to_string();
+        (header, signed)
+    }
+
+    pub async fn send(&self, body: &Value, header: &str) -> reqwest::Response {
+        self.send_raw(serde_json::to_vec(body).expect("json"), header)
+            .await
+    }
+
+    /// A paid call with exactly these body bytes.
+    pub async fn send_raw(&self, body: Vec<u8>, header: &str) -> reqwest::Response {
+        self.server
+            .client
+            .post(self.url())
+            .header("content-type", "application/json")
+            .header("PAYMENT-SIGNATURE", header)
+            .body(body)
+            .send()
+            .await
+            .expect("answered")
+    }
+
+    pub async fn rows(&self) -> Vec<AttemptRow> {
+        rows_of(&self.ledger_url).await
+    }
+
+    pub fn balance(&self, address: &str) -> u128 {
+        self.stack
+            .usdc_balance(address)
+            .trim_matches('"')
+            .parse()
+            .expect("balance")
+    }
+
+    pub fn ledger_command(&self, args: &[&str]) -> Value {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
+            .args(["ledger"])
+            .args(args)
+            .arg("--json")
+            .env("FACTOMAT_DATABASE_URL", &self.ledger_url)
+            .env("FACTOMAT_RPC_URL_EIP155_8453", &self.rpc.url)
+            .output()
+            .expect("factomat ledger runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("json")
+    }
+
+    pub fn reconcile(&self) -> Vec<Value> {
+        let entries = self.ledger_command(&["reconcile"]);
+        entries.as_array().expect("entries").clone()
+    }
+
+    pub fn vm02_paid_calls(&self) -> u64 {
+        let report = self.ledger_command(&["report"]);
+        report["machines"]
+            .as_array()
+            .expect("machines")
+            .iter()
+            .find(|m| m["machine"] == "VM02")
+            .and_then(|m| m["paid_calls"].as_u64())
+            .expect("VM02 paid calls")
+    }
+}
+
+/// The `error` of a 402's fresh PAYMENT-REQUIRED.
+pub fn reason_of(response: &reqwest::Response) -> String {
+    let header = response.headers()["payment-required"]
+        .to_str()
+        .expect("ascii");
+    decode_header(header)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The decoded PAYMENT-RESPONSE of an answer.
+pub fn payment_response(response: &reqwest::Response) -> Value {
+    decode_header(
+        response.headers()["payment-response"]
+            .to_str()
+            .expect("ascii"),
+    )
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Polls `done` every 250 ms until it holds; fails after 60 s.
+pub async fn wait_for(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

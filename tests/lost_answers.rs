@@ -1,0 +1,634 @@
+//! A paid answer is never lost (issue 26): the buyer collects it again by resending the same
+//! payment — after a cut connection, while the original still works, once a pending
+//! settlement lands, and with or without a payment-identifier `id` — without a second work
+//! run, `/settle` or charge. Retained answers expire, are swept, and are unreadable at rest.
+//! End to end on loopback: anvil, the official facilitator behind a recording proxy, a
+//! provider-like RPC proxy, the official TypeScript client, and both ledger backends.
+
+mod common;
+
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::devstack::{Buyer, payment_identifier_declaration, random_hex32, shared_stack};
+use common::evidence::{key_file, paid_routes};
+use common::facilitator_proxy::Settle;
+use common::ledgers::{fresh_ledger_url, sqlite_count, sqlite_file};
+use common::paid_rig::{PRICE, Rig, USDC, VM02, payment_response, reason_of, wait_for};
+use common::{TestServer, decode_header, expect_400};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::TcpStream;
+
+on_both_ledgers!(
+    a_settled_answer_is_collected_again_with_the_same_payment,
+    a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment,
+    a_pending_settlement_is_collected_once_the_transfer_is_on_chain,
+);
+
+/// What each fresh buyer holds (atomic USDC).
+const FUNDS: u128 = 1_000_000;
+/// Permit2: a spender other than our payee, for "another request".
+const PERMIT2: &str = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+
+/// An answer as the buyer received it: status, the headers a resend must repeat, body text.
+#[derive(Debug, PartialEq, Eq)]
+struct Received {
+    status: u16,
+    payment_response: Option<String>,
+    evidence_seal: Option<String>,
+    content_digest: Option<String>,
+    body: String,
+}
+
+impl Received {
+    async fn of(response: reqwest::Response) -> Received {
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().expect("ascii").to_string())
+        };
+        let (payment_response, evidence_seal, content_digest) = (
+            header("payment-response"),
+            header("evidence-seal"),
+            header("content-digest"),
+        );
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        Received {
+            status,
+            payment_response,
+            evidence_seal,
+            content_digest,
+            body: String::from_utf8(bytes.to_vec()).expect("UTF-8 body"),
+        }
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect("JSON body")
+    }
+
+    /// The decoded PAYMENT-RESPONSE.
+    fn settlement(&self) -> Value {
+        decode_header(self.payment_response.as_deref().expect("PAYMENT-RESPONSE"))
+    }
+}
+
+/// The answer to one paid call with this header.
+async fn paid(rig: &Rig<'_>, body: &Value, header: &str) -> Received {
+    Received::of(rig.send(body, header).await).await
+}
+
+/// A fresh payment-identifier `id` (30 characters of `[A-Za-z0-9_-]`).
+fn fresh_id() -> String {
+    format!("lost-answer-{}", &random_hex32()[2..20])
+}
+
+/// A PAYMENT-SIGNATURE of `buyer` whose payload carries `id` in its payment-identifier
+/// extension (the 402's declaration with `info.id` added, as the official client sends it).
+async fn sign_with_id(rig: &Rig<'_>, buyer: &Buyer, body: &Value, id: &str) -> (String, Value) {
+    let info = format!(
+        "payment-identifier={}",
+        json!({"required": false, "id": id})
+    );
+    rig.sign(buyer, body, &["--extension-info", &info]).await
+}
+
+/// The same owner and token as `rig.request(buyer)`, another spender: another request.
+fn another_request(buyer: &Buyer) -> Value {
+    json!({"owner": buyer.address, "token": USDC, "spender": PERMIT2})
+}
+
+/// Asserts the facilitator saw `verifies` /verify and `settles` /settle requests.
+fn assert_facilitator_saw(rig: &Rig<'_>, verifies: usize, settles: usize) {
+    let recorder = &rig.facilitator.recorder;
+    assert_eq!(
+        (recorder.verifies(), recorder.settles()),
+        (verifies, settles),
+        "(/verify, /settle) requests"
+    );
+}
+
+/// Every machine's 402 declares the payment-identifier extension as optional: the body
+/// carries the official declaration (`@x402/extensions`' `info` and schema), the header its
+/// compact form (the `info` alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_402_declares_the_payment_identifier_extension_as_optional() {
+    let server = TestServer::start().await;
+    let official = payment_identifier_declaration();
+    assert_eq!(official["info"], json!({"required": false}), "{official}");
+    for (id, path, example) in paid_routes() {
+        let response = server.post_json(&path, &example).await;
+        assert_eq!(response.status().as_u16(), 402, "{id}");
+        let header = decode_header(
+            response.headers()["payment-required"]
+                .to_str()
+                .expect("ascii"),
+        );
+        assert_eq!(
+            header["extensions"]["payment-identifier"],
+            json!({"info": {"required": false}}),
+            "{id}: the header's compact declaration"
+        );
+        let body: Value = response.json().await.expect("402 body");
+        assert_eq!(
+            body["extensions"]["payment-identifier"], official,
+            "{id}: the body's declaration"
+        );
+    }
+}
+
+/// The identical PAYMENT-SIGNATURE and body, resent after a settled 200, get the same answer
+/// byte for byte — body, PAYMENT-RESPONSE, evidence seal and content digest — with one
+/// /verify, one /settle, one ledger row and one transfer.
+async fn a_settled_answer_is_collected_again_with_the_same_payment() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let signing_key = key_file("evidence.pem").display().to_string();
+    let signing = [("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str())];
+    let rig = Rig::start(stack, Settle::Forward, &signing).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let first = paid(&rig, &body, &header).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.json()["machine"], "VM02");
+    assert_eq!(first.settlement()["success"], true);
+    assert!(
+        first.evidence_seal.is_some() && first.content_digest.is_some(),
+        "signing is on: {first:?}"
+    );
+
+    let again = paid(&rig, &body, &header).await;
+    assert_eq!(again, first, "the same answer, byte for byte");
+    assert_facilitator_saw(&rig, 1, 1);
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].state, "settled");
+    assert_eq!(rows[0].collected_again, 1, "counted for ledger report");
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+}
+
+/// The same PAYMENT-SIGNATURE with another request body collects nothing and buys nothing: a
+/// 402 whose fresh challenge (still declaring payment-identifier) says the payment was already
+/// presented, and no /verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+
+    let response = rig.send(&another_request(&buyer), &header).await;
+    assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(reason_of(&response), "payment_nonce_already_presented");
+    let challenge = decode_header(
+        response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii"),
+    );
+    assert_eq!(
+        challenge["extensions"]["payment-identifier"],
+        json!({"info": {"required": false}})
+    );
+    let answer: Value = response.json().await.expect("402 body");
+    assert!(answer.get("machine").is_none(), "no result: {answer}");
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.rows().await.len(), 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+}
+
+/// Without a payment-identifier `id` an answer is collected again only briefly after its
+/// settlement (`FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS`, 2 s here), then refused with
+/// `payment_answer_expired`; one bought with an `id`, older still, is collected within the
+/// retention, the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_id_an_answer_is_collected_briefly_and_with_one_for_the_retention() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let brief = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "2")];
+    let rig = Rig::start(stack, Settle::Forward, &brief).await;
+    let body = rig.request(&buyer);
+    // Bought first: it is the older of the two when the other's window closes.
+    let (with_id, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
+    let kept = paid(&rig, &body, &with_id).await;
+    assert_eq!(kept.status, 200, "{kept:?}");
+
+    let (without_id, _) = rig.sign(&buyer, &body, &[]).await;
+    let first = paid(&rig, &body, &without_id).await;
+    let answered = Instant::now();
+    assert_eq!(first.status, 200, "{first:?}");
+    let mut collected = 0;
+    let refused = loop {
+        let response = rig.send(&body, &without_id).await;
+        if response.status() != 200 {
+            break response;
+        }
+        assert_eq!(Received::of(response).await, first);
+        collected += 1;
+        assert!(
+            answered.elapsed() < Duration::from_secs(15),
+            "still collected long past the window"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(collected > 0, "collected again within the window");
+    assert!(
+        answered.elapsed() >= Duration::from_secs(1),
+        "refused before the window closed"
+    );
+    assert_eq!(refused.status().as_u16(), 402);
+    assert_eq!(reason_of(&refused), "payment_answer_expired");
+
+    assert_eq!(
+        paid(&rig, &body, &with_id).await,
+        kept,
+        "bought with an id: collected within the retention"
+    );
+    assert_facilitator_saw(&rig, 2, 2);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - 2 * PRICE);
+}
+
+/// A payment-identifier `id` is bound to the payment that bought with it: the same `id` with a
+/// new signature, or the same payment on another body, is `409 payment_identifier_conflict`;
+/// an `id` outside 16–128 characters of `[A-Za-z0-9_-]` is `400 invalid_payment_identifier`.
+/// None reaches /verify, and nothing more is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    let id = fresh_id();
+    let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+
+    let (resigned, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let other = another_request(&buyer);
+    for (what, body, header) in [
+        ("a new signature", &body, &resigned),
+        ("another body", &other, &header),
+    ] {
+        let response = rig.send(body, header).await;
+        assert_eq!(response.status().as_u16(), 409, "{what}");
+        let answer: Value = response.json().await.expect("a JSON error");
+        assert_eq!(
+            answer["error"]["code"], "payment_identifier_conflict",
+            "{what}: {answer}"
+        );
+    }
+    for malformed in ["short", "has a space in it"] {
+        let (header, _) = sign_with_id(&rig, &buyer, &body, malformed).await;
+        let response = rig.send(&body, &header).await;
+        expect_400(response, "invalid_payment_identifier", malformed).await;
+    }
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.rows().await.len(), 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
+
+/// Past its retention (`FACTOMAT_DELIVERY_RETENTION_SECONDS`, 2 s here) a retained answer is
+/// swept from `retained_answers` by the timer, and a resend of its payment is refused with
+/// `payment_answer_expired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let short = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "2")];
+    let rig = Rig::start(stack, Settle::Forward, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
+    let first = paid(&rig, &body, &header).await;
+    let answered = Instant::now();
+    assert_eq!(first.status, 200, "{first:?}");
+    let retained = || sqlite_count(&rig.ledger_url, "retained_answers");
+    assert_eq!(retained(), 1, "the answer is retained");
+    assert_eq!(
+        paid(&rig, &body, &header).await,
+        first,
+        "within the retention"
+    );
+
+    wait_for("the sweep", async || retained() == 0).await;
+    assert!(
+        answered.elapsed() >= Duration::from_secs(1),
+        "swept before its retention ended"
+    );
+    let refused = rig.send(&body, &header).await;
+    assert_eq!(refused.status().as_u16(), 402);
+    assert_eq!(reason_of(&refused), "payment_answer_expired");
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+}
+
+/// A buyer whose connection is cut once the paid request is sent (the provider is slow, so
+/// before any answer) loses nothing: the server settles and records the call anyway, and the
+/// identical header and body resent collect the result — a 200 whose PAYMENT-RESPONSE names
+/// the recorded transfer, the same bytes again on a third resend — with one ledger row, one
+/// /settle and one transfer.
+async fn a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    rig.rpc.set_delay("eth_call", Duration::from_secs(2));
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+
+    let addr = rig.server.server.addr;
+    let content = serde_json::to_vec(&body).expect("json");
+    let head = format!(
+        "POST {VM02} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nPAYMENT-SIGNATURE: {header}\r\n\r\n",
+        content.len()
+    );
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&content).await.expect("body");
+    wait_for("the call is reserved", async || {
+        !rig.rows().await.is_empty()
+    })
+    .await;
+    let mut unread = [0u8; 1];
+    assert!(
+        matches!(stream.try_read(&mut unread), Err(e) if e.kind() == ErrorKind::WouldBlock),
+        "the connection is cut before any answer"
+    );
+    drop(stream);
+    wait_for("the call settles", async || {
+        rig.rows()
+            .await
+            .first()
+            .is_some_and(|r| r.state == "settled")
+    })
+    .await;
+
+    let collected = paid(&rig, &body, &header).await;
+    assert_eq!(collected.status, 200, "{collected:?}");
+    assert_eq!(collected.json()["machine"], "VM02");
+    let settlement = collected.settlement();
+    assert_eq!(settlement["success"], true, "{settlement}");
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        rows[0].transaction_hash.as_deref(),
+        settlement["transaction"].as_str()
+    );
+    assert_eq!(paid(&rig, &body, &header).await, collected, "a third time");
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+}
+
+/// A resend that arrives while the original call still works (a slow provider) runs nothing
+/// itself: it gets the original's answer (it waited) or a 503 with `Retry-After`, never a
+/// second work run (the provider sees one call's `eth_call`s) nor a second /settle; once the
+/// original has answered, the payment collects the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    // One call's reads, counted on a first purchase.
+    let (first, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&rig, &body, &first).await.status, 200);
+    let per_call = rig.rpc.calls("eth_call");
+    assert!(per_call > 0, "VM02 reads the chain");
+
+    rig.rpc.set_delay("eth_call", Duration::from_secs(2));
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let ((original, answered_at), (resend, resent_at)) = tokio::join!(
+        async {
+            let original = paid(&rig, &body, &header).await;
+            (original, Instant::now())
+        },
+        async {
+            wait_for("the original is reserved", async || {
+                rig.rows().await.len() == 2
+            })
+            .await;
+            let resent_at = Instant::now();
+            (rig.send(&body, &header).await, resent_at)
+        },
+    );
+    assert!(resent_at < answered_at, "resent while the original worked");
+    assert_eq!(original.status, 200, "{original:?}");
+    match resend.status().as_u16() {
+        200 => assert_eq!(Received::of(resend).await, original, "it waited"),
+        503 => {
+            assert!(
+                resend.headers().get("retry-after").is_some(),
+                "a retryable refusal"
+            );
+            assert_eq!(
+                paid(&rig, &body, &header).await,
+                original,
+                "collected later"
+            );
+        }
+        status => panic!(
+            "the resend got {status}: {}",
+            resend.text().await.unwrap_or_default()
+        ),
+    }
+    assert_eq!(
+        rig.rpc.calls("eth_call"),
+        2 * per_call,
+        "one work run per payment"
+    );
+    assert_facilitator_saw(&rig, 2, 2);
+    assert_eq!(rig.rows().await.len(), 2);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - 2 * PRICE);
+}
+
+/// A settlement still unknown when the wait ends (the facilitator settles late) is answered
+/// 503 `settlement_pending`; once the transfer is on chain, the identical header and body
+/// collect the result: a 200 whose PAYMENT-RESPONSE is a success naming the transaction, with
+/// no /verify or /settle of its own, one ledger row and one transfer.
+async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let late = Settle::After(Duration::from_secs(4));
+    let short = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+    ];
+    let rig = Rig::start(stack, late, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let pending = rig.send(&body, &header).await;
+    assert_eq!(pending.status().as_u16(), 503);
+    assert!(pending.headers().get("retry-after").is_some());
+    assert!(
+        pending.headers().get("payment-required").is_none(),
+        "never a fresh challenge"
+    );
+    assert_eq!(
+        payment_response(&pending)["errorReason"],
+        "settlement_pending"
+    );
+    let settles = rig.facilitator.recorder.settles();
+
+    wait_for("the late settlement lands", async || {
+        rig.balance(&buyer.address) == FUNDS - PRICE
+    })
+    .await;
+    let collected = paid(&rig, &body, &header).await;
+    assert_eq!(collected.status, 200, "{collected:?}");
+    assert_eq!(collected.json()["machine"], "VM02");
+    let settlement = collected.settlement();
+    assert_eq!(settlement["success"], true, "{settlement}");
+    assert!(
+        settlement["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
+        "{settlement}"
+    );
+    assert_facilitator_saw(&rig, 1, settles);
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].state, "settled", "the collect recorded the proof");
+    assert_eq!(
+        rows[0].transaction_hash.as_deref(),
+        settlement["transaction"].as_str(),
+        "the transaction the chain proved"
+    );
+    assert_eq!(paid(&rig, &body, &header).await, collected, "and again");
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+}
+
+/// The files of `dir` but `except`.
+fn files_in(dir: &Path, except: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .expect("ledger folder")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.is_file() && path != except)
+        .collect()
+}
+
+/// A retained answer is unreadable at rest: after a paid call with an `id`, neither the
+/// SQLite file nor its WAL (nor any other file beside them but the key file) holds the
+/// answer's text, the payment's signature, the PAYMENT-SIGNATURE or PAYMENT-RESPONSE values,
+/// the `id`, or the deployment secret; yet, with the key file, the answer is collected again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retained_answer_is_unreadable_at_rest_and_the_database_holds_no_key() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let ledger_url = fresh_ledger_url();
+    let ledger = sqlite_file(&ledger_url);
+    // Where a SQLite deployment's generated key lives: beside the ledger.
+    let key_path = PathBuf::from(format!("{}.delivery-key", ledger.display()));
+    let secret = random_hex32()[2..].to_string();
+    std::fs::write(&key_path, format!("{secret}\n")).expect("key file");
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))
+        .expect("owner only");
+    let key = key_path.display().to_string();
+    let keyed = [("FACTOMAT_DELIVERY_KEY_FILE", key.as_str())];
+    let rig = Rig::start_on(stack, Settle::Forward, &keyed, ledger_url).await;
+    let body = rig.request(&buyer);
+    let id = fresh_id();
+    let (header, signed) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let first = paid(&rig, &body, &header).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(
+        paid(&rig, &body, &header).await,
+        first,
+        "retained and opened"
+    );
+    assert_eq!(sqlite_count(&rig.ledger_url, "retained_answers"), 1);
+
+    let signature = signed["payload"]["payload"]["signature"]
+        .as_str()
+        .expect("signature")
+        .trim_start_matches("0x")
+        .to_lowercase();
+    let hex = |text: &str| alloy::primitives::hex::decode(text).expect("hex");
+    let needles: Vec<(&str, Vec<u8>)> = vec![
+        ("the answer", first.body.clone().into_bytes()),
+        (
+            "a field only the answer has",
+            b"allowance_balance_exposure_adjusted".to_vec(),
+        ),
+        ("the signature", signature.clone().into_bytes()),
+        (
+            "the signature (upper case)",
+            signature.to_uppercase().into_bytes(),
+        ),
+        ("the signature's bytes", hex(signature.as_str())),
+        ("the PAYMENT-SIGNATURE", header.clone().into_bytes()),
+        (
+            "the PAYMENT-RESPONSE",
+            first
+                .payment_response
+                .clone()
+                .expect("PAYMENT-RESPONSE")
+                .into_bytes(),
+        ),
+        ("the id", id.into_bytes()),
+        ("the secret", secret.clone().into_bytes()),
+        (
+            "the secret (upper case)",
+            secret.to_uppercase().into_bytes(),
+        ),
+        ("the secret's bytes", hex(secret.as_str())),
+    ];
+    let files = files_in(ledger.parent().expect("ledger folder"), &key_path);
+    let wal = PathBuf::from(format!("{}-wal", ledger.display()));
+    assert!(
+        files.contains(&ledger) && files.contains(&wal),
+        "the ledger and its WAL: {files:?}"
+    );
+    for file in &files {
+        let bytes = std::fs::read(file).expect("readable");
+        for (what, needle) in &needles {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_slice()),
+                "{} holds {what}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// The official TypeScript client with the payment-identifier extension (`@x402/fetch`,
+/// `@x402/extensions`): its payment carries an `id` and pays; the PAYMENT-SIGNATURE it sent,
+/// resent byte for byte with the same body, collects the same answer; a new payment of the
+/// official client reusing that `id` on another body is a 409, and never reaches /verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reuse() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    let bought = stack.pay_with_id(&buyer, &rig.url(), &body, None);
+    assert_eq!(bought["status"], 200, "{bought}");
+    assert_eq!(bought["payment_response"]["success"], true, "{bought}");
+    let id = bought["id"].as_str().expect("the payment carried an id");
+    assert_eq!(
+        bought["payment_payload"]["extensions"]["payment-identifier"]["info"]["id"], id,
+        "{bought}"
+    );
+
+    let header = bought["payment_signature"].as_str().expect("captured");
+    let again = Received::of(rig.send_raw(body.to_string().into_bytes(), header).await).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, bought["body_text"].as_str().expect("body text"));
+    assert_eq!(
+        again.payment_response.as_deref(),
+        bought["headers"]["payment-response"].as_str()
+    );
+
+    let reused = stack.pay_with_id(&buyer, &rig.url(), &another_request(&buyer), Some(id));
+    assert_eq!(reused["id"], id, "{reused}");
+    assert_eq!(reused["signed"], 1, "a new payment: {reused}");
+    assert_eq!(reused["status"], 409, "{reused}");
+    assert_eq!(
+        reused["body"]["error"]["code"], "payment_identifier_conflict",
+        "{reused}"
+    );
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
