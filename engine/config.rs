@@ -125,6 +125,12 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "How long after its settlement a paid answer bought without a payment-identifier id stays collectable again, in seconds (default 60).",
     ),
     (
+        "delivery_in_flight_wait_ms",
+        "FACTOMAT_DELIVERY_IN_FLIGHT_WAIT_MS",
+        false,
+        "How long a resend of a payment still being processed (on any replica) waits for its answer before it gets 503 payment_in_progress, in ms (default 15000).",
+    ),
+    (
         "delivery_key_file",
         "FACTOMAT_DELIVERY_KEY_FILE",
         false,
@@ -407,6 +413,8 @@ pub struct Config {
     pub delivery_retention_seconds: u64,
     /// How long an answer bought without an id may be collected again, in seconds.
     pub delivery_collect_without_id_seconds: u64,
+    /// How long a resend of a payment still being processed waits for its answer, in ms.
+    pub delivery_in_flight_wait_ms: u64,
     /// The file of the secret that seals retained answers.
     pub delivery_key_file: Option<PathBuf>,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
@@ -1040,6 +1048,7 @@ impl RawLayer {
         let delivery_retention_seconds = self.seconds("delivery_retention_seconds", 600)?;
         let delivery_collect_without_id_seconds =
             self.seconds("delivery_collect_without_id_seconds", 60)?;
+        let delivery_in_flight_wait_ms = self.millis("delivery_in_flight_wait_ms", 15_000)?;
         let database_url = self
             .get("database_url")
             .map(|(v, _)| v)
@@ -1123,6 +1132,7 @@ impl RawLayer {
             evidence_retired_public_keys: self.list("evidence_retired_public_keys"),
             delivery_retention_seconds,
             delivery_collect_without_id_seconds,
+            delivery_in_flight_wait_ms,
             delivery_key_file: self
                 .get("delivery_key_file")
                 .map(|(path, _)| PathBuf::from(path)),

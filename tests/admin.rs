@@ -229,13 +229,21 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     challenge(server.post_json(VM02, &request).await);
     let bad = server.post_json(VM02, &json!({"owner": "0x1"})).await;
     assert_eq!(bad.status().as_u16(), 400);
-    // 1 paid and settled, its replay rejected, 1 corrupt signature rejected by the facilitator.
+    // 1 paid and settled, collected again, its replay on another request rejected, 1 corrupt
+    // signature rejected by the facilitator.
     let good = stack.sign(&required, &[])["header"]
         .as_str()
         .expect("h")
         .to_string();
     assert_eq!(send(good.clone()).await, 200);
-    assert_eq!(send(good).await, 402);
+    assert_eq!(
+        send(good.clone()).await,
+        200,
+        "the same request collects again"
+    );
+    let permit2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+    let another = json!({"owner": buyer, "token": USDC, "spender": permit2});
+    assert_eq!(send_to(VM02, another, good).await, 402);
     let corrupt = stack.sign(&required, &["--corrupt-signature"])["header"]
         .as_str()
         .expect("h")
@@ -296,7 +304,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         "2 challenges + 2 rejected payments\n{text}"
     );
     assert_eq!(requests("400"), 1.0);
-    assert_eq!(requests("200"), 1.0);
+    assert_eq!(requests("200"), 2.0, "paid, then collected again");
     assert_eq!(requests("503"), 1.0);
     let payments = |outcome: &str| {
         value(
@@ -311,6 +319,19 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     assert_eq!(payments("rejected"), 2.0);
     assert_eq!(payments("settle_failed"), 0.0);
     assert_eq!(payments("work_failed"), 0.0);
+    let retained = |event: &str| {
+        value(
+            &samples,
+            "factomat_retained_answers_total",
+            json!({"event": event}),
+        )
+    };
+    assert_eq!(
+        retained("retained"),
+        2.0,
+        "the VM02 and VM05 answers\n{text}"
+    );
+    assert_eq!(retained("collected"), 1.0);
     assert_eq!(
         value(
             &samples,

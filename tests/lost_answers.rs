@@ -632,3 +632,98 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     assert_facilitator_saw(&rig, 1, 1);
     assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
 }
+
+/// Deletes every retained answer of a SQLite ledger, as a crash between the settlement and
+/// the record of its answer (or an answer that could not be sealed) leaves a paid row.
+fn forget_retained_answers(ledger_url: &str) {
+    let connection = rusqlite::Connection::open(sqlite_file(ledger_url)).expect("ledger opens");
+    connection
+        .busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    connection
+        .execute("DELETE FROM retained_answers", [])
+        .expect("deleted");
+}
+
+/// A paid row whose answer was never retained (a crash, or a seal that failed) is not a lost
+/// purchase: the identical resend within the window runs the work once more — the provider
+/// is asked again, nothing is verified or settled again — and gets a paid 200 naming the
+/// row's transaction, which is then retained and collected byte for byte. Past the window the
+/// same resend is refused as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let short = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "4")];
+    let rig = Rig::start(stack, Settle::Forward, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let first = paid(&rig, &body, &header).await;
+    assert_eq!(first.status, 200, "{first:?}");
+    let per_call = rig.rpc.calls("eth_call");
+    forget_retained_answers(&rig.ledger_url);
+
+    let again = paid(&rig, &body, &header).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.json()["machine"], "VM02");
+    assert_eq!(
+        rig.rpc.calls("eth_call"),
+        2 * per_call,
+        "the work ran once more"
+    );
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        again.settlement()["transaction"].as_str(),
+        rows[0].transaction_hash.as_deref(),
+        "the paid 200 names the row's transaction"
+    );
+    assert_eq!(sqlite_count(&rig.ledger_url, "retained_answers"), 1);
+    assert_eq!(
+        paid(&rig, &body, &header).await,
+        again,
+        "the answer run again is retained"
+    );
+    assert_eq!(rig.rpc.calls("eth_call"), 2 * per_call);
+
+    forget_retained_answers(&rig.ledger_url);
+    wait_for("the window to close", async || {
+        let response = rig.send(&body, &header).await;
+        response.status().as_u16() == 402 && reason_of(&response) == "payment_answer_expired"
+    })
+    .await;
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
+
+/// Three replicas share one PostgreSQL ledger (and one delivery key): an answer bought on one
+/// is collected from the others, byte for byte, and only the first one's facilitator ever
+/// saw the payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_on_postgres_hand_back_each_others_answers() {
+    use common::ledgers::{BACKEND, Backend};
+    BACKEND
+        .scope(Backend::Postgres, async {
+            let stack = shared_stack();
+            let buyer = stack.fresh_buyer("1000000");
+            let ledger = fresh_ledger_url();
+            let mut replicas = Vec::new();
+            for _ in 0..3 {
+                replicas.push(Rig::start_on(stack, Settle::Forward, &[], ledger.clone()).await);
+            }
+            let body = replicas[0].request(&buyer);
+            let (header, _) = replicas[0].sign(&buyer, &body, &[]).await;
+            let first = paid(&replicas[0], &body, &header).await;
+            assert_eq!(first.status, 200, "{first:?}");
+            for other in &replicas[1..] {
+                assert_eq!(paid(other, &body, &header).await, first, "another replica");
+                assert_facilitator_saw(other, 0, 0);
+            }
+            assert_facilitator_saw(&replicas[0], 1, 1);
+            let rows = replicas[0].rows().await;
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            assert_eq!(rows[0].collected_again, 2);
+            assert_eq!(replicas[0].balance(&buyer.address), FUNDS - PRICE);
+        })
+        .await;
+}

@@ -5,7 +5,7 @@ use http::StatusCode;
 use serde::Serialize;
 
 use crate::machines::{CheckFailure, NotReady};
-use crate::pay::gate::Refusal;
+use crate::pay::call::Refusal;
 
 /// A request rejection or service refusal with a stable machine-readable code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

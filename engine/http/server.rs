@@ -34,8 +34,9 @@ use crate::http::state::PaidRoute;
 pub use crate::http::state::{AppState, StartError};
 use crate::http::{admin, request_id, sealed};
 use crate::machines::Work;
+use crate::pay::call::{self, PaidOutcome};
 use crate::pay::echo::Declared;
-use crate::pay::gate::{self, PaidOutcome};
+use crate::pay::gate;
 use crate::pay::retained::{Answer, Finisher};
 use crate::support::metrics::{RouteCounters, metrics};
 
@@ -481,7 +482,7 @@ impl PaidCall {
             machine: self.machine,
             request_sha256: &self.request_sha256,
         };
-        let call = gate::PaidCall {
+        let call = call::PaidCall {
             machine: self.machine,
             requirement: &self.requirement,
             declared: &self.declared,

@@ -22,9 +22,9 @@ use crate::http::connections::ConnectionCounters;
 use crate::http::free_docs::FreeDoc;
 use crate::machines::{self, Entry, NotReady, WorkContext};
 use crate::net::gateway::Gateway;
+use crate::pay::call::PaymentRail;
 use crate::pay::echo::Declared;
 use crate::pay::facilitator::{Authorizer, FacilitatorClient};
-use crate::pay::gate::PaymentRail;
 use crate::pay::ledger;
 use crate::pay::local_check;
 use crate::pay::retained::{DeliverySecret, Retention};
@@ -183,7 +183,7 @@ impl AppState {
             let mut timer = tokio::time::interval(every);
             loop {
                 timer.tick().await;
-                match ledger.sweep_retained(crate::pay::gate::unix_now()).await {
+                match ledger.sweep_retained(crate::pay::call::unix_now()).await {
                     Ok(0) => {}
                     Ok(swept) => {
                         metrics().retained_expired(swept);
@@ -251,6 +251,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         signatures_deferred: Default::default(),
         listing: Default::default(),
         retention: retention(config)?,
+        pending_reads: Default::default(),
     }))
 }
 
@@ -287,6 +288,7 @@ fn retention(config: &Config) -> Result<Option<Retention>, StartError> {
     Ok(Some(Retention {
         with_id_seconds: config.delivery_retention_seconds,
         without_id_seconds: config.delivery_collect_without_id_seconds,
+        in_flight_wait: std::time::Duration::from_millis(config.delivery_in_flight_wait_ms),
         secret,
     }))
 }

@@ -12,11 +12,9 @@
 //! one authorization runs the work at most once.
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use alloy::sol_types::Eip712Domain;
 use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -24,12 +22,15 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::catalog::manifest::{Machine, Manifest};
-use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
-use crate::pay::collect::{self, ANSWER_EXPIRED};
-use crate::pay::echo::{self, Declared};
-use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SETTLEMENT_PENDING};
-use crate::pay::ledger::{Binding, Keep, Ledger, LedgerError, NewAttempt, Outcome};
-use crate::pay::listing::ListingBoard;
+use crate::chain::authorization::PaymentTerms;
+use crate::pay::call::{
+    ALREADY_PRESENTED, NONCE_BURNED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal,
+    ledger_failure, reject, unix_now,
+};
+use crate::pay::collect::{self, ANSWER_EXPIRED, Collect, Resent};
+use crate::pay::echo;
+use crate::pay::facilitator::{FacilitatorError, SETTLEMENT_PENDING};
+use crate::pay::ledger::{Binding, Keep, LedgerError, NewAttempt, Outcome};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
 use crate::pay::settlement::{self, Payment, Settlement, Settling, encoded, our_settle_response};
@@ -42,138 +43,6 @@ const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
 /// How far past its own `overall_timeout_ms` a machine's work may run before the gate cuts
 /// it (the settle margin of `window` absorbs it).
 const WORK_GRACE: Duration = Duration::from_secs(2);
-/// The 402 reason of a payment whose nonce another authorization spent.
-pub(crate) const NONCE_BURNED: &str = "payment_nonce_burned";
-/// The 402 reason of a payer refused during the cooling period after an unpaid payment.
-pub(crate) const PAYER_STRUCK: &str = "payer_recently_unpaid";
-
-/// The configured facilitator and ledger, and what the local check needs.
-pub(crate) struct PaymentRail {
-    /// The facilitator client (`/verify`, `/settle`, `/supported`).
-    pub facilitator: FacilitatorClient,
-    /// Where every paid attempt is recorded.
-    pub ledger: Arc<Ledger>,
-    /// Reads the payment chain when a settlement's outcome is not a plain success; None
-    /// without an eip155:8453 RPC endpoint.
-    pub chain: Option<AuthorizationReader>,
-    /// The asset's EIP-712 domain (`local_check::payment_domain`).
-    pub domain: Eip712Domain,
-    /// How long an unknown settlement is followed on chain.
-    pub settlement_wait: Duration,
-    /// How long a payer whose verified payment ended unpaid is refused (seconds; 0 = off).
-    pub strike_seconds: u64,
-    /// Payments refused by the local check, which never reached the facilitator.
-    pub refused_locally: AtomicU64,
-    /// Smart-wallet signatures passed to the facilitator unchecked.
-    pub signatures_deferred: AtomicU64,
-    /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
-    pub listing: ListingBoard,
-    /// How paid answers are retained for collecting again; None when retention is off.
-    pub retention: Option<Retention>,
-}
-
-impl PaymentRail {
-    /// The chain reader, when it may decide a payment's outcome: one of its endpoints has
-    /// answered `eth_chainId` 8453. An unverified reader never concludes "unpaid".
-    pub(crate) fn trusted_chain(&self) -> Option<&AuthorizationReader> {
-        self.chain.as_ref().filter(|chain| chain.trusted())
-    }
-}
-
-/// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
-pub(crate) struct PaidCall<'a> {
-    /// The manifest entry of the machine sold.
-    pub machine: &'a Machine,
-    /// The PaymentRequirements a payment's `accepted` must match.
-    pub requirement: &'a Value,
-    /// What the route's 402 declared (resource, extensions).
-    pub declared: &'a Declared,
-    /// Our configured payTo address.
-    pub pay_to: &'a str,
-    /// sha256 of the canonical request (docs/hashing.md).
-    pub request_sha256: &'a str,
-    /// The `PAYMENT-SIGNATURE` header.
-    pub header: &'a [u8],
-    /// The request's `x-request-id`, kept in the ledger row.
-    pub request_id: &'a str,
-    /// Turns a settled result into the 200 that goes out (the edge's evidence seal).
-    pub finisher: &'a dyn Finisher,
-}
-
-/// A refusal of ours on the paid path: nothing was charged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refusal {
-    /// The ledger cannot record the attempt.
-    #[error("the settlement ledger is unavailable; nothing was charged")]
-    LedgerUnavailable,
-    /// The facilitator did not answer a step.
-    #[error("the payment facilitator did not answer {step}; no work ran and nothing was charged")]
-    FacilitatorUnavailable {
-        /// `verify` or `settle`.
-        step: &'static str,
-    },
-    /// Our payee or this machine's price cannot be read (a configuration fault).
-    #[error("the payee or price of this machine cannot be read; nothing was charged")]
-    Misconfigured,
-    /// The work failed; the payment was not settled.
-    #[error(
-        "the observation could not be produced; the payment was not settled and nothing was charged"
-    )]
-    WorkFailed,
-    /// The payment-identifier `id` is outside the extension's bounds.
-    #[error(
-        "extensions[\"payment-identifier\"].info.id must be 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'; nothing was verified or charged"
-    )]
-    IdentifierInvalid,
-    /// The payment-identifier `id` is bound to another payment or request.
-    #[error(
-        "this payment identifier was already used with another payment or request; nothing ran and nothing was charged"
-    )]
-    IdentifierConflict,
-    /// The same payment is still being processed: its answer will be collectable.
-    #[error(
-        "this payment is still being processed; send the identical request again shortly to collect its answer, and do not sign a new payment"
-    )]
-    InProgress,
-}
-
-impl Refusal {
-    /// The stable error code of the refusal.
-    pub(crate) fn code(&self) -> &'static str {
-        match self {
-            Refusal::LedgerUnavailable => "ledger_unavailable",
-            Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
-            Refusal::WorkFailed => "work_failed",
-            Refusal::Misconfigured => "payment_misconfigured",
-            Refusal::IdentifierInvalid => "invalid_payment_identifier",
-            Refusal::IdentifierConflict => "payment_identifier_conflict",
-            Refusal::InProgress => "payment_in_progress",
-        }
-    }
-}
-
-/// What the gate decided; the server turns it into HTTP.
-#[derive(Debug)]
-pub(crate) enum PaidOutcome {
-    /// The paid answer as it goes out (first sent, or collected again).
-    Answered(Answer),
-    /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
-    Rejected { reason: String },
-    /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
-    SettleFailed {
-        reason: String,
-        payment_response: String,
-    },
-    /// 503 with `Retry-After` and PAYMENT-RESPONSE `settlement_pending`, and no fresh
-    /// challenge: the payment's outcome is unknown, the buyer must not pay again.
-    Pending {
-        transaction: Option<String>,
-        retry_after_seconds: u64,
-        payment_response: String,
-    },
-    /// A refusal of ours; nothing was charged.
-    Failed(Refusal),
-}
 
 /// The parts of a PaymentPayload the gate relies on.
 struct Presented {
@@ -182,22 +51,6 @@ struct Presented {
     nonce_sha256: String,
     nonce: B256,
     valid_before: u64,
-}
-
-/// A 402 with a fresh challenge naming `reason`.
-pub(crate) fn reject(reason: &str) -> PaidOutcome {
-    metrics().payment("rejected", reason);
-    PaidOutcome::Rejected {
-        reason: reason.to_string(),
-    }
-}
-
-/// Now, in unix seconds.
-pub(crate) fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 /// Decodes a `PAYMENT-SIGNATURE`: base64 of JSON, x402Version 2, an authorization with a
@@ -322,12 +175,6 @@ async fn precheck(
     }
 }
 
-/// A 503 for a ledger that cannot answer.
-pub(crate) fn ledger_failure(error: &LedgerError) -> PaidOutcome {
-    tracing::error!(%error, "ledger failure");
-    PaidOutcome::Failed(Refusal::LedgerUnavailable)
-}
-
 /// Why a known nonce is refused: the same request's settled payment whose answer is no
 /// longer retained says so; anything else was simply presented already.
 async fn already_presented(
@@ -336,14 +183,14 @@ async fn already_presented(
     presented: &Presented,
 ) -> &'static str {
     if rail.retention.is_none() {
-        return "payment_nonce_already_presented";
+        return ALREADY_PRESENTED;
     }
     match rail.ledger.row_by_nonce(&presented.nonce_sha256).await {
         Ok(Some(row)) if row.state == "settled" && row.request_sha256 == call.request_sha256 => {
             metrics().retained("expired");
             ANSWER_EXPIRED
         }
-        _ => "payment_nonce_already_presented",
+        _ => ALREADY_PRESENTED,
     }
 }
 
@@ -412,7 +259,7 @@ async fn verify(
                 rail.ledger.knows_nonce(&presented.nonce_sha256).await,
                 Ok(true)
             ) {
-                return Err(reject("payment_nonce_already_presented"));
+                return Err(reject(ALREADY_PRESENTED));
             }
             let reason = verdict
                 .invalid_reason
@@ -440,20 +287,62 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Ok(lookup) => lookup,
         Err(outcome) => return outcome,
     };
-    if let Some(retention) = &rail.retention
-        && let Some(outcome) = collect::again(rail, retention, manifest, &call, &lookup).await
-    {
-        return outcome;
+    let resent = Resent {
+        nonce_sha256: &presented.nonce_sha256,
+        payer: presented.payer,
+    };
+    if let Some(retention) = &rail.retention {
+        match collect::again(rail, retention, manifest, &call, &lookup, &resent).await {
+            Collect::Done(outcome) => return outcome,
+            Collect::RunAgain {
+                row,
+                collectable_until,
+            } => {
+                let again = Again {
+                    rail,
+                    retention,
+                    manifest,
+                    lookup: &lookup,
+                    row,
+                    collectable_until,
+                };
+                return again.run(&call, work).await;
+            }
+            Collect::New => {}
+        }
     }
-    let deadline = match admit(rail, manifest, &call, &presented).await {
+    let outcome = first_presentation(rail, manifest, &call, &presented, &lookup, work).await;
+    // A copy that raced the first presentation of this payment past the lookup is not
+    // invited to pay again: it collects the first one's answer, waiting for it if need be.
+    if let (PaidOutcome::Rejected { reason }, Some(retention)) = (&outcome, &rail.retention)
+        && (reason == ALREADY_PRESENTED || reason == ANSWER_EXPIRED)
+        && let Collect::Done(collected) =
+            collect::again(rail, retention, manifest, &call, &lookup, &resent).await
+    {
+        return collected;
+    }
+    outcome
+}
+
+/// The paid path of a payment not presented before: the checks, `/verify`, the reserve, the
+/// work, the settlement and the record.
+async fn first_presentation<E: std::fmt::Display>(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+    lookup: &Lookup,
+    work: impl Future<Output = Result<Value, E>>,
+) -> PaidOutcome {
+    let deadline = match admit(rail, manifest, call, presented).await {
         Ok(deadline) => deadline,
         Err(outcome) => return outcome,
     };
     let sent = echo::for_facilitator(&presented.payload, call.requirement, call.declared);
-    if let Err(outcome) = verify(rail, &call, &presented, &sent, deadline).await {
+    if let Err(outcome) = verify(rail, call, presented, &sent, deadline).await {
         return outcome;
     }
-    let attempt = new_attempt(manifest, &call, &presented);
+    let attempt = new_attempt(manifest, call, presented);
     let reserved_at = unix_now();
     let binding = rail.retention.as_ref().map(|_| Binding {
         lookup_sha256: lookup.key_hex(),
@@ -461,7 +350,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     });
     let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
         Ok(id) => id,
-        Err(LedgerError::Duplicate) => return reject("payment_nonce_already_presented"),
+        Err(LedgerError::Duplicate) => return reject(ALREADY_PRESENTED),
         Err(LedgerError::IdentifierBound) => {
             metrics().retained("conflict");
             return PaidOutcome::Failed(Refusal::IdentifierConflict);
@@ -479,7 +368,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
             return work_failed(rail, id, call.machine, reason).await;
         }
     };
-    let Some(terms) = terms_of(manifest, &call, &presented) else {
+    let Some(terms) = terms_of(manifest, call, presented) else {
         return PaidOutcome::Failed(Refusal::Misconfigured);
     };
     let settling = Settling {
@@ -503,12 +392,75 @@ pub(crate) async fn run<E: std::fmt::Display>(
         id,
         machine: call.machine,
         manifest,
-        presented: &presented,
-        lookup: &lookup,
+        presented,
+        lookup,
         finisher: call.finisher,
     };
     let body = serde_json::to_vec(&body).unwrap_or_default();
     row.record(settled, body).await
+}
+
+/// The work of a paid row whose answer was not retained, run once more for its buyer: the
+/// answer goes out as a paid 200 naming the row's transaction, and is retained.
+struct Again<'a> {
+    rail: &'a PaymentRail,
+    retention: &'a Retention,
+    manifest: &'a Manifest,
+    lookup: &'a Lookup,
+    row: Box<crate::pay::ledger::AttemptRow>,
+    collectable_until: i64,
+}
+
+impl Again<'_> {
+    async fn run<E: std::fmt::Display>(
+        self,
+        call: &PaidCall<'_>,
+        work: impl Future<Output = Result<Value, E>>,
+    ) -> PaidOutcome {
+        let budget = call.machine.overall_timeout() + WORK_GRACE;
+        let body = match tokio::time::timeout(budget, work).await {
+            Ok(Ok(body)) => serde_json::to_vec(&body).unwrap_or_default(),
+            Ok(Err(error)) => {
+                tracing::error!(machine = %call.machine.machine, %error, attempt = self.row.id, "the paid work run again failed");
+                return PaidOutcome::Failed(Refusal::WorkFailed);
+            }
+            Err(_) => return PaidOutcome::Failed(Refusal::WorkFailed),
+        };
+        let network = &self.manifest.payment.network;
+        let transaction = self.row.transaction_hash.as_deref();
+        let response = our_settle_response(network, &self.row.payer, true, None, transaction);
+        let answer = call.finisher.finish(body, &response);
+        self.keep(&answer).await;
+        metrics().retained("collected");
+        PaidOutcome::Answered(answer)
+    }
+
+    async fn keep(&self, answer: &Answer) {
+        let binding = Binding {
+            lookup_sha256: self.lookup.key_hex(),
+            id_sha256: self.lookup.id_sha256.clone(),
+        };
+        let stored = match retained::seal(&self.retention.secret, self.lookup, answer) {
+            Ok(sealed) => {
+                let until = self.collectable_until;
+                self.rail
+                    .ledger
+                    .retain(self.row.id, &binding, &sealed, until)
+                    .await
+            }
+            Err(error) => Err(LedgerError::Storage(error.to_string())),
+        };
+        match stored {
+            Ok(()) => {
+                if let Err(error) = self.rail.ledger.note_collected(self.row.id).await {
+                    tracing::warn!(%error, attempt = self.row.id, "could not count a collected answer");
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, attempt = self.row.id, "the answer run again was not retained")
+            }
+        }
+    }
 }
 
 fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> NewAttempt {

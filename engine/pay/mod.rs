@@ -1,5 +1,6 @@
 //! The x402 payment gate: verify, run the work once, settle, and record every attempt.
 
+pub(crate) mod call;
 pub(crate) mod cdp_auth;
 pub(crate) mod collect;
 pub(crate) mod echo;

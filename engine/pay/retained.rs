@@ -263,6 +263,8 @@ pub(crate) struct Retention {
     pub with_id_seconds: u64,
     /// How long an answer bought without one does (seconds).
     pub without_id_seconds: u64,
+    /// How long a resend waits for an original still being processed.
+    pub in_flight_wait: std::time::Duration,
     /// The deployment secret.
     pub secret: DeliverySecret,
 }

@@ -16,6 +16,8 @@
 //! else when the wait ends is **pending**, never unpaid. Without a chain reader we trust,
 //! nothing is concluded from the chain: every non-success is pending.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use alloy_primitives::B256;
@@ -24,10 +26,13 @@ use tokio::time::Instant;
 
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerdict};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
+use crate::pay::ledger::AttemptRow;
 use crate::pay::listing::ListingBoard;
 
 /// How often a pending settlement is asked about: about one Base block.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// How long one chain reading about a pending row answers its resends: about a Base block.
+const PENDING_READ_TTL: Duration = Duration::from_secs(2);
 
 /// What the chain says about one payment, now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -358,6 +363,39 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
             }
         }
         tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Recent chain readings about pending rows, so resends cannot turn into RPC load.
+#[derive(Default)]
+pub(crate) struct PendingReads {
+    findings: Mutex<HashMap<i64, (Instant, Finding)>>,
+}
+
+impl PendingReads {
+    /// What the chain says about a row's payment, read at most once per
+    /// [`PENDING_READ_TTL`] per row.
+    pub(crate) async fn find(
+        &self,
+        chain: &AuthorizationReader,
+        row: &AttemptRow,
+        payment: &Payment,
+    ) -> Finding {
+        if let Some(finding) = self.recent(row.id) {
+            return finding;
+        }
+        let finding = find(chain, payment, row.transaction_hash.as_deref()).await;
+        if let Ok(mut findings) = self.findings.lock() {
+            findings.retain(|_, (at, _)| at.elapsed() < PENDING_READ_TTL);
+            findings.insert(row.id, (Instant::now(), finding.clone()));
+        }
+        finding
+    }
+
+    fn recent(&self, id: i64) -> Option<Finding> {
+        let findings = self.findings.lock().ok()?;
+        let (at, finding) = findings.get(&id)?;
+        (at.elapsed() < PENDING_READ_TTL).then(|| finding.clone())
     }
 }
 

@@ -144,6 +144,9 @@ pub struct AttemptRow {
     pub request_sha256: String,
     /// How many times its answer was collected again from the retained answers.
     pub collected_again: i64,
+    /// When the row last changed state (RFC 3339): for a `settled` row, when it was recorded
+    /// settled.
+    pub updated_at: String,
 }
 
 /// Where a paid call's answer will be retained, bound when the call is reserved.
@@ -251,20 +254,27 @@ impl Default for PoolOptions {
 /// The columns every backend selects, in `AttemptRow` order.
 const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
     state, transaction_hash, nonce, valid_before, failure_reason, evidence, created_at,
-    request_id, transfer_log_index, request_sha256, collected_again";
+    request_id, transfer_log_index, request_sha256, collected_again, updated_at";
 
 /// A lookup by key or by `id` (none of the tables' column names overlap, so the join needs no
 /// prefixes).
 const RETAINED_SQL: &str = "SELECT lookup_sha256, id_sha256, kind, sealed, collectable_until,
      id, machine, family, payer, amount_atomic, asset, network, pay_to, state,
      transaction_hash, nonce, valid_before, failure_reason, evidence, created_at, request_id,
-     transfer_log_index, request_sha256, collected_again
+     transfer_log_index, request_sha256, collected_again, updated_at
      FROM retained_answers JOIN payment_attempts ON id = attempt_id
      WHERE lookup_sha256 = ?1 OR id_sha256 = ?2";
 
 /// Binds a reserved call to where its answer will be retained.
 const BIND_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256,
      kind, retained_at) VALUES (?1, ?2, ?3, 'in_flight', ?4)";
+
+/// Retains the answer of a row that has none yet (the work run again for a paid row), or
+/// replaces its binding's.
+const RETAIN_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256,
+     kind, sealed, collectable_until, retained_at) VALUES (?1, ?2, ?3, 'sent', ?4, ?5, ?6)
+     ON CONFLICT (lookup_sha256) DO UPDATE SET kind = 'sent', sealed = excluded.sealed,
+     collectable_until = excluded.collectable_until";
 
 /// Stores a row's sealed answer.
 const STORE_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = ?2,
@@ -588,6 +598,21 @@ impl Ledger {
         match self {
             Ledger::Sqlite(l) => l.retained(lookup_sha256, id_sha256),
             Ledger::Postgres(l) => l.retained(lookup_sha256, id_sha256).await,
+        }
+    }
+
+    /// Retains the answer of a paid row outside its settlement (its work run again because no
+    /// answer was retained): a `sent` answer under `binding`, open until `collectable_until`.
+    pub async fn retain(
+        &self,
+        id: i64,
+        binding: &Binding,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<(), LedgerError> {
+        match self {
+            Ledger::Sqlite(l) => l.retain(id, binding, sealed, collectable_until),
+            Ledger::Postgres(l) => l.retain(id, binding, sealed, collectable_until).await,
         }
     }
 

@@ -15,8 +15,9 @@ use tokio_postgres::{NoTls, Row};
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RETAINED_SQL, Retained,
-    RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted, retained_schema, schema,
+    LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RETAIN_SQL, RETAINED_SQL,
+    Retained, RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted, retained_schema,
+    schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
@@ -103,6 +104,7 @@ fn attempt_row(row: &Row, at: usize) -> AttemptRow {
         transfer_log_index: row.get(at + 16),
         request_sha256: row.get(at + 17),
         collected_again: row.get(at + 18),
+        updated_at: row.get(at + 19),
     }
 }
 
@@ -280,6 +282,25 @@ impl PostgresLedger {
                 .collect())
         })
         .await
+    }
+
+    pub(super) async fn retain(
+        &self,
+        id: i64,
+        binding: &Binding,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<(), LedgerError> {
+        let at = now();
+        let arguments: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &binding.lookup_sha256,
+            &id,
+            &binding.id_sha256,
+            &sealed,
+            &collectable_until,
+            &at,
+        ];
+        self.execute(RETAIN_SQL, &arguments).await.map(|_| ())
     }
 
     pub(super) async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {

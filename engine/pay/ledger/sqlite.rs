@@ -6,8 +6,8 @@ use rusqlite::{Connection, ErrorCode, params};
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAINED_SQL, Retained, RetainedChange,
-    STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
+    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAIN_SQL, RETAINED_SQL, Retained,
+    RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -106,6 +106,7 @@ fn attempt_row(r: &rusqlite::Row<'_>, at: usize) -> Result<AttemptRow, rusqlite:
         transfer_log_index: r.get(at + 16)?,
         request_sha256: r.get(at + 17)?,
         collected_again: r.get(at + 18)?,
+        updated_at: r.get(at + 19)?,
     })
 }
 
@@ -211,6 +212,26 @@ impl SqliteLedger {
                 })?
                 .collect()
         })
+    }
+
+    pub(super) fn retain(
+        &self,
+        id: i64,
+        binding: &Binding,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<(), LedgerError> {
+        self.with(|c| {
+            c.prepare_cached(RETAIN_SQL)?.execute(params![
+                binding.lookup_sha256,
+                id,
+                binding.id_sha256,
+                sealed,
+                collectable_until,
+                now()
+            ])
+        })
+        .map(|_| ())
     }
 
     pub(super) fn note_collected(&self, id: i64) -> Result<(), LedgerError> {

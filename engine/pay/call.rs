@@ -1,0 +1,179 @@
+//! One paid call's shared vocabulary: the rail it runs on (`PaymentRail`), what the gate is
+//! asked (`PaidCall`), and how a call may end (`PaidOutcome`, `Refusal`). The gate orders the
+//! steps; `collect` answers resends; both speak these types.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use alloy::sol_types::Eip712Domain;
+use serde_json::Value;
+
+use crate::catalog::manifest::Machine;
+use crate::chain::authorization::AuthorizationReader;
+use crate::pay::echo::Declared;
+use crate::pay::facilitator::FacilitatorClient;
+use crate::pay::ledger::{Ledger, LedgerError};
+use crate::pay::listing::ListingBoard;
+use crate::pay::retained::{Answer, Finisher, Retention};
+use crate::pay::settlement::PendingReads;
+use crate::support::metrics::metrics;
+
+/// The 402 reason of a payment already presented (on another request, or unknown).
+pub(crate) const ALREADY_PRESENTED: &str = "payment_nonce_already_presented";
+/// The 402 reason of a payment whose nonce another authorization spent.
+pub(crate) const NONCE_BURNED: &str = "payment_nonce_burned";
+/// The 402 reason of a payer refused during the cooling period after an unpaid payment.
+pub(crate) const PAYER_STRUCK: &str = "payer_recently_unpaid";
+
+/// The configured facilitator and ledger, and what the local check needs.
+pub(crate) struct PaymentRail {
+    /// The facilitator client (`/verify`, `/settle`, `/supported`).
+    pub facilitator: FacilitatorClient,
+    /// Where every paid attempt is recorded.
+    pub ledger: Arc<Ledger>,
+    /// Reads the payment chain when a settlement's outcome is not a plain success; None
+    /// without an eip155:8453 RPC endpoint.
+    pub chain: Option<AuthorizationReader>,
+    /// The asset's EIP-712 domain (`local_check::payment_domain`).
+    pub domain: Eip712Domain,
+    /// How long an unknown settlement is followed on chain.
+    pub settlement_wait: Duration,
+    /// How long a payer whose verified payment ended unpaid is refused (seconds; 0 = off).
+    pub strike_seconds: u64,
+    /// Payments refused by the local check, which never reached the facilitator.
+    pub refused_locally: AtomicU64,
+    /// Smart-wallet signatures passed to the facilitator unchecked.
+    pub signatures_deferred: AtomicU64,
+    /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
+    pub listing: ListingBoard,
+    /// How paid answers are retained for collecting again; None when retention is off.
+    pub retention: Option<Retention>,
+    /// Recent chain readings about pending rows (resends of a pending payment).
+    pub pending_reads: PendingReads,
+}
+
+impl PaymentRail {
+    /// The chain reader, when it may decide a payment's outcome: one of its endpoints has
+    /// answered `eth_chainId` 8453. An unverified reader never concludes "unpaid".
+    pub(crate) fn trusted_chain(&self) -> Option<&AuthorizationReader> {
+        self.chain.as_ref().filter(|chain| chain.trusted())
+    }
+}
+
+/// One paid call as the gate sees it: what is sold, what must be paid, and the payment.
+pub(crate) struct PaidCall<'a> {
+    /// The manifest entry of the machine sold.
+    pub machine: &'a Machine,
+    /// The PaymentRequirements a payment's `accepted` must match.
+    pub requirement: &'a Value,
+    /// What the route's 402 declared (resource, extensions).
+    pub declared: &'a Declared,
+    /// Our configured payTo address.
+    pub pay_to: &'a str,
+    /// sha256 of the canonical request (docs/hashing.md).
+    pub request_sha256: &'a str,
+    /// The `PAYMENT-SIGNATURE` header.
+    pub header: &'a [u8],
+    /// The request's `x-request-id`, kept in the ledger row.
+    pub request_id: &'a str,
+    /// Turns a settled result into the 200 that goes out (the edge's evidence seal).
+    pub finisher: &'a dyn Finisher,
+}
+
+/// A refusal of ours on the paid path: nothing was charged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// The ledger cannot record the attempt.
+    #[error("the settlement ledger is unavailable; nothing was charged")]
+    LedgerUnavailable,
+    /// The facilitator did not answer a step.
+    #[error("the payment facilitator did not answer {step}; no work ran and nothing was charged")]
+    FacilitatorUnavailable {
+        /// `verify` or `settle`.
+        step: &'static str,
+    },
+    /// Our payee or this machine's price cannot be read (a configuration fault).
+    #[error("the payee or price of this machine cannot be read; nothing was charged")]
+    Misconfigured,
+    /// The work failed; the payment was not settled.
+    #[error(
+        "the observation could not be produced; the payment was not settled and nothing was charged"
+    )]
+    WorkFailed,
+    /// The payment-identifier `id` is outside the extension's bounds.
+    #[error(
+        "extensions[\"payment-identifier\"].info.id must be 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'; nothing was verified or charged"
+    )]
+    IdentifierInvalid,
+    /// The payment-identifier `id` is bound to another payment or request.
+    #[error(
+        "this payment identifier was already used with another payment or request; nothing ran and nothing was charged"
+    )]
+    IdentifierConflict,
+    /// The same payment is still being processed: its answer will be collectable.
+    #[error(
+        "this payment is still being processed; send the identical request again shortly to collect its answer, and do not sign a new payment"
+    )]
+    InProgress,
+}
+
+impl Refusal {
+    /// The stable error code of the refusal.
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            Refusal::LedgerUnavailable => "ledger_unavailable",
+            Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
+            Refusal::WorkFailed => "work_failed",
+            Refusal::Misconfigured => "payment_misconfigured",
+            Refusal::IdentifierInvalid => "invalid_payment_identifier",
+            Refusal::IdentifierConflict => "payment_identifier_conflict",
+            Refusal::InProgress => "payment_in_progress",
+        }
+    }
+}
+
+/// What the gate decided; the server turns it into HTTP.
+#[derive(Debug)]
+pub(crate) enum PaidOutcome {
+    /// The paid answer as it goes out (first sent, or collected again).
+    Answered(Answer),
+    /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
+    Rejected { reason: String },
+    /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
+    SettleFailed {
+        reason: String,
+        payment_response: String,
+    },
+    /// 503 with `Retry-After` and PAYMENT-RESPONSE `settlement_pending`, and no fresh
+    /// challenge: the payment's outcome is unknown, the buyer must not pay again.
+    Pending {
+        transaction: Option<String>,
+        retry_after_seconds: u64,
+        payment_response: String,
+    },
+    /// A refusal of ours; nothing was charged.
+    Failed(Refusal),
+}
+
+/// A 402 with a fresh challenge naming `reason`.
+pub(crate) fn reject(reason: &str) -> PaidOutcome {
+    metrics().payment("rejected", reason);
+    PaidOutcome::Rejected {
+        reason: reason.to_string(),
+    }
+}
+
+/// Now, in unix seconds.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// A 503 for a ledger that cannot answer.
+pub(crate) fn ledger_failure(error: &LedgerError) -> PaidOutcome {
+    tracing::error!(%error, "ledger failure");
+    PaidOutcome::Failed(Refusal::LedgerUnavailable)
+}
