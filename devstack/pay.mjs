@@ -12,6 +12,14 @@
 //
 //   node devstack/pay.mjs --url URL [--method POST] [--body JSON] [--header 'K: V']... [--key 0x..]
 //                         [--state PATH] [--no-spend-controls] [--timeout-ms 30000]
+//                         [--payment-id ID|auto]
+//   node devstack/pay.mjs --declaration
+// --payment-id makes the payment carry x402's payment-identifier `id` (ID, or one the client
+// generates with `auto`), added as the official payment-identifier example does it: an
+// onBeforePaymentCreation hook calls appendPaymentIdentifierToExtensions on the 402's extensions
+// (it adds the id only when the server declared the extension). `id` in the output is the id the
+// sent payload carries (null when none). --declaration prints {"declaration": …}, the official
+// server declaration (declarePaymentIdentifierExtension(false)), and sends nothing.
 // --key defaults to the state file's buyer_private_key. --body is sent as-is with
 // content-type application/json (default body for POST/PUT/PATCH: none).
 // --no-spend-controls disables the client's default spend controls (default assets only, <= $1).
@@ -21,12 +29,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { privateKeyToAccount } from 'viem/accounts';
-import { wrapFetchWithPaymentFromConfig, decodePaymentResponseHeader } from '@x402/fetch';
+import { decodePaymentResponseHeader, wrapFetchWithPayment, x402Client } from '@x402/fetch';
 import { ExactEvmScheme } from '@x402/evm/exact/client'; // client-side scheme
+import {
+  appendPaymentIdentifierToExtensions,
+  declarePaymentIdentifierExtension,
+  generatePaymentId,
+  PAYMENT_IDENTIFIER,
+} from '@x402/extensions/payment-identifier';
 import { DEFAULT_STATE_PATH } from './lib.mjs';
 
 const out = {
   status: null,
+  id: null,
   headers: { 'payment-response': null, 'payment-required': null },
   body: null,
   payment_response: null,
@@ -50,8 +65,8 @@ function decodeB64Json(v) {
   }
 }
 
-async function main() {
-  const { values: opt } = parseArgs({
+function options() {
+  const { values } = parseArgs({
     options: {
       url: { type: 'string' },
       method: { type: 'string', default: 'POST' },
@@ -61,8 +76,27 @@ async function main() {
       state: { type: 'string', default: process.env.FACTOMAT_DEVSTACK_STATE || DEFAULT_STATE_PATH },
       'no-spend-controls': { type: 'boolean', default: false },
       'timeout-ms': { type: 'string', default: '30000' },
+      'payment-id': { type: 'string' },
+      declaration: { type: 'boolean', default: false },
     },
   });
+  return values;
+}
+
+// The client, with the payment-identifier hook when asked for.
+function paymentClient(config, paymentId) {
+  const client = x402Client.fromConfig(config);
+  if (paymentId !== undefined) {
+    const id = paymentId === 'auto' ? generatePaymentId() : paymentId;
+    client.onBeforePaymentCreation(async ({ paymentRequired }) => {
+      if (!paymentRequired.extensions) paymentRequired.extensions = {};
+      appendPaymentIdentifierToExtensions(paymentRequired.extensions, id);
+    });
+  }
+  return client;
+}
+
+async function main(opt) {
   if (!opt.url) throw new Error('--url is required');
   let key = opt.key;
   if (!key) {
@@ -92,7 +126,7 @@ async function main() {
 
   const config = { schemes: [{ network: 'eip155:*', client: new ExactEvmScheme(account) }] };
   if (opt['no-spend-controls']) config.spendControls = false;
-  const payFetch = wrapFetchWithPaymentFromConfig(capturingFetch, config);
+  const payFetch = wrapFetchWithPayment(capturingFetch, paymentClient(config, opt['payment-id']));
 
   const method = opt.method.toUpperCase();
   const headers = new Headers();
@@ -124,6 +158,7 @@ async function main() {
     out.payment_signature = signatures.length ? signatures[signatures.length - 1] : null;
     if (signatures.length > 1) out.payment_signatures = signatures;
     out.payment_payload = decodeB64Json(out.payment_signature);
+    out.id = out.payment_payload?.extensions?.[PAYMENT_IDENTIFIER]?.info?.id ?? null;
   }
   out.status = res.status;
   const pr = res.headers.get('payment-response');
@@ -152,12 +187,15 @@ async function main() {
 }
 
 let code = 0;
+let printed = out;
 try {
-  await main();
+  const opt = options();
+  if (opt.declaration) printed = { declaration: declarePaymentIdentifierExtension(false) };
+  else await main(opt);
 } catch (e) {
   out.error = String(e?.message ?? e) + (e?.cause ? `: ${e.cause.code || e.cause.message || e.cause}` : '');
   code = 1;
 }
 out.elapsed_ms = Math.round(performance.now() - t0);
-process.stdout.write(JSON.stringify(out) + '\n');
+process.stdout.write(JSON.stringify(printed) + '\n');
 process.exitCode = code;

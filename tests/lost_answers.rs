@@ -603,7 +603,7 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     let buyer = stack.fresh_buyer("1000000");
     let rig = Rig::start(stack, Settle::Forward, &[]).await;
     let body = rig.request(&buyer);
-    let bought = stack.pay_with_id(&buyer, &rig.url(), &body, None);
+    let bought = stack.pay_with_id(&buyer, &rig.url(), &body, Some("auto"));
     assert_eq!(bought["status"], 200, "{bought}");
     assert_eq!(bought["payment_response"]["success"], true, "{bought}");
     let id = bought["id"].as_str().expect("the payment carried an id");

@@ -321,23 +321,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let header = raced["header"].as_str().expect("header").to_string();
     let attempts = (0..50).map(|_| rig.send_paid(&body, &header));
     let responses = futures_util::future::join_all(attempts).await;
-    let mut answers = Vec::new();
-    for response in responses {
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.expect("body");
-        answers.push((status, bytes));
-    }
-    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
-    assert!(
-        statuses.iter().all(|s| *s == 200 || *s == 503),
-        "each copy gets the one answer, or 503 while it is being made: {statuses:?}"
-    );
-    let bodies: std::collections::BTreeSet<&[u8]> = answers
-        .iter()
-        .filter(|(status, _)| *status == 200)
-        .map(|(_, body)| body.as_ref())
-        .collect();
-    assert_eq!(bodies.len(), 1, "one work run, one answer: {statuses:?}");
+    common::assert_one_answer(responses).await;
 
     let (buyer_end, _) = rig.balances();
     assert_eq!(

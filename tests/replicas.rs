@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
+use common::TestServer;
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::onchain::serve;
 use common::postgres;
 use common::replica::Replica;
-use common::TestServer;
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
@@ -121,25 +121,7 @@ async fn three_replicas_run_one_payment_once_when_50_copies_race() {
     let before = buyer_balance(&stack);
     let calls = (0..50).map(|n| paid(&replicas[n % 3].url, &body, &header));
     let responses = futures_util::future::join_all(calls).await;
-    let mut answers = Vec::new();
-    for response in responses {
-        let status = response.status().as_u16();
-        answers.push((status, response.bytes().await.expect("body")));
-    }
-    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
-    // Every copy is the same payment for the same request: each collects the one answer
-    // (waiting for it on whichever replica runs it), or hears 503 while it is being made —
-    // never a fresh challenge that would invite a second payment.
-    assert!(
-        statuses.iter().all(|s| *s == 200 || *s == 503),
-        "{statuses:?}"
-    );
-    let bodies: std::collections::BTreeSet<&[u8]> = answers
-        .iter()
-        .filter(|(status, _)| *status == 200)
-        .map(|(_, body)| body.as_ref())
-        .collect();
-    assert_eq!(bodies.len(), 1, "one work run, one answer: {statuses:?}");
+    common::assert_one_answer(responses).await;
     assert_eq!(before - buyer_balance(&stack), PRICE, "charged once");
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 1, "{rows:?}");

@@ -25,6 +25,7 @@ use crate::pay::call::{
     ALREADY_PRESENTED, NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
     reject, unix_now,
 };
+use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
 use crate::pay::reconcile::{outcome_of, payment_of};
 use crate::pay::retained::{self, Answer, Lookup, Retention};
@@ -70,315 +71,279 @@ fn answer(outcome: PaidOutcome) -> Look {
     Some(Collect::Done(outcome))
 }
 
-/// What a resend gets from the retained answers.
-pub(crate) async fn again(
-    rail: &PaymentRail,
-    retention: &Retention,
-    manifest: &Manifest,
-    call: &PaidCall<'_>,
-    lookup: &Lookup,
-    resent: &Resent<'_>,
-) -> Collect {
-    let until = Instant::now() + retention.in_flight_wait;
-    loop {
-        match look(rail, retention, manifest, call, lookup, resent).await {
-            Some(collect) => return collect,
-            None if Instant::now() + IN_FLIGHT_POLL < until => {
-                tokio::time::sleep(IN_FLIGHT_POLL).await;
-            }
-            None => return Collect::Done(PaidOutcome::Failed(Refusal::InProgress)),
-        }
-    }
+/// One resend as the retained answers see it: the rail, the call, and where its answer would
+/// be.
+pub(crate) struct Resend<'a> {
+    /// The rail (ledger, chain reader, recent readings).
+    pub rail: &'a PaymentRail,
+    /// The retention settings and secret.
+    pub retention: &'a Retention,
+    /// The manifest (the payment network).
+    pub manifest: &'a Manifest,
+    /// The call.
+    pub call: &'a PaidCall<'a>,
+    /// The lookup of this exact payload and request.
+    pub lookup: &'a Lookup,
+    /// The payment presented.
+    pub resent: Resent<'a>,
 }
 
-async fn look(
-    rail: &PaymentRail,
-    retention: &Retention,
-    manifest: &Manifest,
-    call: &PaidCall<'_>,
-    lookup: &Lookup,
-    resent: &Resent<'_>,
-) -> Look {
-    let key = lookup.key_hex();
-    let found = match rail
-        .ledger
-        .retained(&key, lookup.id_sha256.as_deref())
-        .await
-    {
-        Ok(found) => found,
-        Err(error) => return answer(ledger_failure(&error)),
-    };
-    if found.iter().any(|entry| entry.lookup_sha256 != key) {
-        metrics().retained("conflict");
-        tracing::info!(machine = %call.machine.machine, "payment identifier reused on another payment or request: 409");
-        return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
-    }
-    let Some(entry) = found.into_iter().next() else {
-        return Some(unretained(rail, retention, call, lookup, resent).await);
-    };
-    match (entry.attempt.state.as_str(), entry.kind.as_str()) {
-        (_, "sent") => answer(sent(rail, retention, lookup, &entry).await),
-        ("settled" | "settle_pending", "held") => {
-            answer(held(rail, retention, manifest, call, lookup, &entry).await)
-        }
-        ("reserved", _) if still_running(&entry) => None,
-        ("reserved", _) => Some(stale(rail, retention, lookup, entry.attempt).await),
-        ("settled", _) => Some(unretained(rail, retention, call, lookup, resent).await),
-        ("settle_pending", _) => answer(PaidOutcome::Failed(Refusal::InProgress)),
-        _ => Some(Collect::New),
-    }
-}
-
-/// Until when an answer bought with this lookup's payment, settled at `settled_at` (RFC
-/// 3339), may be collected.
-fn window_end(retention: &Retention, lookup: &Lookup, settled_at: &str) -> Option<i64> {
-    let settled = chrono::DateTime::parse_from_rfc3339(settled_at).ok()?;
-    let settled = u64::try_from(settled.timestamp()).ok()?;
-    Some(retention.collectable_until(lookup, settled))
-}
-
-/// Nothing retained: a paid row of this payer, nonce and request within its window runs the
-/// work once more (the answer was lost in a crash, or could not be sealed); anything else is
-/// a new payment to the gate (whose nonce pre-check then refuses a replay).
-async fn unretained(
-    rail: &PaymentRail,
-    retention: &Retention,
-    call: &PaidCall<'_>,
-    lookup: &Lookup,
-    resent: &Resent<'_>,
-) -> Collect {
-    let row = match rail.ledger.row_by_nonce(resent.nonce_sha256).await {
-        Ok(Some(row)) => row,
-        Ok(None) => return Collect::New,
-        Err(error) => return Collect::Done(ledger_failure(&error)),
-    };
-    let same_buyer = row
-        .payer
-        .parse::<Address>()
-        .is_ok_and(|payer| payer == resent.payer);
-    if row.state != "settled" || row.request_sha256 != call.request_sha256 || !same_buyer {
-        return Collect::New;
-    }
-    let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
-    match window_end(retention, lookup, &row.updated_at) {
-        Some(until) if now <= until => {
-            tracing::warn!(
-                attempt = row.id,
-                "a paid row has no retained answer: running its work once more"
-            );
-            Collect::RunAgain {
-                row: Box::new(row),
-                collectable_until: until,
+impl Resend<'_> {
+    /// What the resend gets: waits (bounded by `delivery_in_flight_wait_ms`) while the
+    /// original is still running.
+    pub(crate) async fn collect(&self) -> Collect {
+        let until = Instant::now() + self.retention.in_flight_wait;
+        loop {
+            match self.look().await {
+                Some(collect) => return collect,
+                None if Instant::now() + IN_FLIGHT_POLL < until => {
+                    tokio::time::sleep(IN_FLIGHT_POLL).await;
+                }
+                None => return Collect::Done(PaidOutcome::Failed(Refusal::InProgress)),
             }
         }
-        _ => Collect::New,
     }
-}
 
-/// A row left `reserved` long past `validBefore` (its replica stopped mid-call): the chain
-/// decides it now by the settlement rules.
-async fn stale(
-    rail: &PaymentRail,
-    retention: &Retention,
-    lookup: &Lookup,
-    row: AttemptRow,
-) -> Collect {
-    let (Some(chain), Ok(payment)) = (rail.trusted_chain(), payment_of(&row)) else {
-        return Collect::Done(PaidOutcome::Failed(Refusal::InProgress));
-    };
-    let finding = rail.pending_reads.find(chain, &row, &payment).await;
-    let Some(outcome) = outcome_of(&row.state, &finding) else {
-        return Collect::Done(PaidOutcome::Failed(Refusal::InProgress));
-    };
-    match rail.ledger.resolve(row.id, &row.state, &outcome).await {
-        Ok(true) => {}
-        Ok(false) => return Collect::Done(PaidOutcome::Failed(Refusal::InProgress)),
-        Err(error) => return Collect::Done(ledger_failure(&error)),
+    async fn look(&self) -> Look {
+        let key = self.lookup.key_hex();
+        let id = self.lookup.id_sha256.as_deref();
+        let found = match self.rail.ledger.retained(&key, id).await {
+            Ok(found) => found,
+            Err(error) => return answer(ledger_failure(&error)),
+        };
+        if found.iter().any(|entry| entry.lookup_sha256 != key) {
+            metrics().retained("conflict");
+            tracing::info!(machine = %self.call.machine.machine, "payment identifier reused on another payment or request: 409");
+            return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
+        }
+        let Some(entry) = found.into_iter().next() else {
+            return Some(self.unretained().await);
+        };
+        match (entry.attempt.state.as_str(), entry.kind.as_str()) {
+            (_, "sent") => answer(self.sent(&entry).await),
+            ("settled" | "settle_pending", "held") => answer(self.held(&entry).await),
+            ("reserved", _) if still_running(&entry.attempt) => None,
+            ("reserved", _) => Some(self.stale(entry.attempt).await),
+            ("settled", _) => Some(self.unretained().await),
+            ("settle_pending", _) => answer(PaidOutcome::Failed(Refusal::InProgress)),
+            _ => Some(Collect::New),
+        }
     }
-    tracing::warn!(
-        attempt = row.id,
-        state = outcome.state(),
-        "a stale reserved row was resolved from the chain on a resend"
-    );
-    match outcome {
-        Outcome::Settled { .. } => {
-            let now = unix_now();
-            Collect::RunAgain {
-                collectable_until: retention.collectable_until(lookup, now),
+
+    /// Nothing retained: a paid row of this payer, nonce and request within its window runs
+    /// the work once more (the answer was lost in a crash, or could not be sealed); anything
+    /// else is a new payment to the gate (whose nonce pre-check then refuses a replay).
+    async fn unretained(&self) -> Collect {
+        let row = match self
+            .rail
+            .ledger
+            .row_by_nonce(self.resent.nonce_sha256)
+            .await
+        {
+            Ok(Some(row)) => row,
+            Ok(None) => return Collect::New,
+            Err(error) => return Collect::Done(ledger_failure(&error)),
+        };
+        let same_buyer = row
+            .payer
+            .parse::<Address>()
+            .is_ok_and(|payer| payer == self.resent.payer);
+        let same_request = row.request_sha256 == self.call.request_sha256;
+        if row.state != "settled" || !same_request || !same_buyer {
+            return Collect::New;
+        }
+        let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
+        match self.window_end(&row.updated_at) {
+            Some(until) if now <= until => {
+                tracing::warn!(
+                    attempt = row.id,
+                    "a paid row has no retained answer: running its work once more"
+                );
+                Collect::RunAgain {
+                    row: Box::new(row),
+                    collectable_until: until,
+                }
+            }
+            _ => Collect::New,
+        }
+    }
+
+    /// Until when an answer of this payment, settled at `settled_at` (RFC 3339), may be
+    /// collected.
+    fn window_end(&self, settled_at: &str) -> Option<i64> {
+        let settled = chrono::DateTime::parse_from_rfc3339(settled_at).ok()?;
+        let settled = u64::try_from(settled.timestamp()).ok()?;
+        Some(self.retention.collectable_until(self.lookup, settled))
+    }
+
+    /// A row left `reserved` long past `validBefore` (its replica stopped mid-call): the
+    /// chain decides it now by the settlement rules.
+    async fn stale(&self, row: AttemptRow) -> Collect {
+        let in_progress = || Collect::Done(PaidOutcome::Failed(Refusal::InProgress));
+        let Some(outcome) = self.chain_outcome(&row).await else {
+            return in_progress();
+        };
+        match self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
+            Ok(true) => {}
+            Ok(false) => return in_progress(),
+            Err(error) => return Collect::Done(ledger_failure(&error)),
+        }
+        tracing::warn!(
+            attempt = row.id,
+            state = outcome.state(),
+            "a stale reserved row was resolved from the chain on a resend"
+        );
+        match outcome {
+            Outcome::Settled { .. } => Collect::RunAgain {
+                collectable_until: self.retention.collectable_until(self.lookup, unix_now()),
                 row: Box::new(AttemptRow {
                     state: "settled".into(),
                     ..row
                 }),
-            }
+            },
+            outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
-        Outcome::NonceBurned { .. } => Collect::Done(reject(NONCE_BURNED)),
-        _ => Collect::Done(reject("settlement_failed")),
     }
+
+    /// The outcome the chain gives a row now (read at most once per row and block), if any.
+    async fn chain_outcome(&self, row: &AttemptRow) -> Option<Outcome> {
+        let (chain, payment) = (self.rail.trusted_chain()?, payment_of(row).ok()?);
+        let finding = self.rail.pending_reads.find(chain, row, &payment).await;
+        match finding {
+            Finding::Paid {
+                transaction,
+                transfer_log_index,
+                evidence,
+            } => Some(Outcome::Settled {
+                transaction,
+                transfer_log_index: Some(transfer_log_index),
+                evidence: Some(evidence),
+            }),
+            other => outcome_of(&row.state, &other),
+        }
+    }
+
+    /// The answer as first sent, within its window.
+    async fn sent(&self, entry: &Retained) -> PaidOutcome {
+        let open_until = entry.collectable_until.unwrap_or(i64::MAX);
+        let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
+        if now > open_until {
+            metrics().retained("expired");
+            return reject(ANSWER_EXPIRED);
+        }
+        let Some(answer) = self.opened(entry) else {
+            return reject(ALREADY_PRESENTED);
+        };
+        self.collected(entry.attempt.id).await;
+        PaidOutcome::Answered(answer)
+    }
+
+    async fn collected(&self, attempt: i64) {
+        metrics().retained("collected");
+        if let Err(error) = self.rail.ledger.note_collected(attempt).await {
+            tracing::warn!(%error, attempt, "could not count a collected answer");
+        }
+        tracing::info!(attempt, "paid answer collected again");
+    }
+
+    fn opened(&self, entry: &Retained) -> Option<Answer> {
+        let sealed = entry.sealed.as_deref()?;
+        retained::open(&self.retention.secret, self.lookup, sealed)
+            .map_err(|error| {
+                tracing::error!(%error, attempt = entry.attempt.id, "a retained answer does not open");
+            })
+            .ok()
+    }
+
+    /// A result held back while its settlement was pending: the chain decides now.
+    async fn held(&self, entry: &Retained) -> PaidOutcome {
+        let row = &entry.attempt;
+        match self.chain_outcome(row).await {
+            Some(settled @ Outcome::Settled { .. }) => self.paid_late(entry, &settled).await,
+            Some(outcome) if row.state != "settled" => {
+                if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
+                    return ledger_failure(&error);
+                }
+                tracing::warn!(
+                    attempt = row.id,
+                    state = outcome.state(),
+                    "a pending payment ended unpaid; its held answer is deleted"
+                );
+                reject(unpaid_reason(&outcome))
+            }
+            _ => self.still_pending(entry),
+        }
+    }
+
+    /// The held answer of a payment the chain now proves: finished as a paid 200 (receipt
+    /// and seal included), recorded `settled` with it in one transaction, and sent.
+    async fn paid_late(&self, entry: &Retained, settled: &Outcome) -> PaidOutcome {
+        let row = &entry.attempt;
+        let (Some(body), Outcome::Settled { transaction, .. }) =
+            (self.opened(entry).map(|answer| answer.body), settled)
+        else {
+            return self.still_pending(entry);
+        };
+        let network = &self.manifest.payment.network;
+        let response = our_settle_response(network, &row.payer, true, None, Some(transaction));
+        let answer = self.call.finisher.finish(body, &response);
+        let Ok(sealed) = retained::seal(&self.retention.secret, self.lookup, &answer) else {
+            return self.still_pending(entry);
+        };
+        let keep = Keep::Store {
+            sealed: &sealed,
+            held: false,
+            collectable_until: Some(self.retention.collectable_until(self.lookup, unix_now())),
+        };
+        let ledger = &self.rail.ledger;
+        if let Err(error) = ledger
+            .resolve_keeping(row.id, &row.state, settled, keep)
+            .await
+        {
+            return ledger_failure(&error);
+        }
+        tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
+        metrics().payment("settled", "");
+        self.collected(row.id).await;
+        PaidOutcome::Answered(answer)
+    }
+
+    /// The same pending answer as the first: no fresh challenge, `Retry-After`.
+    fn still_pending(&self, entry: &Retained) -> PaidOutcome {
+        let row = &entry.attempt;
+        let transaction = row.transaction_hash.clone();
+        let response = our_settle_response(
+            &self.manifest.payment.network,
+            &row.payer,
+            false,
+            Some(SETTLEMENT_PENDING),
+            transaction.as_deref(),
+        );
+        PaidOutcome::Pending {
+            transaction,
+            retry_after_seconds: valid_before(row).saturating_sub(unix_now()).max(1),
+            payment_response: response,
+        }
+    }
+}
+
+/// The 402 reason of a payment the chain shows unpaid.
+fn unpaid_reason(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::NonceBurned { .. } => NONCE_BURNED,
+        _ => "settlement_failed",
+    }
+}
+
+/// A row's `validBefore` (0 when it predates kept values).
+fn valid_before(row: &AttemptRow) -> u64 {
+    row.valid_before
+        .as_deref()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_default()
 }
 
 /// A reserved row is waited on until `validBefore` plus a margin.
-fn still_running(entry: &Retained) -> bool {
-    let valid_before = entry
-        .attempt
-        .valid_before
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or_default();
-    unix_now() < valid_before.saturating_add(RESERVED_MARGIN_SECONDS)
-}
-
-/// The answer as first sent, within its window.
-async fn sent(
-    rail: &PaymentRail,
-    retention: &Retention,
-    lookup: &Lookup,
-    entry: &Retained,
-) -> PaidOutcome {
-    let open_until = entry.collectable_until.unwrap_or(i64::MAX);
-    let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
-    if now > open_until {
-        metrics().retained("expired");
-        return reject(ANSWER_EXPIRED);
-    }
-    let Some(answer) = opened(retention, lookup, entry) else {
-        return reject(ALREADY_PRESENTED);
-    };
-    collected(rail, entry.attempt.id).await;
-    PaidOutcome::Answered(answer)
-}
-
-async fn collected(rail: &PaymentRail, attempt: i64) {
-    metrics().retained("collected");
-    if let Err(error) = rail.ledger.note_collected(attempt).await {
-        tracing::warn!(%error, attempt, "could not count a collected answer");
-    }
-    tracing::info!(attempt, "paid answer collected again");
-}
-
-fn opened(retention: &Retention, lookup: &Lookup, entry: &Retained) -> Option<Answer> {
-    let sealed = entry.sealed.as_deref()?;
-    retained::open(&retention.secret, lookup, sealed)
-        .map_err(|error| {
-            tracing::error!(%error, attempt = entry.attempt.id, "a retained answer does not open");
-        })
-        .ok()
-}
-
-/// A result held back while its settlement was pending: the chain decides now.
-async fn held(
-    rail: &PaymentRail,
-    retention: &Retention,
-    manifest: &Manifest,
-    call: &PaidCall<'_>,
-    lookup: &Lookup,
-    entry: &Retained,
-) -> PaidOutcome {
-    let row = &entry.attempt;
-    let (Some(chain), Ok(payment)) = (rail.trusted_chain(), payment_of(row)) else {
-        return still_pending(manifest, entry);
-    };
-    let finding = rail.pending_reads.find(chain, row, &payment).await;
-    if let Finding::Paid {
-        transaction,
-        transfer_log_index,
-        evidence,
-    } = &finding
-    {
-        let settled = Outcome::Settled {
-            transaction: transaction.clone(),
-            transfer_log_index: Some(*transfer_log_index),
-            evidence: Some(evidence.clone()),
-        };
-        return paid_late(rail, retention, manifest, call, lookup, entry, &settled).await;
-    }
-    match outcome_of(&row.state, &finding) {
-        Some(outcome) => {
-            let reason = match &outcome {
-                Outcome::NonceBurned { .. } => NONCE_BURNED,
-                _ => "settlement_failed",
-            };
-            if let Err(error) = rail.ledger.resolve(row.id, &row.state, &outcome).await {
-                return ledger_failure(&error);
-            }
-            tracing::warn!(
-                attempt = row.id,
-                state = outcome.state(),
-                "a pending payment ended unpaid; its held answer is deleted"
-            );
-            reject(reason)
-        }
-        None => still_pending(manifest, entry),
-    }
-}
-
-/// The held answer of a payment the chain now proves: finished as a paid 200 (receipt and
-/// seal included), recorded `settled` with it in one transaction, and sent.
-async fn paid_late(
-    rail: &PaymentRail,
-    retention: &Retention,
-    manifest: &Manifest,
-    call: &PaidCall<'_>,
-    lookup: &Lookup,
-    entry: &Retained,
-    settled: &Outcome,
-) -> PaidOutcome {
-    let row = &entry.attempt;
-    let Some(body) = opened(retention, lookup, entry).map(|answer| answer.body) else {
-        return still_pending(manifest, entry);
-    };
-    let Outcome::Settled { transaction, .. } = settled else {
-        return still_pending(manifest, entry);
-    };
-    let response = our_settle_response(
-        &manifest.payment.network,
-        &row.payer,
-        true,
-        None,
-        Some(transaction),
-    );
-    let answer = call.finisher.finish(body, &response);
-    let Ok(sealed) = retained::seal(&retention.secret, lookup, &answer) else {
-        return still_pending(manifest, entry);
-    };
-    let keep = Keep::Store {
-        sealed: &sealed,
-        held: false,
-        collectable_until: Some(retention.collectable_until(lookup, unix_now())),
-    };
-    match rail
-        .ledger
-        .resolve_keeping(row.id, &row.state, settled, keep)
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
-            metrics().payment("settled", "");
-            collected(rail, row.id).await;
-            PaidOutcome::Answered(answer)
-        }
-        Err(error) => ledger_failure(&error),
-    }
-}
-
-/// The same pending answer as the first: no fresh challenge, `Retry-After`.
-fn still_pending(manifest: &Manifest, entry: &Retained) -> PaidOutcome {
-    let row = &entry.attempt;
-    let valid_before = row
-        .valid_before
-        .as_deref()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or_default();
-    let transaction = row.transaction_hash.clone();
-    let response = our_settle_response(
-        &manifest.payment.network,
-        &row.payer,
-        false,
-        Some(crate::pay::facilitator::SETTLEMENT_PENDING),
-        transaction.as_deref(),
-    );
-    PaidOutcome::Pending {
-        transaction,
-        retry_after_seconds: valid_before.saturating_sub(unix_now()).max(1),
-        payment_response: response,
-    }
+fn still_running(row: &AttemptRow) -> bool {
+    unix_now() < valid_before(row).saturating_add(RESERVED_MARGIN_SECONDS)
 }

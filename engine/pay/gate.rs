@@ -27,7 +27,7 @@ use crate::pay::call::{
     ALREADY_PRESENTED, NONCE_BURNED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal,
     ledger_failure, reject, unix_now,
 };
-use crate::pay::collect::{self, ANSWER_EXPIRED, Collect, Resent};
+use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent};
 use crate::pay::echo;
 use crate::pay::facilitator::{FacilitatorError, SETTLEMENT_PENDING};
 use crate::pay::ledger::{Binding, Keep, LedgerError, NewAttempt, Outcome};
@@ -287,12 +287,19 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Ok(lookup) => lookup,
         Err(outcome) => return outcome,
     };
-    let resent = Resent {
-        nonce_sha256: &presented.nonce_sha256,
-        payer: presented.payer,
+    let resend = |retention| Resend {
+        rail,
+        retention,
+        manifest,
+        call: &call,
+        lookup: &lookup,
+        resent: Resent {
+            nonce_sha256: &presented.nonce_sha256,
+            payer: presented.payer,
+        },
     };
     if let Some(retention) = &rail.retention {
-        match collect::again(rail, retention, manifest, &call, &lookup, &resent).await {
+        match resend(retention).collect().await {
             Collect::Done(outcome) => return outcome,
             Collect::RunAgain {
                 row,
@@ -316,8 +323,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
     if let (PaidOutcome::Rejected { reason }, Some(retention)) = (&outcome, &rail.retention)
         && (reason == ALREADY_PRESENTED || reason == ANSWER_EXPIRED)
-        && let Collect::Done(collected) =
-            collect::again(rail, retention, manifest, &call, &lookup, &resent).await
+        && let Collect::Done(collected) = resend(retention).collect().await
     {
         return collected;
     }

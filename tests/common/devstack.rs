@@ -22,9 +22,9 @@ pub fn run_node(script: &str, args: &[&str]) -> Value {
 }
 
 /// The official declaration of the payment-identifier extension in a 402 (`{info: {required:
-/// false}, schema}`), from `@x402/extensions` (devstack/pay-id.mjs --declaration).
+/// false}, schema}`), from `@x402/extensions` (devstack/pay.mjs --declaration).
 pub fn payment_identifier_declaration() -> Value {
-    node("pay-id.mjs", &["--declaration"])["declaration"].clone()
+    node("pay.mjs", &["--declaration"])["declaration"].clone()
 }
 
 /// 32 unpredictable bytes as 0x-hex (a private key, a nonce, a transaction hash that exists
@@ -177,42 +177,20 @@ impl DevStack {
 
     /// The official client (`@x402/fetch`) making one paid call as `buyer`.
     pub fn pay_as(&self, buyer: &Buyer, url: &str, body: &Value) -> Value {
-        let body = body.to_string();
-        node(
-            "pay.mjs",
-            &[
-                "--url",
-                url,
-                "--body",
-                &body,
-                "--key",
-                &buyer.key,
-                "--state",
-                &self.state_arg(),
-            ],
-        )
+        self.pay_with_id(buyer, url, body, None)
     }
 
-    /// The official client (`@x402/fetch`) making one paid call as `buyer` whose payment
-    /// carries a payment-identifier `id` (devstack/pay-id.mjs): `id`, or one the client makes.
-    /// The output is pay.mjs's plus `id`, the id the payment carried.
+    /// The official client (`@x402/fetch`) making one paid call as `buyer`, its payment
+    /// carrying a payment-identifier `id` when one is given (`auto`: one the client makes);
+    /// the output's `id` is the id the payment carried.
     pub fn pay_with_id(&self, buyer: &Buyer, url: &str, body: &Value, id: Option<&str>) -> Value {
-        let body = body.to_string();
-        let state = self.state_arg();
-        let mut args = vec![
-            "--url",
-            url,
-            "--body",
-            body.as_str(),
-            "--key",
-            buyer.key.as_str(),
-            "--state",
-            state.as_str(),
-        ];
+        let (body, state) = (body.to_string(), self.state_arg());
+        let mut args = vec!["--url", url, "--body", &body, "--key", &buyer.key];
+        args.extend(["--state", &state]);
         if let Some(id) = id {
-            args.extend(["--id", id]);
+            args.extend(["--payment-id", id]);
         }
-        node("pay-id.mjs", &args)
+        node("pay.mjs", &args)
     }
 
     /// The official Python client (PyPI `x402`, devstack/pay.py) making one paid call as the

@@ -187,6 +187,29 @@ pub async fn expect_400(response: reqwest::Response, code: &str, context: &str) 
     body["error"].clone()
 }
 
+/// Asserts that racing copies of one payment for one request all got its one answer (200,
+/// the same bytes) or a 503 while it was being made — never a fresh challenge; returns the
+/// statuses.
+pub async fn assert_one_answer(responses: Vec<reqwest::Response>) -> Vec<u16> {
+    let mut answers = Vec::new();
+    for response in responses {
+        let status = response.status().as_u16();
+        answers.push((status, response.bytes().await.expect("body")));
+    }
+    let statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "each copy gets the one answer, or 503 while it is being made: {statuses:?}"
+    );
+    let bodies: std::collections::BTreeSet<&[u8]> = answers
+        .iter()
+        .filter(|(status, _)| *status == 200)
+        .map(|(_, body)| body.as_ref())
+        .collect();
+    assert_eq!(bodies.len(), 1, "one work run, one answer: {statuses:?}");
+    statuses
+}
+
 /// The test binary's delivery key file (the secret that seals retained answers), written once.
 pub fn delivery_key_file() -> &'static std::path::Path {
     static FILE: LazyLock<PathBuf> = LazyLock::new(|| {
