@@ -594,8 +594,9 @@ async fn a_retained_answer_is_unreadable_at_rest_and_the_database_holds_no_key()
 }
 
 /// The official TypeScript client with the payment-identifier extension (`@x402/fetch`,
-/// `@x402/extensions`): its payment carries an `id` and pays; the PAYMENT-SIGNATURE it sent,
-/// resent byte for byte with the same body, collects the same answer; a new payment of the
+/// `@x402/extensions`): its payment carries an `id` and pays, but the provider is slow and the
+/// client gives up (its connection cut) before the answer; the PAYMENT-SIGNATURE it sent,
+/// resent byte for byte with the same body, collects the answer; a new payment of the
 /// official client reusing that `id` on another body is a 409, and never reaches /verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reuse() {
@@ -603,25 +604,31 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     let buyer = stack.fresh_buyer("1000000");
     let rig = Rig::start(stack, Settle::Forward, &[]).await;
     let body = rig.request(&buyer);
-    let bought = stack.pay_with_id(&buyer, &rig.url(), &body, Some("auto"));
-    assert_eq!(bought["status"], 200, "{bought}");
-    assert_eq!(bought["payment_response"]["success"], true, "{bought}");
+    rig.rpc.set_delay("eth_call", Duration::from_secs(3));
+    let cut = ["--payment-id", "auto", "--timeout-ms", "1500"];
+    let bought = stack.pay_with(&buyer, &rig.url(), &body, &cut);
+    assert!(bought["error"].is_string(), "the client gave up: {bought}");
     let id = bought["id"].as_str().expect("the payment carried an id");
     assert_eq!(
         bought["payment_payload"]["extensions"]["payment-identifier"]["info"]["id"], id,
         "{bought}"
     );
+    rig.rpc.set_delay("eth_call", Duration::ZERO);
+    wait_for("the cut call to settle", async || {
+        rig.rows().await.first().is_some_and(|row| row.state == "settled")
+    })
+    .await;
 
     let header = bought["payment_signature"].as_str().expect("captured");
     let again = Received::of(rig.send_raw(body.to_string().into_bytes(), header).await).await;
     assert_eq!(again.status, 200, "{again:?}");
-    assert_eq!(again.body, bought["body_text"].as_str().expect("body text"));
-    assert_eq!(
-        again.payment_response.as_deref(),
-        bought["headers"]["payment-response"].as_str()
-    );
+    assert_eq!(again.json()["machine"], "VM02");
+    assert_eq!(again.settlement()["success"], true);
+    let third = Received::of(rig.send_raw(body.to_string().into_bytes(), header).await).await;
+    assert_eq!(third, again, "the same bytes again");
 
-    let reused = stack.pay_with_id(&buyer, &rig.url(), &another_request(&buyer), Some(id));
+    let reuse = ["--payment-id", id];
+    let reused = stack.pay_with(&buyer, &rig.url(), &another_request(&buyer), &reuse);
     assert_eq!(reused["id"], id, "{reused}");
     assert_eq!(reused["signed"], 1, "a new payment: {reused}");
     assert_eq!(reused["status"], 409, "{reused}");
@@ -631,6 +638,63 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     );
     assert_facilitator_saw(&rig, 1, 1);
     assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
+
+/// An `id` is bound to its payment only at the ledger reserve: a first attempt refused
+/// before it (a corrupt signature, refused locally) leaves the `id` free, and a proper
+/// payment with the same `id` is then processed and paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_refused_before_the_reserve_may_be_signed_again() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = rig.request(&buyer);
+    let id = fresh_id();
+    let info = format!(
+        "payment-identifier={}",
+        json!({"required": false, "id": id})
+    );
+    let (corrupt, _) = rig
+        .sign(&buyer, &body, &["--extension-info", &info, "--corrupt-signature"])
+        .await;
+    let refused = rig.send(&body, &corrupt).await;
+    assert_eq!(refused.status().as_u16(), 402);
+    assert_eq!(rig.rows().await.len(), 0, "nothing reserved");
+
+    let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let paid_now = paid(&rig, &body, &header).await;
+    assert_eq!(paid_now.status, 200, "{paid_now:?}");
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+}
+
+/// With a PostgreSQL ledger, retained answers need the secret every replica shares: a
+/// deployment without `delivery_key_file` does not start (unless retention is off).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_deployment_needs_a_shared_delivery_key_to_retain_answers() {
+    use factomat::config::Config;
+    let database = common::postgres::fresh_database();
+    let env = |retention: &str| {
+        let pairs = [
+            ("FACTOMAT_LISTEN", "127.0.0.1:0"),
+            ("FACTOMAT_PAY_TO", common::PAY_TO),
+            ("FACTOMAT_FACILITATOR_URL", "http://127.0.0.1:9/facilitator"),
+            ("FACTOMAT_DATABASE_URL", database.as_str()),
+            ("FACTOMAT_DELIVERY_RETENTION_SECONDS", retention),
+        ];
+        Config::from_env(pairs.map(|(k, v)| (k.to_string(), v.to_string())))
+            .expect("valid configuration")
+    };
+    let refused = factomat::http::server::start(env("600"))
+        .await
+        .err()
+        .expect("refused without a delivery key");
+    assert!(
+        refused.to_string().contains("delivery_key_file"),
+        "{refused}"
+    );
+    factomat::http::server::start(env("0"))
+        .await
+        .expect("retention off needs no key");
 }
 
 /// Deletes every retained answer of a SQLite ledger, as a crash between the settlement and

@@ -594,3 +594,59 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
         "no work before payment"
     );
 }
+
+/// A retained VM01 answer is sealed at rest: a paid VM01 call, collected again with the same
+/// payment (so its answer is surely retained), leaves neither the page's text nor the
+/// payment's signature readable anywhere in the ledger file or its WAL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retained_vm01_page_is_unreadable_at_rest() {
+    let web = Web::start(Arc::new(vm01_routes)).await;
+    let url = format!("{}{VM01}", web.server.url);
+    let request = json!({"url": "https://news.example.com/article"});
+    let stack = web.stack.clone();
+    let sent = request.clone();
+    let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &sent))
+        .await
+        .expect("pay");
+    assert_eq!(answer["status"], 200, "{answer}");
+    let header = answer["payment_signature"].as_str().expect("captured");
+    let again = web
+        .server
+        .client
+        .post(format!("{}{VM01}", web.server.url))
+        .header("PAYMENT-SIGNATURE", header)
+        .json(&request)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(again.status().as_u16(), 200);
+    let collected = again.text().await.expect("body");
+    assert_eq!(collected, answer["body_text"].as_str().expect("body text"));
+
+    let page_text: String = answer["body"]["content"]["text"]
+        .as_str()
+        .expect("the page's text")
+        .chars()
+        .take(60)
+        .collect();
+    let signature = answer["payment_payload"]["payload"]["signature"]
+        .as_str()
+        .expect("signature")
+        .to_string();
+    let database_url = web.server.server.state.config.database_url.expose();
+    let ledger = common::ledgers::sqlite_file(database_url);
+    let wal = ledger.with_extension("db-wal");
+    assert!(wal.exists(), "the WAL is part of what is scanned");
+    for file in [&ledger, &wal] {
+        let bytes = std::fs::read(file).expect("readable");
+        for needle in [page_text.as_str(), signature.as_str(), &signature[2..]] {
+            assert!(
+                !bytes
+                    .windows(needle.len())
+                    .any(|w| w == needle.as_bytes()),
+                "{} holds {needle:?} in the clear",
+                file.display()
+            );
+        }
+    }
+}

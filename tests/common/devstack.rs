@@ -177,19 +177,17 @@ impl DevStack {
 
     /// The official client (`@x402/fetch`) making one paid call as `buyer`.
     pub fn pay_as(&self, buyer: &Buyer, url: &str, body: &Value) -> Value {
-        self.pay_with_id(buyer, url, body, None)
+        self.pay_with(buyer, url, body, &[])
     }
 
-    /// The official client (`@x402/fetch`) making one paid call as `buyer`, its payment
-    /// carrying a payment-identifier `id` when one is given (`auto`: one the client makes);
-    /// the output's `id` is the id the payment carried.
-    pub fn pay_with_id(&self, buyer: &Buyer, url: &str, body: &Value, id: Option<&str>) -> Value {
+    /// The official client (`@x402/fetch`) making one paid call as `buyer`, with more pay.mjs
+    /// options (`--payment-id ID|auto` makes the payment carry a payment-identifier `id`, the
+    /// output's `id`; `--timeout-ms N` cuts the call).
+    pub fn pay_with(&self, buyer: &Buyer, url: &str, body: &Value, options: &[&str]) -> Value {
         let (body, state) = (body.to_string(), self.state_arg());
         let mut args = vec!["--url", url, "--body", &body, "--key", &buyer.key];
         args.extend(["--state", &state]);
-        if let Some(id) = id {
-            args.extend(["--payment-id", id]);
-        }
+        args.extend_from_slice(options);
         node("pay.mjs", &args)
     }
 
