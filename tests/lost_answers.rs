@@ -447,14 +447,17 @@ async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
 /// A settlement still unknown when the wait ends (the facilitator settles late) is answered
 /// 503 `settlement_pending`; once the transfer is on chain, the identical header and body
 /// collect the result: a 200 whose PAYMENT-RESPONSE is a success naming the transaction, with
-/// no /verify or /settle of its own, one ledger row and one transfer.
+/// its signed receipt and an evidence seal over the body (signing is on), no /verify or
+/// /settle of its own, one ledger row and one transfer.
 async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
     let stack = shared_stack();
     let buyer = stack.fresh_buyer("1000000");
     let late = Settle::After(Duration::from_secs(4));
+    let signing_key = key_file("evidence.pem").display().to_string();
     let short = [
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+        ("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str()),
     ];
     let rig = Rig::start(stack, late, &short).await;
     let body = rig.request(&buyer);
@@ -491,6 +494,7 @@ async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
     let rows = rig.rows().await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].state, "settled", "the collect recorded the proof");
+    assert_evidence_of(&rig, &collected).await;
     assert_eq!(
         rows[0].transaction_hash.as_deref(),
         settlement["transaction"].as_str(),
@@ -498,6 +502,31 @@ async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
     );
     assert_eq!(paid(&rig, &body, &header).await, collected, "and again");
     assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+}
+
+/// The collected answer carries the evidence a first-time paid answer does: a receipt in its
+/// PAYMENT-RESPONSE naming its transaction, and a seal over its body bytes, both verifying
+/// against the server's DID document and agreeing with each other.
+async fn assert_evidence_of(rig: &Rig<'_>, answer: &Received) {
+    use factomat::evidence::{DidDocument, receipt_matches_seal, verify_receipt, verify_seal};
+    let did: Value = rig
+        .server
+        .get("/.well-known/did.json")
+        .await
+        .json()
+        .await
+        .expect("DID document");
+    let document = DidDocument::parse(&did).expect("document");
+    let payment_response = answer.payment_response.as_deref().expect("PAYMENT-RESPONSE");
+    let receipt = verify_receipt(payment_response, &document).expect("the receipt verifies");
+    let seal = answer.evidence_seal.as_deref().expect("Evidence-Seal");
+    let claims = verify_seal(seal, answer.body.as_bytes(), &document).expect("the seal verifies");
+    receipt_matches_seal(&receipt.payload, &claims.payload).expect("they agree");
+    assert_eq!(
+        receipt.payload["transaction"],
+        answer.settlement()["transaction"],
+        "{receipt:?}"
+    );
 }
 
 /// The files of `dir` but `except`.
