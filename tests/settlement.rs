@@ -16,6 +16,11 @@ use common::paid_rig::{PRICE, Rig, payment_response, reason_of, unix_now, wait_f
 use serde_json::Value;
 
 on_both_ledgers!(
+    a_pending_settlement_that_lands_within_the_wait_is_delivered_once,
+    an_authorization_that_expires_unused_is_unpaid_for_sure,
+    a_window_too_short_or_too_long_is_refused_before_any_outbound_request,
+    the_facilitator_sees_our_listing_and_a_rewritten_echo_is_refused,
+    reconcile_rechecks_the_proof_of_settled_rows_it_is_asked_about,
     a_burned_nonce_is_never_paid_and_its_payer_cools_off,
     one_transaction_proves_one_row_and_burns_the_other,
     an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
@@ -186,7 +191,6 @@ async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice
     assert!(rig.rows().await.iter().all(|r| r.state == "settled"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {
     // Blocks every 2 s, so the facilitator's answer comes before the receipt.
     let stack = DevStack::start_with(&["--block-time", "2"]);
@@ -224,7 +228,6 @@ async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {
     assert!(rows[0].transfer_log_index.is_some(), "proven on chain");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authorization_that_expires_unused_is_unpaid_for_sure() {
     // Its own stack: the proxy moves anvil's clock past validBefore.
     let stack = DevStack::start();
@@ -250,7 +253,6 @@ async fn an_authorization_that_expires_unused_is_unpaid_for_sure() {
     assert_eq!(rig.vm02_paid_calls(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_too_short_or_too_long_is_refused_before_any_outbound_request() {
     let stack = shared_stack();
     let buyer = stack.fresh_buyer("1000000");
@@ -278,7 +280,6 @@ async fn a_window_too_short_or_too_long_is_refused_before_any_outbound_request()
     assert!(rig.rows().await.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_facilitator_sees_our_listing_and_a_rewritten_echo_is_refused() {
     let stack = shared_stack();
     let buyer = stack.fresh_buyer("1000000");
@@ -326,3 +327,42 @@ async fn the_facilitator_sees_our_listing_and_a_rewritten_echo_is_refused() {
         assert_eq!(sent["accepted"], ours["accepts"][0], "{step}");
     }
 }
+
+/// `ledger reconcile --id` re-checks the Transfer proof of a settled row it is asked about:
+/// a row settled on the facilitator's word whose transaction holds no Transfer of the row's
+/// terms (a lying facilitator) is flagged for a check by hand, a row the chain proves is
+/// confirmed, and neither changes state.
+async fn reconcile_rechecks_the_proof_of_settled_rows_it_is_asked_about() {
+    let stack = shared_stack();
+    let lying = Rig::start(stack, Settle::SucceedNamingUnminedTx, &[]).await;
+    let honest = Rig::start_on(stack, Settle::Forward, &[], lying.ledger_url.clone()).await;
+    for rig in [&lying, &honest] {
+        let buyer = stack.fresh_buyer("1000000");
+        let body = rig.request(&buyer);
+        let (header, _) = rig.sign(&buyer, &body, &[]).await;
+        assert_eq!(rig.send(&body, &header).await.status().as_u16(), 200);
+    }
+    let rows = lying.rows().await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|row| row.state == "settled"), "{rows:?}");
+    let ids: Vec<String> = rows.iter().map(|row| row.id.to_string()).collect();
+    let entries = lying.ledger_command(&["reconcile", "--id", &ids[0], "--id", &ids[1]]);
+    let entries = entries.as_array().expect("entries");
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let (unproven, proven) = (&entries[0], &entries[1]);
+    assert_eq!(unproven["state_after"], "settled", "{unproven}");
+    assert!(
+        unproven["evidence"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("NOT proven by a Transfer")),
+        "{unproven}"
+    );
+    assert_eq!(proven["state_after"], "settled", "{proven}");
+    assert!(
+        proven["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains("AuthorizationUsed then Transfer")),
+        "{proven}"
+    );
+}
+

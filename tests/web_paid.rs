@@ -10,6 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use common::TestServer;
 use common::devstack::DevStack;
+use common::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
 use common::https::{Handler, Reply, Seen, Site, TestCa, gzip};
 use serde_json::{Value, json};
 
@@ -24,15 +25,27 @@ struct Web {
     site: Site,
     wrong_cert: Site,
     _ca: TestCa,
+    /// The facilitator proxy, when the rig has one.
+    facilitator: Option<FacilitatorProxy>,
 }
 
 impl Web {
     async fn start(handler: Handler) -> Web {
+        Web::start_with(handler, None).await
+    }
+
+    /// A web rig whose facilitator is `settle`'s proxy in front of the real one (None: the
+    /// real one directly).
+    async fn start_with(handler: Handler, settle: Option<Settle>) -> Web {
         let stack = Arc::new(
             tokio::task::spawn_blocking(DevStack::start)
                 .await
                 .expect("stack"),
         );
+        let proxy = match settle {
+            Some(settle) => Some(facilitator_proxy(&stack, settle).await),
+            None => None,
+        };
         let ca = TestCa::new();
         let site = Site::start(
             ca.server_config(&["news.example.com", "blog.example.com"]),
@@ -47,7 +60,9 @@ impl Web {
         );
         let ca_path = ca.pem_path.display().to_string();
         let pay_to = stack.field("pay_to");
-        let facilitator = stack.field("facilitator_url");
+        let facilitator = proxy
+            .as_ref()
+            .map_or_else(|| stack.field("facilitator_url"), |p| p.url.clone());
         let server = TestServer::with_env(&[
             ("FACTOMAT_PAY_TO", pay_to.as_str()),
             ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
@@ -72,6 +87,7 @@ impl Web {
             site,
             wrong_cert,
             _ca: ca,
+            facilitator: proxy,
         }
     }
 
@@ -650,3 +666,32 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
         }
     }
 }
+
+/// Without a payment-chain reader (a web machine needs no RPC endpoint, and none is
+/// configured), nothing is ever concluded "unpaid" from the chain: a settle that fails is an
+/// unknown outcome — 503 `settlement_pending` with `Retry-After` and no fresh challenge, the
+/// official client signs once, and the row is `settle_pending` for reconciliation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_a_trusted_chain_reader_a_failed_settle_is_pending_never_unpaid() {
+    let web = Web::start_with(Arc::new(vm01_routes), Some(Settle::Fail)).await;
+    let url = format!("{}{VM01}", web.server.url);
+    let stack = web.stack.clone();
+    let request = json!({"url": "https://news.example.com/article"});
+    let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &request))
+        .await
+        .expect("pay");
+    assert_eq!(answer["status"], 503, "{answer}");
+    assert_eq!(answer["signed"], 1, "the client signed once: {answer}");
+    assert_eq!(
+        answer["payment_response"]["errorReason"], "settlement_pending",
+        "{answer}"
+    );
+    assert!(answer["headers"]["payment-required"].is_null(), "{answer}");
+    let recorder = &web.facilitator.as_ref().expect("proxy").recorder;
+    assert_eq!(recorder.settles(), 1);
+    let database_url = web.server.server.state.config.database_url.expose();
+    let rows = common::ledgers::rows_of(database_url).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].state, "settle_pending", "{rows:?}");
+}
+

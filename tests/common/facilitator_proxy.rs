@@ -36,6 +36,9 @@ pub enum Settle {
     /// `advance_past_valid_before`) moving anvil's clock past the authorization's
     /// `validBefore` and mining a block. The real facilitator is not asked.
     FailNamingUnminedTx { advance_past_valid_before: bool },
+    /// Answer `success: true` naming a transaction hash that exists nowhere, without asking the
+    /// real facilitator (a lying or broken facilitator: nothing moves on chain).
+    SucceedNamingUnminedTx,
     /// Never answer (the caller's timeout fires).
     Hang,
 }
@@ -218,6 +221,12 @@ impl Proxy {
                     200,
                     self.fail_unmined(&body, advance_past_valid_before).await,
                 );
+            }
+            Settle::SucceedNamingUnminedTx => {
+                let payer = authorization(&body)["from"].clone();
+                let lie = json!({"success": true, "transaction": super::devstack::random_hex32(),
+                    "network": "eip155:8453", "payer": payer});
+                return reply(200, lie.to_string().into_bytes());
             }
             Settle::Hang => std::future::pending::<()>().await,
         }
