@@ -517,7 +517,10 @@ async fn assert_evidence_of(rig: &Rig<'_>, answer: &Received) {
         .await
         .expect("DID document");
     let document = DidDocument::parse(&did).expect("document");
-    let payment_response = answer.payment_response.as_deref().expect("PAYMENT-RESPONSE");
+    let payment_response = answer
+        .payment_response
+        .as_deref()
+        .expect("PAYMENT-RESPONSE");
     let receipt = verify_receipt(payment_response, &document).expect("the receipt verifies");
     let seal = answer.evidence_seal.as_deref().expect("Evidence-Seal");
     let claims = verify_seal(seal, answer.body.as_bytes(), &document).expect("the seal verifies");
@@ -644,7 +647,10 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     );
     rig.rpc.set_delay("eth_call", Duration::ZERO);
     wait_for("the cut call to settle", async || {
-        rig.rows().await.first().is_some_and(|row| row.state == "settled")
+        rig.rows()
+            .await
+            .first()
+            .is_some_and(|row| row.state == "settled")
     })
     .await;
 
@@ -684,7 +690,11 @@ async fn an_id_refused_before_the_reserve_may_be_signed_again() {
         json!({"required": false, "id": id})
     );
     let (corrupt, _) = rig
-        .sign(&buyer, &body, &["--extension-info", &info, "--corrupt-signature"])
+        .sign(
+            &buyer,
+            &body,
+            &["--extension-info", &info, "--corrupt-signature"],
+        )
         .await;
     let refused = rig.send(&body, &corrupt).await;
     assert_eq!(refused.status().as_u16(), 402);
@@ -819,4 +829,31 @@ async fn replicas_on_postgres_hand_back_each_others_answers() {
             assert_eq!(replicas[0].balance(&buyer.address), FUNDS - PRICE);
         })
         .await;
+}
+
+/// A replaced delivery key makes the answers retained so far unreadable, not lost: a resend
+/// within the window to a server with the new key runs the work once more (one settle, one
+/// charge) and retains the new answer under the new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let before = Rig::start(stack, Settle::Forward, &[]).await;
+    let body = before.request(&buyer);
+    let (header, _) = before.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&before, &body, &header).await.status, 200);
+
+    let new_key = common::temp_path("replaced-delivery-key");
+    std::fs::write(&new_key, &random_hex32()[2..]).expect("key file");
+    let new_key = new_key.display().to_string();
+    let replaced = [("FACTOMAT_DELIVERY_KEY_FILE", new_key.as_str())];
+    let after = Rig::start_on(stack, Settle::Forward, &replaced, before.ledger_url.clone()).await;
+    let again = paid(&after, &body, &header).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.json()["machine"], "VM02");
+    assert!(after.rpc.calls("eth_call") > 0, "the work ran once more");
+    assert_eq!(paid(&after, &body, &header).await, again, "retained anew");
+    assert_facilitator_saw(&after, 0, 0);
+    assert_eq!(after.rows().await.len(), 1);
+    assert_eq!(after.balance(&buyer.address), FUNDS - PRICE, "charged once");
 }

@@ -365,4 +365,3 @@ async fn reconcile_rechecks_the_proof_of_settled_rows_it_is_asked_about() {
         "{proven}"
     );
 }
-

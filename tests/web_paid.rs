@@ -657,9 +657,7 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
         let bytes = std::fs::read(file).expect("readable");
         for needle in [page_text.as_str(), signature.as_str(), &signature[2..]] {
             assert!(
-                !bytes
-                    .windows(needle.len())
-                    .any(|w| w == needle.as_bytes()),
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
                 "{} holds {needle:?} in the clear",
                 file.display()
             );
@@ -694,4 +692,3 @@ async fn without_a_trusted_chain_reader_a_failed_settle_is_pending_never_unpaid(
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].state, "settle_pending", "{rows:?}");
 }
-

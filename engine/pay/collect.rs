@@ -22,8 +22,7 @@ use tokio::time::Instant;
 
 use crate::catalog::manifest::Manifest;
 use crate::pay::call::{
-    ALREADY_PRESENTED, NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
-    reject, unix_now,
+    NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure, reject, unix_now,
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
@@ -120,7 +119,7 @@ impl Resend<'_> {
             return Some(self.unretained().await);
         };
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
-            (_, "sent") => answer(self.sent(&entry).await),
+            (_, "sent") => Some(self.sent(&entry).await),
             ("settled" | "settle_pending", "held") => answer(self.held(&entry).await),
             ("reserved", _) if still_running(&entry.attempt) => None,
             ("reserved", _) => Some(self.stale(entry.attempt).await),
@@ -223,19 +222,20 @@ impl Resend<'_> {
         }
     }
 
-    /// The answer as first sent, within its window.
-    async fn sent(&self, entry: &Retained) -> PaidOutcome {
+    /// The answer as first sent, within its window. One that no longer opens (the delivery
+    /// key was replaced) is treated as not retained.
+    async fn sent(&self, entry: &Retained) -> Collect {
         let open_until = entry.collectable_until.unwrap_or(i64::MAX);
         let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
         if now > open_until {
             metrics().retained("expired");
-            return reject(ANSWER_EXPIRED);
+            return Collect::Done(reject(ANSWER_EXPIRED));
         }
         let Some(answer) = self.opened(entry) else {
-            return reject(ALREADY_PRESENTED);
+            return self.unretained().await;
         };
         self.collected(entry.attempt.id).await;
-        PaidOutcome::Answered(answer)
+        Collect::Done(PaidOutcome::Answered(answer))
     }
 
     async fn collected(&self, attempt: i64) {
