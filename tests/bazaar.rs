@@ -605,3 +605,83 @@ async fn the_index_verdict_is_counted_and_shown_to_the_operator_only() {
     );
     assert!(common::logs::logs().contains("the bazaar rejected this machine's listing"));
 }
+
+/// A loopback facilitator that accepts every payment and keeps the body of every `/verify`.
+async fn recording_facilitator() -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
+    let verified = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = verified.clone();
+    let supported = warp::path!("supported").map(|| {
+        warp::reply::json(
+            &json!({"kinds": [{"x402Version": 2, "scheme": "exact", "network": "eip155:8453"}]}),
+        )
+    });
+    let steps = warp::path::param::<String>().and(warp::body::json()).map(
+        move |step: String, body: Value| {
+            if step == "verify" {
+                kept.lock().expect("kept").push(body);
+                warp::reply::json(&json!({"isValid": true, "payer": PAY_TO}))
+            } else {
+                warp::reply::json(&json!({"success": false, "errorReason": "not_settled_here",
+                    "transaction": "", "network": "eip155:8453"}))
+            }
+        },
+    );
+    let addr = common::onchain::serve(supported.or(steps)).await;
+    (format!("http://{addr}"), verified)
+}
+
+/// What reaches the facilitator is our whole listing: for every machine, the `resource` and
+/// `extensions.bazaar` of the PaymentPayload sent to `/verify` pass the official validator
+/// (`@x402/extensions`), equal the 402 body's, and carry machines.yaml's input and output
+/// examples.
+#[tokio::test]
+async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_machine() {
+    let (facilitator, verified) = recording_facilitator().await;
+    let server = server_in(None, &facilitator).await;
+    let mut quoted = Vec::new();
+    for (id, path) in machines() {
+        let example = common::machine(&id)["input_example"].clone();
+        let quote = server.post_json(&path, &example).await;
+        assert_eq!(quote.status().as_u16(), 402, "{id}");
+        let required = quote.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        quoted.push(quote.json::<Value>().await.expect("402 body"));
+        let paid = server
+            .client
+            .post(format!("{}{path}", server.url))
+            .header("payment-signature", signed_payment(&required, OTHER_KEY))
+            .json(&example)
+            .send()
+            .await
+            .expect("answered");
+        assert_ne!(paid.status().as_u16(), 400, "{id}: the payment reached /verify");
+    }
+    let sent: Vec<Value> = verified
+        .lock()
+        .expect("kept")
+        .iter()
+        .map(|body| body["paymentPayload"].clone())
+        .collect();
+    assert_eq!(sent.len(), quoted.len(), "one /verify per machine");
+    let results = official_bazaar_check(&sent);
+    for (((id, _), result), (payload, body)) in machines()
+        .iter()
+        .zip(&results)
+        .zip(sent.iter().zip(&quoted))
+    {
+        assert_eq!(result["valid"], true, "{id}: {result}");
+        assert_eq!(result["spec"], true, "{id}: {result}");
+        assert_eq!(payload["resource"], body["resource"], "{id}");
+        assert_eq!(
+            payload["extensions"]["bazaar"], body["extensions"]["bazaar"],
+            "{id}"
+        );
+        let info = &result["extracted"]["discoveryInfo"];
+        let m = common::machine(id);
+        assert_eq!(info["input"]["body"], m["input_example"], "{id}");
+        assert_eq!(info["output"]["example"], m["output_example"], "{id}");
+    }
+}
+
