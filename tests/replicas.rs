@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::TestServer;
+use common::{TestServer, decode_header};
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::onchain::serve;
@@ -330,8 +330,13 @@ async fn advance_chain_past(rpc: &str, valid_before: u64) {
     }
 }
 
+/// A replica killed inside the work leaves a `reserved` row whose outcome nobody knows: the
+/// identical resend on another replica hears "in progress" (never a fresh challenge) and runs
+/// nothing; reconcile leaves it while the authorization is valid; once the row is past
+/// `validBefore` plus the margin, a resend is no longer waited on — the chain decides it
+/// (unused past `validBefore`: expired, 402) and nothing was charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_inside_the_work_leaves_a_reserved_row_that_reconcile_expires() {
+async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     let stack = DevStack::start();
     let rpc = stack.field("rpc_url");
     // An RPC endpoint that never answers: the paid call sits inside VM02's work.
@@ -341,16 +346,21 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_reconcile_expires() {
     }))
     .await;
     let database = postgres::fresh_database();
-    let env = env_for(
+    let mut env = env_for(
         &stack,
         &stack.field("facilitator_url"),
         &format!("http://{stalled}"),
         &database,
     );
+    // A short /verify budget lets the window check accept a short authorization, so the row
+    // goes stale (validBefore + 10 s) within the test.
+    env.push(("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", "2000".into()));
     let mut doomed = Replica::spawn(&pairs(&env)).await;
     let body = vm02_body(&stack);
     let required = challenge(&doomed.url, &body).await;
-    let header = stack.sign(&required, &[])["header"]
+    let valid_before = unix_now() + 32;
+    let signed_before = valid_before.to_string();
+    let header = stack.sign(&required, &["--valid-before", &signed_before])["header"]
         .as_str()
         .expect("h")
         .to_string();
@@ -412,12 +422,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_reconcile_expires() {
         "the replay ran no work"
     );
 
-    let valid_before: u64 = rows[0]
-        .valid_before
-        .as_deref()
-        .expect("validBefore kept")
-        .parse()
-        .expect("number");
+    assert_eq!(rows[0].valid_before, Some(signed_before));
     let reconcile = || {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
             .args(["ledger", "reconcile", "--json"])
@@ -430,12 +435,31 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_reconcile_expires() {
     };
     let early = reconcile();
     assert_eq!(early[0]["state_after"], "reserved", "still valid: {early}");
+
+    let env = env_for(&stack, &stack.field("facilitator_url"), &rpc, &database);
+    let judge = TestServer::with_env(&pairs(&env)).await;
+    while unix_now() <= valid_before + 10 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     advance_chain_past(&rpc, valid_before).await;
-    let late = reconcile();
-    assert_eq!(late[0]["state_before"], "reserved");
-    assert_eq!(late[0]["state_after"], "expired", "{late}");
+    let stale = paid(&judge.url, &body, &header).await;
+    assert_eq!(stale.status().as_u16(), 402, "decided, not waited on");
+    let required = decode_header(
+        stale.headers()["payment-required"]
+            .to_str()
+            .expect("ascii"),
+    );
+    assert_eq!(required["error"], "settlement_failed", "{required}");
     assert_eq!(rows_of(&database).await[0].state, "expired");
+    assert_eq!(reconcile(), json!([]), "nothing left to reconcile");
     assert_eq!(buyer_balance(&stack), before);
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs()
 }
 
 fn attempt(nonce_byte: &str) -> factomat::pay::ledger::NewAttempt {

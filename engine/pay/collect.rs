@@ -8,7 +8,7 @@
 //! | settled, answer past its window | 402 `payment_answer_expired` |
 //! | `settle_pending`, answer held | the chain asked by the settlement rules: paid → 200 with the answer; unknown → the same 503 `settlement_pending`; unpaid → 402, the answer deleted |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
-//! | `reserved` more than a minute past `validBefore` (a crash) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
+//! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more and the answer is retained (a crash, or an answer that could not be sealed) |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //!
@@ -33,9 +33,10 @@ use crate::support::metrics::metrics;
 
 /// How often the ledger is asked whether the original has finished.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
-/// How long past `validBefore` a still-reserved row is waited on: after that it is left to
-/// reconciliation's chain rules.
-const RESERVED_MARGIN_SECONDS: u64 = 60;
+/// How long past `validBefore` a still-reserved row is waited on. The gate clips every step
+/// of a call to `validBefore` − 6 s, so a row still reserved after this was abandoned (its
+/// replica stopped): the chain decides it.
+const RESERVED_MARGIN_SECONDS: u64 = 10;
 /// The 402 reason of a resend whose retained answer's window has passed.
 pub(crate) const ANSWER_EXPIRED: &str = "payment_answer_expired";
 
