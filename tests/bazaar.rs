@@ -656,7 +656,11 @@ async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_mach
             .send()
             .await
             .expect("answered");
-        assert_ne!(paid.status().as_u16(), 400, "{id}: the payment reached /verify");
+        assert_ne!(
+            paid.status().as_u16(),
+            400,
+            "{id}: the payment reached /verify"
+        );
     }
     let sent: Vec<Value> = verified
         .lock()
@@ -684,4 +688,3 @@ async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_mach
         assert_eq!(info["output"]["example"], m["output_example"], "{id}");
     }
 }
-

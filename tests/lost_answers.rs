@@ -645,6 +645,11 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
         bought["payment_payload"]["extensions"]["payment-identifier"]["info"]["id"], id,
         "{bought}"
     );
+    let verified = rig.facilitator.recorder.bodies("verify");
+    assert_eq!(
+        verified[0]["paymentPayload"]["extensions"]["payment-identifier"]["info"]["id"], id,
+        "the facilitator gets our declaration with the buyer's id"
+    );
     rig.rpc.set_delay("eth_call", Duration::ZERO);
     wait_for("the cut call to settle", async || {
         rig.rows()

@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, decode_header};
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::onchain::serve;
 use common::postgres;
 use common::replica::Replica;
+use common::{TestServer, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
@@ -444,11 +444,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     advance_chain_past(&rpc, valid_before).await;
     let stale = paid(&judge.url, &body, &header).await;
     assert_eq!(stale.status().as_u16(), 402, "decided, not waited on");
-    let required = decode_header(
-        stale.headers()["payment-required"]
-            .to_str()
-            .expect("ascii"),
-    );
+    let required = decode_header(stale.headers()["payment-required"].to_str().expect("ascii"));
     assert_eq!(required["error"], "settlement_failed", "{required}");
     assert_eq!(rows_of(&database).await[0].state, "expired");
     assert_eq!(reconcile(), json!([]), "nothing left to reconcile");

@@ -641,7 +641,7 @@ fn settlement_pending(
     let body = serde_json::json!({
         "error": {
             "code": "settlement_pending",
-            "message": "the payment is being settled and its outcome is not known yet: do not sign a new payment for this request, this one may still be charged. The operator's reconciliation records the outcome from the chain.",
+            "message": "the payment is being settled and its outcome is not known yet: do not sign a new payment for this request, this one may still be charged. After Retry-After, send the identical request again (the same PAYMENT-SIGNATURE and body) to collect the result once the payment is proven, or a definite refusal.",
         },
         "transaction": transaction,
         "retry_after_seconds": retry_after_seconds,

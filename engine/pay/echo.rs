@@ -12,6 +12,8 @@
 use serde_json::{Map, Value};
 use url::Url;
 
+use crate::pay::retained::{self, PAYMENT_IDENTIFIER};
+
 /// What a paid route declared in its 402, prepared once at start-up.
 #[derive(Debug, Clone)]
 pub(crate) struct Declared {
@@ -81,7 +83,8 @@ pub(crate) fn check(
 }
 
 /// The PaymentPayload the facilitator gets: the buyer's signed `payload` and version, with
-/// our own `accepted`, `resource` and `extensions`.
+/// our own `accepted`, `resource` and `extensions` — plus the one client-owned field that
+/// passed validation, payment-identifier's `info.id`.
 pub(crate) fn for_facilitator(payload: &Value, requirement: &Value, declared: &Declared) -> Value {
     let mut ours = Map::new();
     for (key, value) in payload.as_object().into_iter().flatten() {
@@ -94,10 +97,15 @@ pub(crate) fn for_facilitator(payload: &Value, requirement: &Value, declared: &D
     }
     ours.insert("accepted".into(), requirement.clone());
     ours.insert("resource".into(), declared.resource.clone());
-    ours.insert(
-        "extensions".into(),
-        Value::Object(declared.full_extensions.clone()),
-    );
+    let mut extensions = declared.full_extensions.clone();
+    if let (Ok(Some(id)), Some(Value::Object(identifier))) = (
+        retained::payment_identifier(payload),
+        extensions.get_mut(PAYMENT_IDENTIFIER),
+    ) && let Some(Value::Object(info)) = identifier.get_mut("info")
+    {
+        info.insert("id".into(), Value::String(id.to_string()));
+    }
+    ours.insert("extensions".into(), Value::Object(extensions));
     Value::Object(ours)
 }
 
@@ -226,6 +234,28 @@ mod tests {
         assert_eq!(
             forwarded["extensions"],
             Value::Object(declared().full_extensions)
+        );
+    }
+
+    #[test]
+    fn a_valid_payment_identifier_id_is_the_one_client_field_forwarded() {
+        let mut ours = declared();
+        let identifier = json!({"info": {"required": false}, "schema": {"type": "object"}});
+        ours.full_extensions
+            .insert(PAYMENT_IDENTIFIER.into(), identifier.clone());
+        let mut sent = payload(json!({}));
+        sent["extensions"][PAYMENT_IDENTIFIER] =
+            json!({"info": {"required": true, "id": "pay_0123456789abcdef", "extra": 1}});
+        let forwarded = for_facilitator(&sent, &requirement(), &ours);
+        let mut expected = identifier;
+        expected["info"]["id"] = json!("pay_0123456789abcdef");
+        assert_eq!(forwarded["extensions"][PAYMENT_IDENTIFIER], expected);
+        sent["extensions"][PAYMENT_IDENTIFIER]["info"]["id"] = json!("bad id");
+        let forwarded = for_facilitator(&sent, &requirement(), &ours);
+        assert!(
+            forwarded["extensions"][PAYMENT_IDENTIFIER]["info"]
+                .get("id")
+                .is_none()
         );
     }
 }
