@@ -401,11 +401,15 @@ const STATE_LIST: &str = "'reserved', 'settled', 'settle_pending', 'settle_faile
                      'work_failed', 'expired'";
 
 /// Indexes over columns a migration may add, so created after it: one Transfer proves one
-/// row, and struck payers are found by their lower-cased address.
+/// row, and struck payers are found by their lower-cased address and strike (the pre-check
+/// reads only a payer's struck rows, not every row the payer ever paid; the first release's
+/// payer-only index is replaced).
 const INDEXES: &str = "
 CREATE UNIQUE INDEX IF NOT EXISTS payment_attempts_transfer
     ON payment_attempts (transaction_hash, transfer_log_index);
-CREATE INDEX IF NOT EXISTS payment_attempts_payer ON payment_attempts (lower(payer));
+DROP INDEX IF EXISTS payment_attempts_payer;
+CREATE INDEX IF NOT EXISTS payment_attempts_payer_strike
+    ON payment_attempts (lower(payer), strike_until);
 ";
 
 /// One row change: the new state and the columns it sets (None keeps a column's value,

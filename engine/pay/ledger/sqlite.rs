@@ -77,6 +77,7 @@ fn allow_current_states(connection: &Connection) -> Result<(), rusqlite::Error> 
          DROP INDEX IF EXISTS payment_attempts_state;
          DROP INDEX IF EXISTS payment_attempts_transfer;
          DROP INDEX IF EXISTS payment_attempts_payer;
+         DROP INDEX IF EXISTS payment_attempts_payer_strike;
          {schema}
          INSERT INTO payment_attempts ({COPIED_COLUMNS})
              SELECT {COPIED_COLUMNS} FROM payment_attempts_before;
@@ -149,7 +150,7 @@ impl SqliteLedger {
 
     pub(super) fn select(&self, sql: &str) -> Result<Vec<AttemptRow>, LedgerError> {
         self.with(|c| {
-            let mut statement = c.prepare(sql)?;
+            let mut statement = c.prepare_cached(sql)?;
             let rows = statement.query_map([], |r| attempt_row(r, 0))?;
             rows.collect()
         })
