@@ -590,3 +590,87 @@ async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "reserved", "left for reconcile");
 }
+
+/// The ledger over TLS with libpq's `sslmode` meanings, against a PostgreSQL that takes TCP
+/// only over TLS (`hostssl`) and presents a certificate for 127.0.0.1 from a CA made here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_over_verified_tls_serves_paid_calls_and_what_fails_the_check_stops_start_up() {
+    let ca = common::https::TestCa::new();
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let cluster = postgres::start_tls_cluster(&leaf.cert_pem(), &leaf.key_pem());
+    let database = postgres::fresh_database_on(&cluster.url);
+    let ca_file = ca.pem_path.display().to_string();
+    let stack = DevStack::start();
+    let (facilitator, rpc) = (stack.field("facilitator_url"), stack.field("rpc_url"));
+
+    let verified = format!("{database}?sslmode=verify-full&sslrootcert={ca_file}");
+    let env = env_for(&stack, &facilitator, &rpc, &verified);
+    let replica = Replica::spawn(&pairs(&env)).await;
+    let body = vm02_body(&stack);
+    let required = challenge(&replica.url, &body).await;
+    let header = stack.sign(&required, &[])["header"]
+        .as_str()
+        .expect("h")
+        .to_string();
+    assert_eq!(
+        paid(&replica.url, &body, &header).await.status().as_u16(),
+        200
+    );
+    let encrypted = postgres::psql(
+        &cluster.url,
+        "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+         WHERE application_name = 'factomat' AND ssl",
+    );
+    assert!(encrypted.trim() != "0", "the replica's connections use TLS");
+    drop(replica);
+    let rows = rows_of(&verified).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, "settled");
+
+    // Each refusal stops start-up with a message that names the setting.
+    let by_name = database.replace("127.0.0.1", "localhost");
+    for (url, says) in [
+        (
+            format!("{by_name}?sslmode=verify-full&sslrootcert={ca_file}"),
+            vec!["sslmode=verify-full", "certificate"],
+        ),
+        (
+            format!("{database}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"),
+            vec!["sslrootcert=/nonexistent/ca.pem: cannot be read"],
+        ),
+        (
+            format!("{database}?sslmode=disable"),
+            vec!["sslmode=disable", "no pg_hba.conf entry", "no encryption"],
+        ),
+    ] {
+        let env = env_for(&stack, &facilitator, &rpc, &url);
+        let (status, log) = common::replica::failed_start(&pairs(&env)).await;
+        assert!(!status.success(), "{url}: {log}");
+        for text in says {
+            assert!(log.contains(text), "{url}: {text:?} missing from {log}");
+        }
+    }
+
+    // verify-ca checks the chain, not the name; a certificate from another CA fails it.
+    let chain_only = format!("{by_name}?sslmode=verify-ca&sslrootcert={ca_file}");
+    let ledger = Ledger::open(&chain_only, PoolOptions::default()).expect("ledger");
+    ledger.migrate().await.expect("the chain verifies");
+    let stranger = common::https::TestCa::new();
+    let wrong_ca = format!(
+        "{database}?sslmode=verify-ca&sslrootcert={}",
+        stranger.pem_path.display()
+    );
+    let error = Ledger::open(&wrong_ca, PoolOptions::default())
+        .expect("ledger")
+        .migrate()
+        .await
+        .expect_err("another CA's certificate is refused");
+    assert!(error.is_refusal(), "{error}");
+    // require encrypts without checking the certificate (libpq's meaning).
+    let unverified = format!("{by_name}?sslmode=require");
+    Ledger::open(&unverified, PoolOptions::default())
+        .expect("ledger")
+        .migrate()
+        .await
+        .expect("require does not check the certificate");
+}

@@ -171,6 +171,10 @@ async fn check(state: &AppState) -> (bool, Value) {
     };
     let ledger = match rail.ledger.check_writable().await {
         Ok(()) => "ok",
+        Err(error) if error.is_refusal() => {
+            tracing::error!(%error, tls = %crate::pay::ledger::tls::described(state.config.database_url.expose()), "readiness: the ledger database refuses these settings");
+            "refused"
+        }
         Err(error) => {
             tracing::warn!(%error, "readiness: the ledger does not take a write");
             "not_writable"

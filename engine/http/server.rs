@@ -143,7 +143,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         crate::net::gateway::Gateway::new().map_err(|e| StartError::Prepare(e.to_string()))?;
     endpoints::verify_all(&check_gateway, &config, endpoints::IDENTITY_CHECK_TIMEOUT).await;
     let state = Arc::new(AppState::prepare(config, base_url)?);
-    state.report_unfinished_attempts().await;
+    state.report_unfinished_attempts().await?;
     state.check_facilitator_in_background();
     state.sweep_retained_in_background();
     let (tx, rx) = oneshot::channel::<()>();

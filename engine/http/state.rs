@@ -143,12 +143,26 @@ impl AppState {
 
     /// Migrates the ledger (a PostgreSQL that is down now is migrated by the first paid call
     /// that reaches it), then reports rows left `reserved` by an earlier process: paid work
-    /// whose end is unknown. They are reported, never dropped.
-    pub(super) async fn report_unfinished_attempts(&self) {
-        let Some(rail) = &self.rail else { return };
-        if let Err(error) = rail.ledger.migrate().await {
-            tracing::error!(%error, "the ledger is unavailable at start-up; paid calls answer 503 ledger_unavailable until it is reachable");
-            return;
+    /// whose end is unknown. They are reported, never dropped. A database that refuses
+    /// these settings (a certificate that fails, TLS it requires) stops start-up: waiting
+    /// would not mend it.
+    pub(super) async fn report_unfinished_attempts(&self) -> Result<(), StartError> {
+        let Some(rail) = &self.rail else {
+            return Ok(());
+        };
+        match rail.ledger.migrate().await {
+            Ok(()) => {}
+            Err(error) if error.is_refusal() => {
+                return Err(StartError::Prepare(format!(
+                    "ledger {} ({}): {error}",
+                    ledger::redacted(self.config.database_url.expose()),
+                    ledger::tls::described(self.config.database_url.expose()),
+                )));
+            }
+            Err(error) => {
+                tracing::error!(%error, "the ledger is unavailable at start-up; paid calls answer 503 ledger_unavailable until it is reachable");
+                return Ok(());
+            }
         }
         match rail.ledger.reserved().await {
             Ok(rows) if rows.is_empty() => {}
@@ -170,6 +184,7 @@ impl AppState {
             }
             Err(error) => tracing::error!(%error, "could not read unfinished ledger rows"),
         }
+        Ok(())
     }
 
     /// Deletes expired retained answers on a timer, on every replica (idempotent).

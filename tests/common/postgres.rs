@@ -17,8 +17,26 @@ pub struct Cluster {
 
 /// Starts a cluster of its own (stopped when this process exits).
 pub fn start_cluster() -> Cluster {
+    start_cluster_with(&[])
+}
+
+/// Starts a cluster that accepts TCP connections only over TLS, presenting this PEM
+/// certificate and key (stopped when this process exits).
+pub fn start_tls_cluster(cert_pem: &str, key_pem: &str) -> Cluster {
+    let (cert, key) = (
+        super::temp_path("server.crt"),
+        super::temp_path("server.key"),
+    );
+    std::fs::write(&cert, cert_pem).expect("certificate written");
+    std::fs::write(&key, key_pem).expect("key written");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    start_cluster_with(&["--tls", &cert, &key])
+}
+
+fn start_cluster_with(options: &[&str]) -> Cluster {
     let output = Command::new(repo_root().join("scripts/test-postgres"))
         .args(["start", "--watch-pid", &std::process::id().to_string()])
+        .args(options)
         .output()
         .expect("scripts/test-postgres runs");
     assert!(

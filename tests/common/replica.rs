@@ -18,6 +18,38 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Runs `factomat serve` with these variables when start-up is expected to fail: its exit
+/// status and what it logged (it must exit within 30 s).
+pub async fn failed_start(env: &[(&str, &str)]) -> (ExitStatus, String) {
+    let log = super::temp_path("failed-start.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("FACTOMAT_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("FACTOMAT_DELIVERY_KEY_FILE", super::delivery_key_file())
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("factomat starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "factomat kept running: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
 impl Replica {
     /// Starts the binary with these `FACTOMAT_*` variables and waits until /health answers.
     pub async fn spawn(env: &[(&str, &str)]) -> Replica {

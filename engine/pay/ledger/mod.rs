@@ -14,6 +14,7 @@
 
 mod postgres;
 mod sqlite;
+pub mod tls;
 
 use std::time::Duration;
 
@@ -211,6 +212,21 @@ pub enum LedgerError {
     /// The payment-identifier `id` is already bound to another payment.
     #[error("this payment identifier is bound to another payment")]
     IdentifierBound,
+    /// The database URL's TLS settings cannot be used.
+    #[error(transparent)]
+    TlsSettings(#[from] tls::TlsSettingError),
+    /// The server was reached and refused this configuration: its certificate failed our
+    /// check, it asked for TLS we do not use, or it refused the credentials. Retrying does
+    /// not help; the settings must change.
+    #[error("the ledger database refused the connection: {0}")]
+    Refused(String),
+}
+
+impl LedgerError {
+    /// True when the settings, not an outage, keep the ledger from working.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, LedgerError::TlsSettings(_) | LedgerError::Refused(_))
+    }
 }
 
 /// What the ledger says before `/verify`.

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
+use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{NoTls, Row};
+
+use super::tls;
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
@@ -63,11 +65,40 @@ pub struct PostgresLedger {
 fn storage_error(error: &tokio_postgres::Error) -> LedgerError {
     if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
         LedgerError::Duplicate
+    } else if refused(error) {
+        LedgerError::Refused(with_causes(error))
     } else if error.is_closed() || error.as_db_error().is_none() {
         LedgerError::Unavailable(error.to_string())
     } else {
         LedgerError::Storage(error.to_string())
     }
+}
+
+/// The server refused this configuration rather than failing: authentication (class 28:
+/// wrong credentials, or no `pg_hba.conf` line for this host with or without encryption),
+/// a certificate that failed our check, or no TLS where the settings require it.
+fn refused(error: &tokio_postgres::Error) -> bool {
+    let class_28 = error
+        .as_db_error()
+        .is_some_and(|db| db.code().code().starts_with("28"));
+    class_28
+        || tls::is_certificate_failure(error)
+        || error.to_string().contains("server does not support TLS")
+}
+
+/// An error with the causes it wraps ("error performing TLS handshake: invalid peer
+/// certificate: …"): the operator must see why.
+fn with_causes(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 impl From<tokio_postgres::Error> for LedgerError {
@@ -78,7 +109,12 @@ impl From<tokio_postgres::Error> for LedgerError {
 
 impl From<deadpool_postgres::PoolError> for LedgerError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
-        LedgerError::Unavailable(error.to_string())
+        match &error {
+            deadpool_postgres::PoolError::Backend(backend) if refused(backend) => {
+                LedgerError::Refused(with_causes(backend))
+            }
+            _ => LedgerError::Unavailable(error.to_string()),
+        }
     }
 }
 
@@ -108,15 +144,35 @@ fn attempt_row(row: &Row, at: usize) -> AttemptRow {
     }
 }
 
+/// Below `verify-full`, a connection to another machine can be read or answered by whoever
+/// sits between: said once at start-up.
+fn warn_if_open_to_interception(settings: &tls::TlsSettings, config: &tokio_postgres::Config) {
+    if settings.mode == tls::SslMode::VerifyFull {
+        return;
+    }
+    let hosts = tls::remote_hosts(config);
+    if !hosts.is_empty() {
+        tracing::warn!(
+            tls = %settings,
+            hosts = %hosts.join(","),
+            "the ledger database is on another host and its certificate and name are not both verified: the connection is open to interception; set sslmode=verify-full and sslrootcert"
+        );
+    }
+}
+
 impl PostgresLedger {
     /// Builds the pool; nothing connects until the first statement.
     pub fn open(database_url: &str, options: PoolOptions) -> Result<PostgresLedger, LedgerError> {
-        let mut config: tokio_postgres::Config = database_url.parse().map_err(|_| {
+        let not_a_url = || {
             LedgerError::Storage(format!(
                 "{} is not a PostgreSQL connection URL",
                 redacted(database_url)
             ))
-        })?;
+        };
+        let connection = tls::split(database_url)?.ok_or_else(not_a_url)?;
+        let mut config: tokio_postgres::Config = connection.url.parse().map_err(|_| not_a_url())?;
+        let tls = tls::connector(&connection.settings, &mut config)?;
+        warn_if_open_to_interception(&connection.settings, &config);
         config.connect_timeout(options.connect_timeout);
         config.application_name("factomat");
         // A commit returns only once it is durable: a retained answer and its `settled`
@@ -124,7 +180,7 @@ impl PostgresLedger {
         config.options("-c synchronous_commit=on");
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
