@@ -266,21 +266,25 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     assert!(rows.iter().all(|r| r.state == "settled"), "{rows:?}");
 }
 
+/// A settle slower than the old 30 s drain (and than Kubernetes' default grace period): with
+/// the default drain (`maxTimeoutSeconds` + 10 s) the call still settles, records and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
     let stack = DevStack::start();
     let slow = proxied_facilitator(
         stack.field("facilitator_url"),
-        Settle::After(Duration::from_secs(3)),
+        Settle::After(Duration::from_secs(31)),
     )
     .await;
     let database = postgres::fresh_database();
-    let env = env_for(
+    let mut env = env_for(
         &stack,
         &format!("http://{slow}"),
         &stack.field("rpc_url"),
         &database,
     );
+    // The default settle timeout (60 s) and the default drain: nothing shortened here.
+    env.retain(|(name, _)| *name != "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS");
     let mut replica = Replica::spawn(&pairs(&env)).await;
     let body = vm02_body(&stack);
     let required = challenge(&replica.url, &body).await;
@@ -298,7 +302,7 @@ async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
         200,
         "the in-flight call completes"
     );
-    let status = replica.exit_status(Duration::from_secs(30)).await;
+    let status = replica.exit_status(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(0), "{status:?}");
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 1);
