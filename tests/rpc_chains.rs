@@ -163,3 +163,50 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
     }
     assert!(!text.contains("SECRET-"));
 }
+
+/// A node still behind when a read is asked again is passed over for a moment: that read
+/// ends within its two attempts (HOLD, and it says why), and the next observation's reads go
+/// to the next endpoint, which knows the block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_endpoint() {
+    let stack = common::devstack::DevStack::start_with_mainnet();
+    let base = stack.field("rpc_url");
+    let (behind, behind_seen) = rpc_proxy(base.clone(), |method| match method {
+        "batch" => RpcAction::Error(json!({"code": -32000, "message": "header not found"})),
+        _ => RpcAction::Forward,
+    })
+    .await;
+    let (ahead, ahead_seen) = rpc_proxy(base, |_| RpcAction::Forward).await;
+    let (one, two) = (format!("http://{behind}"), format!("http://{ahead}"));
+    let rig = ChainRig::with_stack(
+        stack,
+        &[
+            ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
+            ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
+        ],
+    )
+    .await;
+    let request = json!({"owner": OWNER, "token": rig.stack.field("usdc"), "spender": SPENDER});
+
+    let body = rig.pay(VM02, &request);
+    assert_eq!(body["status"], "HOLD", "{body}");
+    let limitations = body["limitations"].to_string();
+    assert!(
+        limitations.contains("eip155:8453#1 did not know the requested block yet")
+            && limitations.contains("eip155:8453#1 still did not know the requested block"),
+        "{limitations}"
+    );
+    assert!(
+        ahead_seen
+            .lock()
+            .expect("seen")
+            .iter()
+            .all(|m| m == "eth_chainId")
+    );
+
+    let asked_before = behind_seen.lock().expect("seen").len();
+    let body = rig.pay(VM02, &request);
+    assert_eq!(body["status"], "OK", "{body}");
+    assert_eq!(behind_seen.lock().expect("seen").len(), asked_before);
+    assert!(!body["limitations"].to_string().contains("did not know"));
+}

@@ -9,7 +9,9 @@
 //! - an endpoint that errors, times out or answers 429 cools down (for its `Retry-After` when
 //!   it sends one) and the read moves to the next endpoint in configured order;
 //! - a node that does not know the block yet ("header not found", "unknown block": a lagging
-//!   node behind a load balancer) is asked again after [`LAG_RETRY_DELAY`];
+//!   node behind a load balancer) is asked again after [`LAG_RETRY_DELAY`], the same endpoint
+//!   first; one still behind then is passed over for a moment, so the next reads go to the
+//!   next endpoint;
 //! - reads of one transport stay on the endpoint that last answered, so an observation's
 //!   block-pinned reads go to the node that told it the block.
 //!
@@ -41,6 +43,9 @@ use crate::support::metrics::metrics;
 pub(crate) const MAX_ATTEMPTS: usize = 2;
 /// Wait before asking a lagging node again: a block reaches every node within a second or so.
 pub(crate) const LAG_RETRY_DELAY: Duration = Duration::from_millis(250);
+/// Pause for an endpoint that lagged on a read and on its retry (a node more than a block
+/// behind): as long as after an error, and a lone endpoint is still asked meanwhile.
+const LAG_COOL_DOWN: Duration = DEFAULT_COOL_DOWN;
 /// Cool-down after an error or timeout without `Retry-After`: short, so that a lone endpoint
 /// with a blip is not lost for long.
 const DEFAULT_COOL_DOWN: Duration = Duration::from_secs(5);
@@ -451,6 +456,13 @@ impl FailoverRpc {
                 }
                 Outcome::Lagging(answer) => {
                     if attempts >= MAX_ATTEMPTS {
+                        // Behind on its retry too: for a moment the next endpoint serves
+                        // the reads (the cap leaves this read no third attempt).
+                        self.inner.set.endpoints[index].cool_down(LAG_COOL_DOWN, false);
+                        self.note(format!(
+                            "{label} still did not know the requested block when asked again; it is passed over for {} ms and the next reads go to the next endpoint.",
+                            LAG_COOL_DOWN.as_millis()
+                        ));
                         return Ok(answer);
                     }
                     self.note(format!(

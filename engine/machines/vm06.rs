@@ -88,18 +88,20 @@ impl super::Machine for Vm06 {
             WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
         })?;
         let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
-        let provider =
+        let transport =
             FailoverRpc::for_chain(&context.gateway, &context.config, intent.chain, timeout)
                 .ok_or_else(|| {
                     WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
-                })?
-                .provider();
+                })?;
         let query = history_query(machine);
-        let (estimate, history) = read(&provider, &intent, &query).await;
+        let (estimate, history) = read(&transport.provider(), &intent, &query).await;
         let endpoint = rpc::public_endpoint(url);
-        Ok(respond(
-            machine, &intent, &query, estimate, history, &endpoint,
-        ))
+        let mut answer = respond(machine, &intent, &query, estimate, history, &endpoint);
+        // A read that needed a second attempt says so.
+        if let Some(limitations) = answer["limitations"].as_array_mut() {
+            limitations.extend(transport.retries().into_iter().map(Value::from));
+        }
+        Ok(answer)
     }
 }
 

@@ -287,7 +287,8 @@ fn possibly_cut(outcome: &ChainOutcome, settings: &Settings) -> Vec<String> {
 
 fn chain_limitations(outcome: &ChainOutcome) -> Vec<String> {
     let chain = outcome.chain.caip2;
-    let mut out = Vec::new();
+    // A read that needed a second attempt says so (values are still one block's).
+    let mut out = outcome.rpc.retries();
     if let Err(why) = &outcome.block {
         out.push(format!(
             "{chain} could not be read ({why}); no block was observed and no holdings are reported for it."

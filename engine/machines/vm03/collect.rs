@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use alloy::eips::BlockId;
 use alloy::primitives::{Address, U256};
-use alloy::providers::{Provider, RootProvider};
+use alloy::providers::Provider;
 use futures_util::future::join_all;
 
 use super::{Declared, Parsed, Settings};
@@ -69,6 +69,9 @@ pub(super) struct ChainOutcome {
     pub metadata: Option<Timed<Result<usize, erc20::ReadError>>>,
     /// The pricing batches; None when nothing needed a price.
     pub pricing: Option<Timed<Vec<Batch>>>,
+    /// The chain's RPC transport: both phases read through it, so the block-pinned reads of
+    /// phase 2 go to the endpoint that told phase 1 the block, and its retries are noted.
+    pub rpc: FailoverRpc,
 }
 
 impl ChainOutcome {
@@ -85,18 +88,13 @@ fn no_endpoint(chain: Chain) -> WorkError {
     WorkError::NotConfigured(format!("endpoint for {} (readiness passed)", chain.caip2))
 }
 
-fn rpc(
-    context: &WorkContext,
-    settings: &Settings,
-    chain: Chain,
-) -> Result<RootProvider, WorkError> {
+fn rpc(context: &WorkContext, settings: &Settings, chain: Chain) -> Result<FailoverRpc, WorkError> {
     FailoverRpc::for_chain(
         &context.gateway,
         &context.config,
         chain,
         settings.rpc_timeout,
     )
-    .map(|rpc| rpc.provider())
     .ok_or_else(|| no_endpoint(chain))
 }
 
@@ -107,7 +105,8 @@ async fn discover(
     request: &Parsed,
     chain: Chain,
 ) -> Result<ChainOutcome, WorkError> {
-    let node = rpc(context, settings, chain)?;
+    let transport = rpc(context, settings, chain)?;
+    let node = transport.provider();
     let endpoint = inventory::Endpoint {
         gateway: &context.gateway,
         upstream: chain.inventory,
@@ -160,6 +159,7 @@ async fn discover(
         holdings: Vec::new(),
         metadata: None,
         pricing: None,
+        rpc: transport,
     })
 }
 
@@ -247,7 +247,7 @@ async fn complete(
     if outcome.holdings.iter().any(|h| h.token.is_none()) && !to_price.contains(&reference) {
         to_price.push(reference);
     }
-    let node = rpc(context, settings, chain)?;
+    let node = outcome.rpc.provider();
     let metadata = async {
         if tokens.is_empty() {
             return None;

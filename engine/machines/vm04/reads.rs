@@ -66,6 +66,7 @@ pub(super) async fn read_aave(
     frozen: &Frozen,
     chain: Chain,
     reserve: &str,
+    rpc_retries: &mut Vec<String>,
 ) -> Result<Served<ReserveObservation>, AaveError> {
     let internal = |what: &str| AaveError::Rpc(format!("{what} is not configured correctly"));
     let provider_address = frozen
@@ -82,15 +83,16 @@ pub(super) async fn read_aave(
     if let Some(served) = from_cache(context, &key, ttl) {
         return Ok(served);
     }
-    let rpc = FailoverRpc::for_chain(
+    let transport = FailoverRpc::for_chain(
         &context.gateway,
         &context.config,
         chain,
         bounds(machine).timeout,
     )
-    .ok_or_else(|| internal("the RPC endpoint"))?
-    .provider();
-    let observation = aave::read_reserve(&rpc, provider_address, asset).await?;
+    .ok_or_else(|| internal("the RPC endpoint"))?;
+    let observation = aave::read_reserve(&transport.provider(), provider_address, asset).await;
+    rpc_retries.extend(transport.retries());
+    let observation = observation?;
     store(context, &key, &observation, ttl);
     Ok(Served {
         value: observation,
@@ -130,6 +132,8 @@ pub(super) struct Reads {
     pub(super) aave_reserve: Option<String>,
     pub(super) aave: Option<Result<Served<ReserveObservation>, AaveError>>,
     pub(super) lido: Option<Result<Served<SmaObservation>, UpstreamError>>,
+    /// Reads that needed a second attempt, in words (empty: none).
+    pub(super) rpc_retries: Vec<String>,
 }
 
 pub(super) async fn read(
@@ -145,9 +149,12 @@ pub(super) async fn read(
         .map(|v| v.reserve.clone());
     let wants_lido = candidates.iter().any(|v| v.protocol == "lido");
     let attempted_at = crate::support::timestamp::now_millis();
+    let mut rpc_retries = Vec::new();
     let aave = async {
         match &aave_reserve {
-            Some(reserve) => Some(read_aave(context, machine, frozen, chain, reserve).await),
+            Some(reserve) => {
+                Some(read_aave(context, machine, frozen, chain, reserve, &mut rpc_retries).await)
+            }
             None => None,
         }
     };
@@ -163,5 +170,6 @@ pub(super) async fn read(
         aave_reserve,
         aave,
         lido,
+        rpc_retries,
     }
 }

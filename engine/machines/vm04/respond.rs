@@ -92,6 +92,7 @@ pub(super) fn limitations(
             out.push("wstETH on eip155:8453 is bridged and non-rebasing; its Lido rate is the Ethereum stETH APR, accrued through the wstETH exchange rate.".into());
         }
     }
+    out.extend(reads.rpc_retries.iter().cloned());
     if cached {
         out.push(format!(
             "Served from the in-process cache: the oldest observation used is {age} ms old (cache TTL {} ms).",
