@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use alloy_primitives::{Address, Signature, U256};
+use alloy_primitives::{Address, B256, Signature, U256};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum EvmValueError {
@@ -68,7 +68,7 @@ pub(crate) enum SignatureError {
 }
 
 /// The address whose key signed `message` with EIP-191 `personal_sign` (the prefix
-/// "\x19Ethereum Signed Message:\n" + length, then keccak256), recovered by alloy.
+/// "\x19Ethereum Signed Message:\n" + length, then keccak256).
 pub(crate) fn personal_sign_signer(
     signature: &str,
     message: &str,
@@ -78,8 +78,23 @@ pub(crate) fn personal_sign_signer(
         return Err(SignatureError::Format);
     }
     let signature = Signature::from_str(signature).map_err(|_| SignatureError::Format)?;
+    recover_signer(&signature, &alloy_primitives::eip191_hash_message(message))
+}
+
+/// The address whose key made `signature` over the 32-byte hash `prehash` (a high `s` is
+/// normalized first, as Ethereum's ecrecover-based verifiers accept it).
+///
+/// libsecp256k1 (the `secp256k1` crate, through alloy-primitives) does the recovery: about a
+/// fifth of the instructions of the RustCrypto `k256` path, which recovers in constant time
+/// and then verifies the signature again. A signature being recovered is public data, so
+/// constant time buys nothing here (docs/decisions.md).
+pub(crate) fn recover_signer(
+    signature: &Signature,
+    prehash: &B256,
+) -> Result<Address, SignatureError> {
     signature
-        .recover_address_from_msg(message)
+        .recover_from_prehash_secp256k1(prehash)
+        .map(|key| Address::from_secp256k1_public_key(&key))
         .map_err(|_| SignatureError::Unrecoverable)
 }
 
@@ -124,5 +139,52 @@ mod tests {
             personal_sign_signer("0x1234", "x"),
             Err(SignatureError::Format)
         );
+    }
+
+    /// What the RustCrypto (k256) recovery, used before libsecp256k1, makes of a signature.
+    fn k256_signer(signature: &Signature, prehash: &B256) -> Option<Address> {
+        signature
+            .recover_from_prehash(prehash)
+            .ok()
+            .map(|key| Address::from_public_key(&key))
+    }
+
+    #[test]
+    fn libsecp256k1_recovers_the_same_signer_as_k256_and_refuses_a_bad_signature() {
+        // viem's signMessage({message: "https://factomat.test.example"}) with anvil key #2.
+        let signature = Signature::from_str("0x031bb39fee54ccb995245009faea93dbeee3d4ef15a2a6c017eee5c1e031dcb902135927f17f5065247badd89c6b2b708e03cf9052ec3d530ffde8fdc5da88931b").expect("signature");
+        let prehash = alloy_primitives::eip191_hash_message("https://factomat.test.example");
+        let signer = recover_signer(&signature, &prehash).expect("recovers");
+        assert_eq!(
+            Ok(signer),
+            parse_address("0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")
+        );
+        assert_eq!(Some(signer), k256_signer(&signature, &prehash));
+        // The same signature with the other parity, and over another message: another key,
+        // the same one on both paths.
+        let flipped = Signature::new(signature.r(), signature.s(), !signature.v());
+        let other = alloy_primitives::keccak256("another message");
+        for (signature, prehash) in [(flipped, prehash), (signature, other)] {
+            let recovered = recover_signer(&signature, &prehash).ok();
+            assert_ne!(recovered, Some(signer));
+            assert_eq!(recovered, k256_signer(&signature, &prehash));
+        }
+        // r = 0, r at or above the group order, s = 0: no key; both paths refuse.
+        let order = U256::from_str_radix(
+            "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141",
+            16,
+        )
+        .expect("order");
+        for bad in [
+            Signature::new(U256::ZERO, signature.s(), signature.v()),
+            Signature::new(order, signature.s(), signature.v()),
+            Signature::new(signature.r(), U256::ZERO, signature.v()),
+        ] {
+            assert_eq!(
+                recover_signer(&bad, &prehash),
+                Err(SignatureError::Unrecoverable)
+            );
+            assert_eq!(k256_signer(&bad, &prehash), None);
+        }
     }
 }
