@@ -46,6 +46,45 @@ pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     }
 }
 
+/// An address field of a request as the caller wrote it, parsed (and, for mixed case,
+/// checksummed) once, when the request is read: the pre-payment check reports the verdict and
+/// the paid work uses the address, without a second EIP-55 keccak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AddressText {
+    text: String,
+    parsed: Result<Address, EvmValueError>,
+}
+
+impl AddressText {
+    /// Parses `text` with [`parse_address`], keeping both.
+    pub(crate) fn new(text: String) -> AddressText {
+        let parsed = parse_address(&text);
+        AddressText { text, parsed }
+    }
+
+    /// The text as the caller wrote it.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The address, or why the text is not one.
+    pub(crate) fn parsed(&self) -> Result<Address, EvmValueError> {
+        self.parsed.clone()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AddressText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(deserializer).map(AddressText::new)
+    }
+}
+
+impl serde::Serialize for AddressText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
 /// Parses a canonical decimal uint256 string (`0` or no leading zeros).
 pub(crate) fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
     let canonical = text == "0"
@@ -112,6 +151,21 @@ mod tests {
         assert_eq!(parse_address(&broken), Err(EvmValueError::AddressChecksum));
         assert_eq!(parse_address("0x1234"), Err(EvmValueError::AddressFormat));
         assert_eq!(parse_address(&usdc[2..]), Err(EvmValueError::AddressFormat));
+    }
+
+    #[test]
+    fn an_address_field_keeps_its_text_and_its_verdict() {
+        let usdc = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+        let field: AddressText = serde_json::from_value(serde_json::json!(usdc)).expect("read");
+        assert_eq!(field.as_str(), usdc);
+        assert_eq!(field.parsed(), parse_address(usdc));
+        assert_eq!(serde_json::json!(field), serde_json::json!(usdc));
+        let broken = AddressText::new(usdc.replace("fCD6", "fcD6"));
+        assert_eq!(broken.parsed(), Err(EvmValueError::AddressChecksum));
+        assert_eq!(
+            AddressText::new("0x1234".into()).parsed(),
+            Err(EvmValueError::AddressFormat)
+        );
     }
 
     #[test]
