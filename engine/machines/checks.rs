@@ -43,8 +43,19 @@ pub(crate) fn public_url(raw: &str, pointer: &str) -> Result<url::Url, CheckFail
 
 /// An EVM address input (format and, for mixed case, EIP-55 checksum).
 pub(crate) fn address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
-    evm::parse_address(raw)
-        .map_err(|e| CheckFailure::field(e.code(), pointer, format!("{pointer}: {e}")))
+    evm::parse_address(raw).map_err(|e| address_failure(&e, pointer))
+}
+
+/// An EVM address input parsed when the request was read ([`evm::AddressText`]).
+pub(crate) fn address_field(
+    field: &evm::AddressText,
+    pointer: &str,
+) -> Result<Address, CheckFailure> {
+    field.parsed().map_err(|e| address_failure(&e, pointer))
+}
+
+fn address_failure(error: &evm::EvmValueError, pointer: &str) -> CheckFailure {
+    CheckFailure::field(error.code(), pointer, format!("{pointer}: {error}"))
 }
 
 /// An optional EVM address input.
@@ -57,7 +68,18 @@ pub(crate) fn optional_address(
 
 /// A token contract address: a valid address that is not the zero address.
 pub(crate) fn token_address(raw: &str, pointer: &str) -> Result<Address, CheckFailure> {
-    let token = address(raw, pointer)?;
+    token_contract(address(raw, pointer)?, pointer)
+}
+
+/// [`token_address`] of a field parsed when the request was read.
+pub(crate) fn token_address_field(
+    field: &evm::AddressText,
+    pointer: &str,
+) -> Result<Address, CheckFailure> {
+    token_contract(address_field(field, pointer)?, pointer)
+}
+
+fn token_contract(token: Address, pointer: &str) -> Result<Address, CheckFailure> {
     if token.is_zero() {
         return Err(CheckFailure::field(
             "zero_token_address",

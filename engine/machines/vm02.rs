@@ -24,7 +24,7 @@ use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::BASE;
 use crate::chain::rpc::{ReadFailure, describe_error};
 use crate::machines::checks as rc;
-use crate::support::evm;
+use crate::support::evm::AddressText;
 use crate::support::units::format_units;
 
 const CHAIN: &str = "eip155:8453";
@@ -41,15 +41,16 @@ sol! {
 /// VM02 allowance exposure.
 pub(crate) struct Vm02;
 
-/// A VM02 request: three EVM addresses as the caller wrote them.
+/// A VM02 request: three EVM addresses as the caller wrote them, each parsed once when the
+/// request is read.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Request {
     /// The token owner.
-    pub owner: String,
+    pub owner: AddressText,
     /// The ERC-20 contract.
-    pub token: String,
+    pub token: AddressText,
     /// The approved spender.
-    pub spender: String,
+    pub spender: AddressText,
 }
 
 impl super::Machine for Vm02 {
@@ -58,9 +59,9 @@ impl super::Machine for Vm02 {
     const NEEDS: &'static [Need] = &[Need::Rpc(CHAIN)];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        rc::address(&request.owner, "/owner")?;
-        rc::token_address(&request.token, "/token")?;
-        rc::address(&request.spender, "/spender")?;
+        rc::address_field(&request.owner, "/owner")?;
+        rc::token_address_field(&request.token, "/token")?;
+        rc::address_field(&request.spender, "/spender")?;
         Ok(())
     }
 
@@ -95,8 +96,8 @@ struct Reads {
     limitations: Vec<String>,
 }
 
-fn address_field(text: &str, field: &str) -> Result<Address, WorkError> {
-    evm::parse_address(text).map_err(|_| WorkError::unreadable(field))
+fn address_field(text: &AddressText, field: &str) -> Result<Address, WorkError> {
+    text.parsed().map_err(|_| WorkError::unreadable(field))
 }
 
 async fn read_at_one_block(

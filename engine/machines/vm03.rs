@@ -23,7 +23,7 @@ use crate::chain::networks::{self, Chain};
 use crate::machines::checks as rc;
 use crate::net::upstream::Bounds;
 use crate::support::decimal::Decimal;
-use crate::support::evm;
+use crate::support::evm::{self, AddressText};
 
 /// VM03 portfolio preflight.
 pub(crate) struct Vm03;
@@ -31,8 +31,8 @@ pub(crate) struct Vm03;
 /// A VM03 request.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Request {
-    /// The address whose holdings are discovered.
-    pub address: String,
+    /// The address whose holdings are discovered (parsed once, when the request is read).
+    pub address: AddressText,
     /// The chains to read (default both).
     pub chains: Option<Vec<String>>,
     /// Caller-declared ERC-20 holdings: hints only.
@@ -46,7 +46,7 @@ pub(crate) struct DeclaredHolding {
     /// Its chain (CAIP-2).
     pub chain: String,
     /// The ERC-20 contract.
-    pub token: String,
+    pub token: AddressText,
     /// The declared raw quantity (uint256 decimal string).
     pub quantity_raw: String,
 }
@@ -65,7 +65,7 @@ impl super::Machine for Vm03 {
     ];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        rc::address(&request.address, "/address")?;
+        rc::address_field(&request.address, "/address")?;
         let holdings = &request.declared_holdings;
         if let Some(max) = machine.limit("max_declared_holdings")
             && holdings.len() as u64 > max
@@ -78,7 +78,7 @@ impl super::Machine for Vm03 {
         }
         for (i, holding) in holdings.iter().enumerate() {
             let at = format!("/declared_holdings/{i}");
-            rc::token_address(&holding.token, &format!("{at}/token"))?;
+            rc::token_address_field(&holding.token, &format!("{at}/token"))?;
             rc::uint256(&holding.quantity_raw, &format!("{at}/quantity_raw"))?;
             if request
                 .chains
@@ -212,7 +212,7 @@ struct Parsed {
 
 fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
     let invalid = |what: &str| WorkError::unreadable(what);
-    let address = evm::parse_address(&request.address).map_err(|_| invalid("address"))?;
+    let address = request.address.parsed().map_err(|_| invalid("address"))?;
     let chains = match &request.chains {
         Some(list) => list
             .iter()
@@ -223,7 +223,10 @@ fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
     let mut declared: Vec<Declared> = Vec::new();
     for entry in &request.declared_holdings {
         let chain = networks::by_caip2(&entry.chain).ok_or_else(|| invalid("declared chain"))?;
-        let token = evm::parse_address(&entry.token).map_err(|_| invalid("declared token"))?;
+        let token = entry
+            .token
+            .parsed()
+            .map_err(|_| invalid("declared token"))?;
         let quantity =
             evm::parse_uint256(&entry.quantity_raw).map_err(|_| invalid("quantity_raw"))?;
         if !declared
@@ -239,7 +242,7 @@ fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
     }
     Ok(Parsed {
         address,
-        address_text: request.address.clone(),
+        address_text: request.address.as_str().to_owned(),
         chains,
         declared,
     })

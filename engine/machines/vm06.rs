@@ -29,7 +29,7 @@ use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, CallFailure};
 use crate::machines::checks as rc;
-use crate::support::evm;
+use crate::support::evm::{self, AddressText};
 use crate::support::timestamp::now;
 use crate::support::units::format_units;
 
@@ -44,10 +44,10 @@ pub(crate) struct Vm06;
 pub(crate) struct Request {
     /// The analysis chain (CAIP-2).
     pub chain: String,
-    /// The destination address.
-    pub to: String,
+    /// The destination address (parsed once, when the request is read).
+    pub to: AddressText,
     /// The optional sender.
-    pub from: Option<String>,
+    pub from: Option<AddressText>,
     /// Calldata as even-length hex (default `0x`).
     pub data: Option<String>,
     /// Value in wei as a decimal string (default 0).
@@ -62,8 +62,10 @@ impl super::Machine for Vm06 {
     const NEEDS: &'static [Need] = &[Need::Rpc("eip155:1"), Need::Rpc("eip155:8453")];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        rc::address(&request.to, "/to")?;
-        rc::optional_address(request.from.as_deref(), "/from")?;
+        rc::address_field(&request.to, "/to")?;
+        if let Some(from) = &request.from {
+            rc::address_field(from, "/from")?;
+        }
         if let Some(value) = &request.value_wei {
             rc::uint256(value, "/value_wei")?;
         }
@@ -117,9 +119,9 @@ struct Intent {
 fn intent(request: &Request) -> Result<Intent, WorkError> {
     let invalid = |what: &str| WorkError::unreadable(what);
     let chain = networks::by_caip2(&request.chain).ok_or_else(|| invalid("chain"))?;
-    let to = evm::parse_address(&request.to).map_err(|_| invalid("to"))?;
+    let to = request.to.parsed().map_err(|_| invalid("to"))?;
     let from = match &request.from {
-        Some(text) => Some(evm::parse_address(text).map_err(|_| invalid("from"))?),
+        Some(text) => Some(text.parsed().map_err(|_| invalid("from"))?),
         None => None,
     };
     let data_text = request.data.as_deref().unwrap_or("0x");

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::catalog::manifest::Payment;
 use crate::chain::networks;
+use crate::support::evm;
 
 sol! {
     /// EIP-3009's signed message.
@@ -119,7 +120,7 @@ pub(crate) fn check(
     let verdict = if signature.len() == EOA_SIGNATURE_BYTES {
         let signature = Signature::from_raw(&signature).map_err(|_| LocalRefusal::Signature)?;
         let hash = message.eip712_signing_hash(expected.domain);
-        match signature.recover_address_from_prehash(&hash) {
+        match evm::recover_signer(&signature, &hash) {
             Ok(signer) if signer == message.from => LocalVerdict::Checked,
             _ => return Err(LocalRefusal::Signature),
         }
@@ -206,6 +207,29 @@ mod tests {
     #[test]
     fn a_client_signature_recovers_to_its_payer() {
         assert_eq!(run(&signed(), NOW), Ok(LocalVerdict::Checked));
+    }
+
+    #[test]
+    fn libsecp256k1_recovers_the_payer_k256_recovered() {
+        let payload = signed();
+        let message = authorization(&payload).expect("authorization");
+        let domain = payment_domain(&MANIFEST.payment).expect("domain");
+        let hash = message.eip712_signing_hash(&domain);
+        let text = payload["signature"].as_str().expect("signature");
+        let signature = Signature::from_str(text).expect("signature");
+        let k256 = signature
+            .recover_from_prehash(&hash)
+            .expect("k256 recovers");
+        let signer = evm::recover_signer(&signature, &hash).expect("recovers");
+        assert_eq!(signer, Address::from_public_key(&k256));
+        assert_eq!(signer, message.from);
+        let mut garbled = signature.as_bytes();
+        garbled[..32].fill(0);
+        let garbled = Signature::from_raw(&garbled).expect("65 bytes");
+        assert!(
+            evm::recover_signer(&garbled, &hash).is_err(),
+            "r = 0 recovers nothing"
+        );
     }
 
     #[test]

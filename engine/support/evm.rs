@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use alloy_primitives::{Address, Signature, U256};
+use alloy_primitives::{Address, B256, Signature, U256};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum EvmValueError {
@@ -46,6 +46,45 @@ pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     }
 }
 
+/// An address field of a request as the caller wrote it, parsed (and, for mixed case,
+/// checksummed) once, when the request is read: the pre-payment check reports the verdict and
+/// the paid work uses the address, without a second EIP-55 keccak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AddressText {
+    text: String,
+    parsed: Result<Address, EvmValueError>,
+}
+
+impl AddressText {
+    /// Parses `text` with [`parse_address`], keeping both.
+    pub(crate) fn new(text: String) -> AddressText {
+        let parsed = parse_address(&text);
+        AddressText { text, parsed }
+    }
+
+    /// The text as the caller wrote it.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The address, or why the text is not one.
+    pub(crate) fn parsed(&self) -> Result<Address, EvmValueError> {
+        self.parsed.clone()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AddressText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(deserializer).map(AddressText::new)
+    }
+}
+
+impl serde::Serialize for AddressText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
 /// Parses a canonical decimal uint256 string (`0` or no leading zeros).
 pub(crate) fn parse_uint256(text: &str) -> Result<U256, EvmValueError> {
     let canonical = text == "0"
@@ -68,7 +107,7 @@ pub(crate) enum SignatureError {
 }
 
 /// The address whose key signed `message` with EIP-191 `personal_sign` (the prefix
-/// "\x19Ethereum Signed Message:\n" + length, then keccak256), recovered by alloy.
+/// "\x19Ethereum Signed Message:\n" + length, then keccak256).
 pub(crate) fn personal_sign_signer(
     signature: &str,
     message: &str,
@@ -78,8 +117,23 @@ pub(crate) fn personal_sign_signer(
         return Err(SignatureError::Format);
     }
     let signature = Signature::from_str(signature).map_err(|_| SignatureError::Format)?;
+    recover_signer(&signature, &alloy_primitives::eip191_hash_message(message))
+}
+
+/// The address whose key made `signature` over the 32-byte hash `prehash` (a high `s` is
+/// normalized first, as Ethereum's ecrecover-based verifiers accept it).
+///
+/// libsecp256k1 (the `secp256k1` crate, through alloy-primitives) does the recovery: about a
+/// fifth of the instructions of the RustCrypto `k256` path, which recovers in constant time
+/// and then verifies the signature again. A signature being recovered is public data, so
+/// constant time buys nothing here (docs/decisions.md).
+pub(crate) fn recover_signer(
+    signature: &Signature,
+    prehash: &B256,
+) -> Result<Address, SignatureError> {
     signature
-        .recover_address_from_msg(message)
+        .recover_from_prehash_secp256k1(prehash)
+        .map(|key| Address::from_secp256k1_public_key(&key))
         .map_err(|_| SignatureError::Unrecoverable)
 }
 
@@ -97,6 +151,21 @@ mod tests {
         assert_eq!(parse_address(&broken), Err(EvmValueError::AddressChecksum));
         assert_eq!(parse_address("0x1234"), Err(EvmValueError::AddressFormat));
         assert_eq!(parse_address(&usdc[2..]), Err(EvmValueError::AddressFormat));
+    }
+
+    #[test]
+    fn an_address_field_keeps_its_text_and_its_verdict() {
+        let usdc = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+        let field: AddressText = serde_json::from_value(serde_json::json!(usdc)).expect("read");
+        assert_eq!(field.as_str(), usdc);
+        assert_eq!(field.parsed(), parse_address(usdc));
+        assert_eq!(serde_json::json!(field), serde_json::json!(usdc));
+        let broken = AddressText::new(usdc.replace("fCD6", "fcD6"));
+        assert_eq!(broken.parsed(), Err(EvmValueError::AddressChecksum));
+        assert_eq!(
+            AddressText::new("0x1234".into()).parsed(),
+            Err(EvmValueError::AddressFormat)
+        );
     }
 
     #[test]
@@ -124,5 +193,52 @@ mod tests {
             personal_sign_signer("0x1234", "x"),
             Err(SignatureError::Format)
         );
+    }
+
+    /// What the RustCrypto (k256) recovery, used before libsecp256k1, makes of a signature.
+    fn k256_signer(signature: &Signature, prehash: &B256) -> Option<Address> {
+        signature
+            .recover_from_prehash(prehash)
+            .ok()
+            .map(|key| Address::from_public_key(&key))
+    }
+
+    #[test]
+    fn libsecp256k1_recovers_the_same_signer_as_k256_and_refuses_a_bad_signature() {
+        // viem's signMessage({message: "https://factomat.test.example"}) with anvil key #2.
+        let signature = Signature::from_str("0x031bb39fee54ccb995245009faea93dbeee3d4ef15a2a6c017eee5c1e031dcb902135927f17f5065247badd89c6b2b708e03cf9052ec3d530ffde8fdc5da88931b").expect("signature");
+        let prehash = alloy_primitives::eip191_hash_message("https://factomat.test.example");
+        let signer = recover_signer(&signature, &prehash).expect("recovers");
+        assert_eq!(
+            Ok(signer),
+            parse_address("0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC")
+        );
+        assert_eq!(Some(signer), k256_signer(&signature, &prehash));
+        // The same signature with the other parity, and over another message: another key,
+        // the same one on both paths.
+        let flipped = Signature::new(signature.r(), signature.s(), !signature.v());
+        let other = alloy_primitives::keccak256("another message");
+        for (signature, prehash) in [(flipped, prehash), (signature, other)] {
+            let recovered = recover_signer(&signature, &prehash).ok();
+            assert_ne!(recovered, Some(signer));
+            assert_eq!(recovered, k256_signer(&signature, &prehash));
+        }
+        // r = 0, r at or above the group order, s = 0: no key; both paths refuse.
+        let order = U256::from_str_radix(
+            "fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141",
+            16,
+        )
+        .expect("order");
+        for bad in [
+            Signature::new(U256::ZERO, signature.s(), signature.v()),
+            Signature::new(order, signature.s(), signature.v()),
+            Signature::new(signature.r(), U256::ZERO, signature.v()),
+        ] {
+            assert_eq!(
+                recover_signer(&bad, &prehash),
+                Err(SignatureError::Unrecoverable)
+            );
+            assert_eq!(k256_signer(&bad, &prehash), None);
+        }
     }
 }

@@ -267,10 +267,25 @@ impl Default for PoolOptions {
     }
 }
 
-/// The columns every backend selects, in `AttemptRow` order.
-const ROW_COLUMNS: &str = "id, machine, family, payer, amount_atomic, asset, network, pay_to,
+/// The columns every backend selects, in `AttemptRow` order (a macro, so that statements
+/// can be `concat!`ed from it at compile time).
+macro_rules! row_columns {
+    () => {
+        "id, machine, family, payer, amount_atomic, asset, network, pay_to,
     state, transaction_hash, nonce, valid_before, failure_reason, evidence, created_at,
-    request_id, transfer_log_index, request_sha256, collected_again, updated_at";
+    request_id, transfer_log_index, request_sha256, collected_again, updated_at"
+    };
+}
+
+/// The columns every backend selects, in `AttemptRow` order.
+const ROW_COLUMNS: &str = row_columns!();
+
+/// The row of one nonce's sha256 (the nonce is bound, so the statement is prepared once).
+const ROW_BY_NONCE_SQL: &str = concat!(
+    "SELECT ",
+    row_columns!(),
+    " FROM payment_attempts WHERE nonce_sha256 = ?1"
+);
 
 /// A lookup by key or by `id` (none of the tables' column names overlap, so the join needs no
 /// prefixes).
@@ -659,14 +674,10 @@ impl Ledger {
         &self,
         nonce_sha256: &str,
     ) -> Result<Option<AttemptRow>, LedgerError> {
-        // A sha256 in hex: nothing to escape.
-        if !nonce_sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Ok(None);
+        match self {
+            Ledger::Sqlite(l) => l.row_by_nonce(nonce_sha256),
+            Ledger::Postgres(l) => l.row_by_nonce(nonce_sha256).await,
         }
-        let rows = self
-            .select(&format!("WHERE nonce_sha256 = '{nonce_sha256}'"))
-            .await?;
-        Ok(rows.into_iter().next())
     }
 
     /// True when a nonce is already on record (any state).

@@ -6,6 +6,7 @@
 //! the migration to the first call that finds it up.
 
 use std::future::Future;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
@@ -18,8 +19,8 @@ use super::tls;
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
     LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RETAIN_SQL, RETAINED_SQL,
-    Retained, RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted, retained_schema,
-    schema,
+    ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted,
+    retained_schema, schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
@@ -53,6 +54,34 @@ fn current_states() -> String {
 fn numbered(sql: &str) -> String {
     sql.replace('?', "$")
 }
+
+/// The shared statements as PostgreSQL wants them, numbered once per process rather than on
+/// every call (each is also prepared once per pooled connection).
+struct Numbered {
+    bind: String,
+    retained: String,
+    retain: String,
+    collected: String,
+    sweep: String,
+    precheck: String,
+    change: String,
+    store: String,
+    drop: String,
+    row_by_nonce: String,
+}
+
+static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
+    bind: numbered(BIND_SQL),
+    retained: numbered(RETAINED_SQL),
+    retain: numbered(RETAIN_SQL),
+    collected: numbered(COLLECTED_SQL),
+    sweep: numbered(SWEEP_SQL),
+    precheck: numbered(PRECHECK_SQL),
+    change: numbered(CHANGE_SQL),
+    store: numbered(STORE_SQL),
+    drop: numbered(DROP_SQL),
+    row_by_nonce: numbered(ROW_BY_NONCE_SQL),
+});
 
 /// A pooled PostgreSQL ledger.
 pub struct PostgresLedger {
@@ -253,6 +282,20 @@ impl PostgresLedger {
         .await
     }
 
+    pub(super) async fn row_by_nonce(
+        &self,
+        nonce_sha256: &str,
+    ) -> Result<Option<AttemptRow>, LedgerError> {
+        self.ready().await?;
+        self.bounded(async {
+            let client = self.pool.get().await?;
+            let statement = client.prepare_cached(&NUMBERED.row_by_nonce).await?;
+            let row = client.query_opt(&statement, &[&nonce_sha256]).await?;
+            Ok(row.map(|row| attempt_row(&row, 0)))
+        })
+        .await
+    }
+
     pub(super) async fn reserve(
         &self,
         a: &NewAttempt,
@@ -295,7 +338,7 @@ impl PostgresLedger {
                 .await?;
             let id: i64 = row.get(0);
             if let Some(binding) = binding {
-                let bind = transaction.prepare_cached(&numbered(BIND_SQL)).await?;
+                let bind = transaction.prepare_cached(&NUMBERED.bind).await?;
                 transaction
                     .execute(
                         &bind,
@@ -321,7 +364,7 @@ impl PostgresLedger {
         self.ready().await?;
         self.bounded(async {
             let client = self.pool.get().await?;
-            let statement = client.prepare_cached(&numbered(RETAINED_SQL)).await?;
+            let statement = client.prepare_cached(&NUMBERED.retained).await?;
             let rows = client
                 .query(&statement, &[&lookup_sha256, &id_sha256])
                 .await?;
@@ -356,18 +399,18 @@ impl PostgresLedger {
             &collectable_until,
             &at,
         ];
-        self.execute(RETAIN_SQL, &arguments).await.map(|_| ())
+        self.execute(&NUMBERED.retain, &arguments).await.map(|_| ())
     }
 
     pub(super) async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
-        self.execute(COLLECTED_SQL, &[&id]).await.map(|_| ())
+        self.execute(&NUMBERED.collected, &[&id]).await.map(|_| ())
     }
 
     pub(super) async fn sweep_retained(&self, now: i64) -> Result<u64, LedgerError> {
-        self.execute(SWEEP_SQL, &[&now]).await
+        self.execute(&NUMBERED.sweep, &[&now]).await
     }
 
-    /// One statement written with `?n` placeholders, within the statement timeout.
+    /// One statement (numbered), within the statement timeout.
     async fn execute(
         &self,
         sql: &str,
@@ -376,7 +419,7 @@ impl PostgresLedger {
         self.ready().await?;
         self.bounded(async {
             let client = self.pool.get().await?;
-            let statement = client.prepare_cached(&numbered(sql)).await?;
+            let statement = client.prepare_cached(sql).await?;
             Ok(client.execute(&statement, arguments).await?)
         })
         .await
@@ -391,7 +434,7 @@ impl PostgresLedger {
         self.ready().await?;
         self.bounded(async {
             let client = self.pool.get().await?;
-            let statement = client.prepare_cached(&numbered(PRECHECK_SQL)).await?;
+            let statement = client.prepare_cached(&NUMBERED.precheck).await?;
             let row = client
                 .query_one(&statement, &[&nonce_sha256, &payer_lower, &now])
                 .await?;
@@ -414,7 +457,7 @@ impl PostgresLedger {
         self.bounded(async {
             let mut client = self.pool.get().await?;
             let transaction = client.transaction().await?;
-            let statement = transaction.prepare_cached(&numbered(CHANGE_SQL)).await?;
+            let statement = transaction.prepare_cached(&NUMBERED.change).await?;
             let changed = transaction
                 .execute(
                     &statement,
@@ -439,13 +482,13 @@ impl PostgresLedger {
                         kind,
                         collectable_until,
                     } => {
-                        let store = transaction.prepare_cached(&numbered(STORE_SQL)).await?;
+                        let store = transaction.prepare_cached(&NUMBERED.store).await?;
                         transaction
                             .execute(&store, &[sealed, kind, collectable_until, &id])
                             .await?;
                     }
                     RetainedChange::Drop => {
-                        let drop = transaction.prepare_cached(&numbered(DROP_SQL)).await?;
+                        let drop = transaction.prepare_cached(&NUMBERED.drop).await?;
                         transaction.execute(&drop, &[&id]).await?;
                     }
                 }

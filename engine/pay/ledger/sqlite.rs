@@ -2,12 +2,13 @@
 
 use std::sync::Mutex;
 
-use rusqlite::{Connection, ErrorCode, params};
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAIN_SQL, RETAINED_SQL, Retained,
-    RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
+    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL,
+    Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -122,6 +123,10 @@ impl SqliteLedger {
         // never rolls back a row whose transfer happened (NORMAL may, in WAL mode).
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        // A stable plan per statement: without it, SQLite re-prepares the retained answers'
+        // join each time its key changes (every paid call; a quarter of a million
+        // instructions), to re-plan for a value that cannot change the plan of a lookup by key.
+        connection.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         // One immediate transaction: two processes opening an old file at once must not both
         // try to migrate it.
         let migration =
@@ -153,6 +158,17 @@ impl SqliteLedger {
             let mut statement = c.prepare_cached(sql)?;
             let rows = statement.query_map([], |r| attempt_row(r, 0))?;
             rows.collect()
+        })
+    }
+
+    pub(super) fn row_by_nonce(
+        &self,
+        nonce_sha256: &str,
+    ) -> Result<Option<AttemptRow>, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached(ROW_BY_NONCE_SQL)?
+                .query_row(params![nonce_sha256], |r| attempt_row(r, 0))
+                .optional()
         })
     }
 
@@ -435,6 +451,34 @@ mod tests {
             request_sha256: "dd".repeat(32),
             request_id: format!("req-{n}"),
         }
+    }
+
+    #[test]
+    fn the_paid_paths_lookups_are_not_prepared_again_for_each_key() {
+        let dir = std::env::temp_dir().join(format!("factomat-prepared-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        for n in 0..5 {
+            let key = format!("{n:064x}");
+            ledger.reserve(&attempt(n), None).expect("reserve");
+            ledger.retained(&key, None).expect("retained");
+            assert!(ledger.row_by_nonce(&key).expect("row").is_some());
+            ledger.precheck(&key, "0xabc", 0).expect("precheck");
+        }
+        assert_eq!(ledger.row_by_nonce("not a nonce").expect("row"), None);
+        for sql in [RETAINED_SQL, ROW_BY_NONCE_SQL, PRECHECK_SQL] {
+            let reprepared = ledger
+                .with(|c| {
+                    Ok(c.prepare_cached(sql)?
+                        .get_status(rusqlite::StatementStatus::RePrepare))
+                })
+                .expect("status");
+            assert_eq!(reprepared, 0, "{sql}");
+        }
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
