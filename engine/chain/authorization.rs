@@ -125,14 +125,14 @@ impl AuthorizationReader {
         response_timeout: Duration,
         max_log_blocks: u64,
     ) -> Self {
-        let set = EndpointSet {
+        let set = std::sync::Arc::new(EndpointSet {
             chain: BASE,
             endpoints: vec![Endpoint::configured(
                 "rpc_url_eip155_8453",
                 "eip155:8453#1",
                 rpc_url,
             )],
-        };
+        });
         Self::over(
             FailoverRpc::new(gateway, set, response_timeout),
             max_log_blocks,

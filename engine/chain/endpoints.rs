@@ -110,6 +110,38 @@ fn health_of(label: &str, url: &Secret) -> Arc<Health> {
         .clone()
 }
 
+/// Endpoint sets already built, by role, chain and the configured (setting, URL) pairs.
+/// A process normally has one configuration; tests start many, hence the bound.
+type SetKey = (&'static str, &'static str, Vec<(String, String)>);
+static SETS: LazyLock<Mutex<HashMap<SetKey, Arc<EndpointSet>>>> = LazyLock::new(Mutex::default);
+const MAX_MEMOIZED_SETS: usize = 256;
+
+fn memoized(
+    role: &'static str,
+    chain: Chain,
+    configured: &[(String, &Secret)],
+    build: impl FnOnce() -> EndpointSet,
+) -> Arc<EndpointSet> {
+    let key: SetKey = (
+        role,
+        chain.caip2,
+        configured
+            .iter()
+            .map(|(setting, url)| (setting.clone(), url.expose().to_string()))
+            .collect(),
+    );
+    let mut sets = SETS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(set) = sets.get(&key) {
+        return Arc::clone(set);
+    }
+    if sets.len() >= MAX_MEMOIZED_SETS {
+        sets.clear();
+    }
+    let set = Arc::new(build());
+    sets.insert(key, Arc::clone(&set));
+    set
+}
+
 /// One configured endpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
@@ -178,27 +210,39 @@ pub(crate) struct EndpointSet {
 
 impl EndpointSet {
     /// The chain's JSON-RPC endpoints: `rpc_url_<chain>` first, then `rpc_urls_<chain>`.
-    pub(crate) fn rpc(config: &Config, chain: Chain) -> EndpointSet {
-        let endpoints = config
-            .rpc_endpoints(chain.caip2)
-            .into_iter()
-            .enumerate()
-            .map(|(i, (setting, url))| {
-                Endpoint::new(setting, format!("{}#{}", chain.caip2, i + 1), url)
-            })
-            .collect();
-        EndpointSet { chain, endpoints }
+    /// Built once per distinct configuration: every 402 asks for them (readiness), and
+    /// parsing and digesting each URL per request cost more than the rest of its checks.
+    pub(crate) fn rpc(config: &Config, chain: Chain) -> Arc<EndpointSet> {
+        let configured = config.rpc_endpoints(chain.caip2);
+        memoized("rpc", chain, &configured, || {
+            let endpoints = configured
+                .iter()
+                .enumerate()
+                .map(|(i, (setting, url))| {
+                    Endpoint::new(setting.clone(), format!("{}#{}", chain.caip2, i + 1), url)
+                })
+                .collect();
+            EndpointSet { chain, endpoints }
+        })
     }
 
     /// The chain's inventory provider (one URL; an RPC endpoint too, so it has a chain id).
-    pub(crate) fn inventory(config: &Config, chain: Chain) -> EndpointSet {
+    pub(crate) fn inventory(config: &Config, chain: Chain) -> Arc<EndpointSet> {
         let key = format!("inventory_url_{}", chain.caip2.replace(':', "_"));
-        let endpoints = config
+        let configured: Vec<(String, &Secret)> = config
             .inventory_url(chain.caip2)
-            .map(|url| Endpoint::new(key, format!("{}#inventory", chain.caip2), url))
+            .map(|url| (key, url))
             .into_iter()
             .collect();
-        EndpointSet { chain, endpoints }
+        memoized("inventory", chain, &configured, || {
+            let endpoints = configured
+                .iter()
+                .map(|(setting, url)| {
+                    Endpoint::new(setting.clone(), format!("{}#inventory", chain.caip2), url)
+                })
+                .collect();
+            EndpointSet { chain, endpoints }
+        })
     }
 
     /// Whether no endpoint is configured.
@@ -300,7 +344,7 @@ pub(crate) struct FailoverRpc {
 struct Inner {
     gateway: Gateway,
     upstream: Upstream,
-    set: EndpointSet,
+    set: Arc<EndpointSet>,
     response_timeout: Duration,
     /// The endpoint that answered last (usize::MAX: none yet).
     sticky: AtomicUsize,
@@ -317,7 +361,7 @@ enum Outcome {
 
 impl FailoverRpc {
     /// A transport over `set`; each attempt's answer is bounded by `response_timeout`.
-    pub(crate) fn new(gateway: Gateway, set: EndpointSet, response_timeout: Duration) -> Self {
+    pub(crate) fn new(gateway: Gateway, set: Arc<EndpointSet>, response_timeout: Duration) -> Self {
         FailoverRpc {
             inner: Arc::new(Inner {
                 upstream: set.chain.rpc,
