@@ -130,7 +130,9 @@ fn memoized(
             .map(|(setting, url)| (setting.clone(), url.expose().to_string()))
             .collect(),
     );
-    let mut sets = SETS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut sets = SETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(set) = sets.get(&key) {
         return Arc::clone(set);
     }
