@@ -402,10 +402,7 @@ fn sellable<'r>(
     }
     // An endpoint's chain is re-checked by the readiness loop: a mismatch found after
     // start-up stops the machine before a payment is asked for.
-    route
-        .entry
-        .chain_readiness(route.machine, &state.config)
-        .map_err(ApiError::from)?;
+    route.chain_checks.check(route.machine)?;
     Ok((challenge, requirement, declared, pay_to))
 }
 

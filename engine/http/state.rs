@@ -20,7 +20,7 @@ use crate::evidence::{self, Identity, OfferPayload};
 use crate::http::body::RequestValidator;
 use crate::http::connections::ConnectionCounters;
 use crate::http::free_docs::FreeDoc;
-use crate::machines::{self, Entry, NotReady, WorkContext};
+use crate::machines::{self, ChainChecks, Entry, NotReady, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::call::PaymentRail;
 use crate::pay::echo::Declared;
@@ -55,6 +55,8 @@ pub(super) struct PaidRoute {
     /// Whether this deployment configures what the machine needs: a configuration fact, so
     /// it is settled at start-up and a machine that cannot serve never asks for a payment.
     pub(super) readiness: Result<(), NotReady>,
+    /// Its RPC and inventory endpoint sets, whose chains each request checks.
+    pub(super) chain_checks: ChainChecks,
     /// Its requests, counted under its machine id.
     pub(super) counters: RouteCounters,
 }
@@ -406,6 +408,7 @@ impl PaidRoute {
             offers,
             declared,
             readiness: entry.readiness(machine, config),
+            chain_checks: entry.chain_checks(config),
             counters: metrics().route(machine.machine.as_str(), &[200, 400, 402, 503]),
         })
     }

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
@@ -87,8 +88,9 @@ pub trait Entry: Sync {
     fn id(&self) -> &'static str;
     /// See [`Machine::readiness`].
     fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
-    /// The chain checks of the machine's RPC and inventory needs, as they stand now.
-    fn chain_readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
+    /// The endpoint sets of the machine's RPC and inventory needs, built once, so each request
+    /// checks their chains as they stand now without rebuilding them.
+    fn chain_checks(&self, config: &Config) -> ChainChecks;
     /// Reads a schema-valid request into the machine's typed request, runs the pre-payment
     /// checks, and returns the paid work, not yet started.
     fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure>;
@@ -105,8 +107,8 @@ impl<M: Machine> Entry for Registered<M> {
         M::readiness(spec, config)
     }
 
-    fn chain_readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
-        chain_readiness(M::NEEDS, spec, config)
+    fn chain_checks(&self, config: &Config) -> ChainChecks {
+        ChainChecks::of(M::NEEDS, config)
     }
 
     fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure> {
@@ -370,40 +372,61 @@ impl Need {
 }
 
 impl Need {
-    /// For an RPC or inventory need: not ready when every configured endpoint answered
-    /// another chain's `eth_chainId` (the verdicts of the start-up and readiness checks).
-    /// The message names the settings and the chains they answered, never a URL.
-    fn chain_ready(self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
-        let set = match self {
+    /// The endpoint set an RPC or inventory need reads through.
+    fn endpoint_set(self, config: &Config) -> Option<Arc<EndpointSet>> {
+        match self {
             Need::Rpc(chain) => networks::by_caip2(chain).map(|c| EndpointSet::rpc(config, c)),
             Need::Inventory(chain) => {
                 networks::by_caip2(chain).map(|c| EndpointSet::inventory(config, c))
             }
             _ => None,
-        };
-        match set.and_then(|set| set.mismatch()) {
-            Some(why) => Err(NotReady::new(
-                "provider_wrong_chain",
-                format!(
-                    "{} is not available on this deployment: {why}",
-                    spec.machine
-                ),
-            )),
+        }
+    }
+
+    /// For an RPC or inventory need: not ready when every configured endpoint answered
+    /// another chain's `eth_chainId`.
+    fn chain_ready(self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
+        match self.endpoint_set(config) {
+            Some(set) => chain_verdict(spec, &set),
             None => Ok(()),
         }
     }
 }
 
-/// Every chain check of a machine's needs, at request time: the configuration facts were
-/// settled at start-up, but an endpoint's chain is re-checked by the readiness loop.
-pub(crate) fn chain_readiness(
-    needs: &[Need],
-    spec: &Spec,
-    config: &Config,
-) -> Result<(), NotReady> {
-    needs
-        .iter()
-        .try_for_each(|need| need.chain_ready(spec, config))
+/// The verdict of one endpoint set's chain checks (those of start-up and of the readiness
+/// loop). The message names the settings and the chains they answered, never a URL.
+fn chain_verdict(spec: &Spec, set: &EndpointSet) -> Result<(), NotReady> {
+    match set.mismatch() {
+        Some(why) => Err(NotReady::new(
+            "provider_wrong_chain",
+            format!(
+                "{} is not available on this deployment: {why}",
+                spec.machine
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A machine's RPC and inventory endpoint sets, held for its requests: the configuration was
+/// settled at start-up, but an endpoint's chain is re-checked by the readiness loop, and each
+/// request reads the verdicts as they stand.
+pub struct ChainChecks(Vec<Arc<EndpointSet>>);
+
+impl ChainChecks {
+    fn of(needs: &[Need], config: &Config) -> ChainChecks {
+        ChainChecks(
+            needs
+                .iter()
+                .filter_map(|need| need.endpoint_set(config))
+                .collect(),
+        )
+    }
+
+    /// Not ready when every endpoint of one of the sets answers another chain.
+    pub fn check(&self, spec: &Spec) -> Result<(), NotReady> {
+        self.0.iter().try_for_each(|set| chain_verdict(spec, set))
+    }
 }
 
 /// The readiness answer of a machine whose provider is not configured.

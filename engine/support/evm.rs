@@ -1,6 +1,7 @@
 //! Structural checks of EVM values in requests: addresses and uint256 decimal strings.
 
 use std::str::FromStr;
+use std::sync::{LazyLock, Mutex};
 
 use alloy_primitives::{Address, B256, Signature, U256};
 
@@ -39,10 +40,55 @@ pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     }
     let has_lower = hex.bytes().any(|b| b.is_ascii_lowercase());
     let has_upper = hex.bytes().any(|b| b.is_ascii_uppercase());
-    if has_lower && has_upper {
-        Address::parse_checksummed(text, None).map_err(|_| EvmValueError::AddressChecksum)
-    } else {
-        Address::from_str(text).map_err(|_| EvmValueError::AddressFormat)
+    let address = Address::from_str(text).map_err(|_| EvmValueError::AddressFormat)?;
+    if has_lower && has_upper && !CHECKSUMS.valid(&address, hex.as_bytes()) {
+        return Err(EvmValueError::AddressChecksum);
+    }
+    Ok(address)
+}
+
+/// The EIP-55 checksummed spellings found valid lately, one slot per address prefix.
+///
+/// The keccak behind each verdict was most of a 402's own work: a buyer's paid call repeats
+/// its quote's addresses, and tokens and spenders recur across buyers. An address has one
+/// valid mixed-case spelling, so a slot holding the address answers both ways; a collision
+/// only evicts, and the verdict is then computed again.
+struct ChecksumMemo(Mutex<Vec<Option<Spelling>>>);
+
+/// An address and its 40 EIP-55 digits.
+type Spelling = (Address, [u8; 40]);
+
+const CHECKSUM_MEMO_SLOTS: usize = 1024;
+
+static CHECKSUMS: LazyLock<ChecksumMemo> =
+    LazyLock::new(|| ChecksumMemo(Mutex::new(vec![None; CHECKSUM_MEMO_SLOTS])));
+
+impl ChecksumMemo {
+    /// Whether `hex` (40 mixed-case digits of `address`) is its EIP-55 spelling.
+    fn valid(&self, address: &Address, hex: &[u8]) -> bool {
+        let slot = usize::from(u16::from_be_bytes([address[0], address[1]])) % CHECKSUM_MEMO_SLOTS;
+        if let Some((known, spelling)) = &self.lock()[slot]
+            && known == address
+        {
+            return spelling.as_slice() == hex;
+        }
+        let checksummed = address.to_checksum_buffer(None);
+        let Some(spelling) = checksummed
+            .as_str()
+            .as_bytes()
+            .get(2..)
+            .and_then(|digits| <[u8; 40]>::try_from(digits).ok())
+        else {
+            return false;
+        };
+        self.lock()[slot] = Some((*address, spelling));
+        spelling.as_slice() == hex
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Option<Spelling>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -151,6 +197,35 @@ mod tests {
         assert_eq!(parse_address(&broken), Err(EvmValueError::AddressChecksum));
         assert_eq!(parse_address("0x1234"), Err(EvmValueError::AddressFormat));
         assert_eq!(parse_address(&usdc[2..]), Err(EvmValueError::AddressFormat));
+    }
+
+    #[test]
+    fn remembered_verdicts_match_the_checksum_both_ways() {
+        // Each spelling twice: the second answer comes from the memo.
+        let weth = "0x4200000000000000000000000000000000000006";
+        let spender = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+        let wrong = "0x000000000022d473030F116dDEE9F6B43aC78BA3";
+        for _ in 0..2 {
+            assert!(parse_address(weth).is_ok());
+            assert!(parse_address(spender).is_ok());
+            assert_eq!(parse_address(wrong), Err(EvmValueError::AddressChecksum));
+            assert_eq!(
+                Address::parse_checksummed(spender, None).ok(),
+                parse_address(spender).ok()
+            );
+        }
+        // A wrong spelling asked first is not remembered as the right one.
+        let usdt = "0xfde4C96c8593536E31F229EA8f37b2ADa2699bb2";
+        let usdt_wrong = "0xFde4C96c8593536E31F229EA8f37b2ADa2699bb2";
+        assert_eq!(
+            parse_address(usdt_wrong),
+            Err(EvmValueError::AddressChecksum)
+        );
+        assert!(parse_address(usdt).is_ok());
+        assert_eq!(
+            parse_address(usdt_wrong),
+            Err(EvmValueError::AddressChecksum)
+        );
     }
 
     #[test]
