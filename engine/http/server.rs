@@ -355,8 +355,8 @@ where
     let call = PaidCall {
         state: Arc::clone(state),
         machine: route.machine,
-        requirement: requirement.clone(),
-        declared: declared.clone(),
+        requirement: Arc::clone(requirement),
+        declared: Arc::clone(declared),
         pay_to: pay_to.to_string(),
         request_sha256,
         work,
@@ -380,12 +380,12 @@ where
     }
 }
 
+/// What a sellable route asks of a payment: its challenge, requirement, declaration, payee.
+type Terms<'r> = (&'r Challenge, &'r Arc<Value>, &'r Arc<Declared>, &'r str);
+
 /// The machine's challenge, requirement and payee when this deployment sells it; otherwise
 /// the 503 its requests answer.
-fn sellable<'r>(
-    state: &'r AppState,
-    route: &'r PaidRoute,
-) -> Result<(&'r Challenge, &'r Value, &'r Declared, &'r str), ApiError> {
+fn sellable<'r>(state: &'r AppState, route: &'r PaidRoute) -> Result<Terms<'r>, ApiError> {
     let (Some(challenge), Some(requirement), Some(declared), Some(pay_to)) = (
         &route.challenge,
         &route.requirement,
@@ -455,8 +455,8 @@ fn is_probe(bytes: &[u8], parsed: &Result<Value, ApiError>) -> bool {
 struct PaidCall {
     state: Arc<AppState>,
     machine: &'static Machine,
-    requirement: Value,
-    declared: Declared,
+    requirement: Arc<Value>,
+    declared: Arc<Declared>,
     pay_to: String,
     request_sha256: String,
     work: Work,

@@ -44,14 +44,15 @@ pub(super) struct PaidRoute {
     pub(super) max_body: usize,
     /// None when no pay_to is configured: valid requests answer 503 service_disabled.
     pub(super) challenge: Option<Challenge>,
-    /// The PaymentRequirements a payment's `accepted` must match.
-    pub(super) requirement: Option<Value>,
+    /// The PaymentRequirements a payment's `accepted` must match. Shared: each paid call's
+    /// task holds it, and a deep copy per call showed in the paid path's profile.
+    pub(super) requirement: Option<Arc<Value>>,
     /// The `offer-receipt` extension with the signed offer of its requirement, signed once
     /// at start-up (every 402 carries it); None when signing is off or no pay_to is set.
     pub(super) offers: Option<Value>,
     /// What the route's 402 declared: the buyer's echo is checked against it, and the
-    /// facilitator gets it instead of the echo.
-    pub(super) declared: Option<Declared>,
+    /// facilitator gets it instead of the echo. Shared with each paid call's task.
+    pub(super) declared: Option<Arc<Declared>>,
     /// Whether this deployment configures what the machine needs: a configuration fact, so
     /// it is settled at start-up and a machine that cannot serve never asks for a payment.
     pub(super) readiness: Result<(), NotReady>,
@@ -404,9 +405,9 @@ impl PaidRoute {
             entry,
             max_body,
             challenge,
-            requirement,
+            requirement: requirement.map(Arc::new),
             offers,
-            declared,
+            declared: declared.map(Arc::new),
             readiness: entry.readiness(machine, config),
             chain_checks: entry.chain_checks(config),
             counters: metrics().route(machine.machine.as_str(), &[200, 400, 402, 503]),

@@ -9,6 +9,7 @@
 //! contained in the echoed `info`; `accepted` must match every field we declared, and keys a
 //! client adds to `accepted.extra` are ignored.
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 use url::Url;
 
@@ -85,28 +86,97 @@ pub(crate) fn check(
 /// The PaymentPayload the facilitator gets: the buyer's signed `payload` and version, with
 /// our own `accepted`, `resource` and `extensions` — plus the one client-owned field that
 /// passed validation, payment-identifier's `info.id`.
-pub(crate) fn for_facilitator(payload: &Value, requirement: &Value, declared: &Declared) -> Value {
-    let mut ours = Map::new();
-    for (key, value) in payload.as_object().into_iter().flatten() {
-        match key.as_str() {
-            "accepted" | "resource" | "extensions" => {}
-            _ => {
-                ours.insert(key.clone(), value.clone());
+pub(crate) fn for_facilitator<'a>(
+    payload: &'a Value,
+    requirement: &'a Value,
+    declared: &'a Declared,
+) -> Forwarded<'a> {
+    Forwarded {
+        payload,
+        requirement,
+        declared,
+        id: retained::payment_identifier(payload).ok().flatten(),
+    }
+}
+
+/// The PaymentPayload for the facilitator, borrowed: it serializes as the buyer's fields
+/// (in their order, without `accepted`, `resource` and `extensions`), then our `accepted`,
+/// `resource` and `extensions`. Nothing is cloned; it is serialized once per call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forwarded<'a> {
+    payload: &'a Value,
+    requirement: &'a Value,
+    declared: &'a Declared,
+    /// The buyer's payment-identifier `id`, valid.
+    id: Option<&'a str>,
+}
+
+impl Serialize for Forwarded<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.payload.as_object().into_iter().flatten() {
+            if !matches!(key.as_str(), "accepted" | "resource" | "extensions") {
+                map.serialize_entry(key, value)?;
             }
         }
+        map.serialize_entry("accepted", self.requirement)?;
+        map.serialize_entry("resource", &self.declared.resource)?;
+        let extensions = &self.declared.full_extensions;
+        let identifier = extensions
+            .get(PAYMENT_IDENTIFIER)
+            .and_then(Value::as_object);
+        let info = identifier
+            .and_then(|i| i.get("info"))
+            .and_then(Value::as_object);
+        match (self.id, identifier, info) {
+            (Some(id), Some(identifier), Some(info)) => {
+                // Our declared payment-identifier with the buyer's `id` in its `info`.
+                let info = Replaced {
+                    map: info,
+                    key: "id",
+                    value: id,
+                };
+                let identifier = Replaced {
+                    map: identifier,
+                    key: "info",
+                    value: info,
+                };
+                let extensions = Replaced {
+                    map: extensions,
+                    key: PAYMENT_IDENTIFIER,
+                    value: identifier,
+                };
+                map.serialize_entry("extensions", &extensions)?;
+            }
+            _ => map.serialize_entry("extensions", extensions)?,
+        }
+        map.end()
     }
-    ours.insert("accepted".into(), requirement.clone());
-    ours.insert("resource".into(), declared.resource.clone());
-    let mut extensions = declared.full_extensions.clone();
-    if let (Ok(Some(id)), Some(Value::Object(identifier))) = (
-        retained::payment_identifier(payload),
-        extensions.get_mut(PAYMENT_IDENTIFIER),
-    ) && let Some(Value::Object(info)) = identifier.get_mut("info")
-    {
-        info.insert("id".into(), Value::String(id.to_string()));
+}
+
+/// A map serialized with `key`'s value replaced by `value` in place, or appended when the
+/// map lacks it (what an insert into the map would have serialized).
+struct Replaced<'a, V> {
+    map: &'a Map<String, Value>,
+    key: &'a str,
+    value: V,
+}
+
+impl<V: Serialize> Serialize for Replaced<'_, V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.map {
+            if key == self.key {
+                map.serialize_entry(key, &self.value)?;
+            } else {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        if !self.map.contains_key(self.key) {
+            map.serialize_entry(self.key, &self.value)?;
+        }
+        map.end()
     }
-    ours.insert("extensions".into(), Value::Object(extensions));
-    Value::Object(ours)
 }
 
 /// Every field of our requirement is equal in `accepted`; `extra` may hold more keys.
@@ -163,6 +233,11 @@ mod tests {
             header_extensions: extensions.as_object().cloned().unwrap_or_default(),
             full_extensions: extensions.as_object().cloned().unwrap_or_default(),
         }
+    }
+
+    /// What the facilitator gets, as a value.
+    fn forwarded_value(payload: &Value, requirement: &Value, declared: &Declared) -> Value {
+        serde_json::to_value(for_facilitator(payload, requirement, declared)).unwrap_or_default()
     }
 
     fn requirement() -> Value {
@@ -227,7 +302,7 @@ mod tests {
             json!({"resource": {"url": "https://factomat.test.example/v1/x", "description": "theirs"}}),
         );
         sent["accepted"]["extra"]["clientKey"] = json!(1);
-        let forwarded = for_facilitator(&sent, &requirement(), &declared());
+        let forwarded = forwarded_value(&sent, &requirement(), &declared());
         assert_eq!(forwarded["resource"], declared().resource);
         assert_eq!(forwarded["accepted"], requirement());
         assert_eq!(forwarded["payload"], sent["payload"]);
@@ -235,6 +310,20 @@ mod tests {
             forwarded["extensions"],
             Value::Object(declared().full_extensions)
         );
+    }
+
+    #[test]
+    fn the_forwarded_payload_keeps_the_buyer_order_then_ours() {
+        let sent = payload(json!({}));
+        let text = serde_json::to_string(&for_facilitator(&sent, &requirement(), &declared()))
+            .unwrap_or_default();
+        let expected = concat!(
+            r#"{"x402Version":2,"payload":{"signature":"0x"},"#,
+            r#""accepted":{"scheme":"exact","amount":"10000","extra":{"name":"USD Coin","version":"2"}},"#,
+            r#""resource":{"url":"https://factomat.test.example/v1/x","mimeType":"application/json"},"#,
+            r#""extensions":{"bazaar":{"info":{"input":{"type":"http","method":"POST"}}}}}"#,
+        );
+        assert_eq!(text, expected);
     }
 
     #[test]
@@ -246,12 +335,18 @@ mod tests {
         let mut sent = payload(json!({}));
         sent["extensions"][PAYMENT_IDENTIFIER] =
             json!({"info": {"required": true, "id": "pay_0123456789abcdef", "extra": 1}});
-        let forwarded = for_facilitator(&sent, &requirement(), &ours);
+        let forwarded = forwarded_value(&sent, &requirement(), &ours);
         let mut expected = identifier;
         expected["info"]["id"] = json!("pay_0123456789abcdef");
         assert_eq!(forwarded["extensions"][PAYMENT_IDENTIFIER], expected);
+        // In place, as an insert into our declared `info` would have put it.
+        let text = serde_json::to_string(&for_facilitator(&sent, &requirement(), &ours))
+            .unwrap_or_default();
+        assert!(text.contains(
+            r#""payment-identifier":{"info":{"required":false,"id":"pay_0123456789abcdef"},"schema":{"type":"object"}}"#
+        ), "{text}");
         sent["extensions"][PAYMENT_IDENTIFIER]["info"]["id"] = json!("bad id");
-        let forwarded = for_facilitator(&sent, &requirement(), &ours);
+        let forwarded = forwarded_value(&sent, &requirement(), &ours);
         assert!(
             forwarded["extensions"][PAYMENT_IDENTIFIER]["info"]
                 .get("id")

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use serde::Deserialize;
-use serde_json::{Value, json};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::config::{FacilitatorAuth, Secret};
 use crate::net::gateway::{Gateway, Upstream};
@@ -48,6 +49,38 @@ pub(crate) struct SettleOutcome {
     pub response: Value,
     /// The `EXTENSION-RESPONSES` header, decoded; never for the buyer.
     pub extension_responses: Option<Value>,
+}
+
+/// The JSON body of `/verify` and `/settle`, serialized once: x402 v2 sends both the same
+/// PaymentPayload and requirements, and a `/settle` retry sends it identical again.
+#[derive(Debug, Clone)]
+pub(crate) struct PaymentBody(Bytes);
+
+/// `{"x402Version": 2, "paymentPayload": …, "paymentRequirements": …}`, in that order.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BodyFields<'a, P> {
+    x402_version: u8,
+    payment_payload: &'a P,
+    payment_requirements: &'a Value,
+}
+
+impl PaymentBody {
+    /// Serializes the PaymentPayload we forward and our requirement. A body that cannot be
+    /// serialized is a request that cannot be built: `Unavailable`, as reqwest reported it.
+    pub(crate) fn new<P: Serialize>(
+        payload: &P,
+        requirement: &Value,
+    ) -> Result<PaymentBody, FacilitatorError> {
+        let fields = BodyFields {
+            x402_version: 2,
+            payment_payload: payload,
+            payment_requirements: requirement,
+        };
+        serde_json::to_vec(&fields)
+            .map(|bytes| PaymentBody(Bytes::from(bytes)))
+            .map_err(|e| FacilitatorError::Unavailable(e.to_string()))
+    }
 }
 
 /// One facilitator answer: status, JSON body, and the `EXTENSION-RESPONSES` sidechannel.
@@ -182,7 +215,7 @@ impl FacilitatorClient {
         &self,
         method: reqwest::Method,
         name: &'static str,
-        body: Option<&Value>,
+        body: Option<&PaymentBody>,
         timeout: Duration,
     ) -> Result<Answer, FacilitatorError> {
         let url = self.endpoint(name);
@@ -195,8 +228,11 @@ impl FacilitatorClient {
         if let Some(value) = authorization {
             builder = builder.header("authorization", value);
         }
-        if let Some(body) = body {
-            builder = builder.json(body);
+        if let Some(PaymentBody(bytes)) = body {
+            // A clone of `Bytes` shares the serialized body; nothing is serialized again.
+            builder = builder
+                .header("content-type", "application/json")
+                .body(bytes.clone());
         }
         let request = builder
             .build()
@@ -231,10 +267,6 @@ impl FacilitatorClient {
         })
     }
 
-    fn body(payload: &Value, requirement: &Value) -> Value {
-        json!({"x402Version": 2, "paymentPayload": payload, "paymentRequirements": requirement})
-    }
-
     /// The configured timeout of a step, clipped to what is left before `deadline`.
     fn within(configured: Duration, deadline: Instant) -> Result<Duration, FacilitatorError> {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -250,14 +282,12 @@ impl FacilitatorClient {
     /// `deadline`.
     pub(crate) async fn verify(
         &self,
-        payload: &Value,
-        requirement: &Value,
+        body: &PaymentBody,
         deadline: Instant,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        let body = Self::body(payload, requirement);
         let timeout = Self::within(self.verify_timeout, deadline)?;
         let answer = self
-            .call(reqwest::Method::POST, "verify", Some(&body), timeout)
+            .call(reqwest::Method::POST, "verify", Some(body), timeout)
             .await?;
         let status = answer.status;
         let mut verdict: VerifyResponse = serde_json::from_value(answer.value)
@@ -270,18 +300,16 @@ impl FacilitatorClient {
     /// with `success: false`.
     pub(crate) async fn settle(
         &self,
-        payload: &Value,
-        requirement: &Value,
+        body: &PaymentBody,
         deadline: Instant,
     ) -> Result<SettleOutcome, FacilitatorError> {
-        let body = Self::body(payload, requirement);
         let timeout = Self::within(self.settle_timeout, deadline)?;
         let Answer {
             status,
             mut value,
             extension_responses,
         } = self
-            .call(reqwest::Method::POST, "settle", Some(&body), timeout)
+            .call(reqwest::Method::POST, "settle", Some(body), timeout)
             .await?;
         let Some(success) = value.get("success").and_then(Value::as_bool) else {
             return Err(FacilitatorError::BadAnswer { status });

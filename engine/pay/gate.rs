@@ -29,7 +29,7 @@ use crate::pay::call::{
 };
 use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent};
 use crate::pay::echo;
-use crate::pay::facilitator::{FacilitatorError, SETTLEMENT_PENDING};
+use crate::pay::facilitator::{FacilitatorError, PaymentBody, SETTLEMENT_PENDING};
 use crate::pay::ledger::{Binding, Keep, LedgerError, NewAttempt, Outcome};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
@@ -234,13 +234,10 @@ async fn verify(
     rail: &PaymentRail,
     call: &PaidCall<'_>,
     presented: &Presented,
-    sent: &Value,
+    body: &PaymentBody,
     deadline: Instant,
 ) -> Result<(), PaidOutcome> {
-    let verified = rail
-        .facilitator
-        .verify(sent, call.requirement, deadline)
-        .await;
+    let verified = rail.facilitator.verify(body, deadline).await;
     if let Ok(verdict) = &verified {
         let responses = verdict.extension_responses.as_ref();
         rail.listing
@@ -345,6 +342,10 @@ async fn first_presentation<E: std::fmt::Display>(
         Err(outcome) => return outcome,
     };
     let sent = echo::for_facilitator(&presented.payload, call.requirement, call.declared);
+    let sent = match PaymentBody::new(&sent, call.requirement) {
+        Ok(sent) => sent,
+        Err(error) => return facilitator_down("verify", &error),
+    };
     if let Err(outcome) = verify(rail, call, presented, &sent, deadline).await {
         return outcome;
     }
@@ -380,8 +381,7 @@ async fn first_presentation<E: std::fmt::Display>(
     let settling = Settling {
         facilitator: &rail.facilitator,
         chain: rail.trusted_chain(),
-        payload: &sent,
-        requirement: call.requirement,
+        body: &sent,
         payment: Payment {
             terms,
             reserved_at,

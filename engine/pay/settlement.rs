@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerdict};
-use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, SettleOutcome};
+use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, PaymentBody, SettleOutcome};
 use crate::pay::ledger::AttemptRow;
 use crate::pay::listing::ListingBoard;
 
@@ -222,10 +222,9 @@ pub(crate) struct Settling<'a> {
     pub facilitator: &'a FacilitatorClient,
     /// A payment-chain reader we trust, if any.
     pub chain: Option<&'a AuthorizationReader>,
-    /// The PaymentPayload and requirements sent to `/settle` (identical on the retry).
-    pub payload: &'a Value,
-    /// Our requirements.
-    pub requirement: &'a Value,
+    /// The body sent to `/settle`: the PaymentPayload and our requirements, the same bytes
+    /// `/verify` got (identical on the retry).
+    pub body: &'a PaymentBody,
     /// What the chain is asked about.
     pub payment: Payment,
     /// The call's deadline (`validBefore` − 6 s).
@@ -241,10 +240,7 @@ pub(crate) struct Settling<'a> {
 impl Settling<'_> {
     /// One `/settle` with the identical payload, its listing verdict recorded.
     async fn ask(&self) -> Result<SettleOutcome, FacilitatorError> {
-        let answer = self
-            .facilitator
-            .settle(self.payload, self.requirement, self.deadline)
-            .await;
+        let answer = self.facilitator.settle(self.body, self.deadline).await;
         if let Ok(outcome) = &answer {
             let responses = outcome.extension_responses.as_ref();
             self.listing.record(self.machine, "settle", responses);

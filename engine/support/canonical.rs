@@ -5,59 +5,62 @@
 //! documents only hold integers). Keys are sorted here explicitly because serde_json keeps
 //! insertion order in this build (`preserve_order`).
 
+use std::io::{self, Write};
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Serializes `value` canonically.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(value, &mut out);
-    out
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = write_canonical(value, &mut out);
+    // serde_json writes UTF-8 only: the lossy path is never taken.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Writes the canonical form token by token into `out` (a buffer, or a hasher directly).
+fn write_canonical<W: Write>(value: &Value, out: &mut W) -> io::Result<()> {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.write_all(b"{")?;
             for (i, (key, child)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(child, out);
+                serde_json::to_writer(&mut *out, key.as_str())?;
+                out.write_all(b":")?;
+                write_canonical(child, out)?;
             }
-            out.push('}');
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                write_canonical(item, out);
+                write_canonical(item, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => Ok(serde_json::to_writer(&mut *out, scalar)?),
     }
 }
 
 /// Lowercase hex sha256 of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push_str(&format!("{byte:02x}"));
-    }
-    hex
+    alloy_primitives::hex::encode(Sha256::digest(bytes))
 }
 
-/// sha256 of the canonical JSON of `value`.
+/// sha256 of the canonical JSON of `value`, hashed as it is written (no JSON string built).
 pub fn canonical_sha256(value: &Value) -> String {
-    sha256_hex(canonical_json(value).as_bytes())
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail.
+    let _ = write_canonical(value, &mut hasher);
+    alloy_primitives::hex::encode(hasher.finalize())
 }
 
 #[cfg(test)]
@@ -71,6 +74,15 @@ mod tests {
         assert_eq!(
             canonical_json(&value),
             r#"{"a":"x\"y","b":[1,{"a":null,"z":true}]}"#
+        );
+    }
+
+    #[test]
+    fn the_streamed_hash_is_the_hash_of_the_canonical_json() {
+        let value = json!({"z": {"b": [1, -2, 3.5, "é\u{1}"], "a": null}, "a": false, "": "\"\\"});
+        assert_eq!(
+            canonical_sha256(&value),
+            sha256_hex(canonical_json(&value).as_bytes())
         );
     }
 
