@@ -231,10 +231,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     assert_eq!(bad.status().as_u16(), 400);
     // 1 paid and settled, collected again, its replay on another request rejected, 1 corrupt
     // signature rejected by the facilitator.
-    let good = stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("h")
-        .to_string();
+    let good = stack.payment_header(&required, &[]);
     assert_eq!(send(good.clone()).await, 200);
     assert_eq!(
         send(good.clone()).await,
@@ -244,10 +241,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     let permit2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
     let another = json!({"owner": buyer, "token": USDC, "spender": permit2});
     assert_eq!(send_to(VM02, another, good).await, 402);
-    let corrupt = stack.sign(&required, &["--corrupt-signature"])["header"]
-        .as_str()
-        .expect("h")
-        .to_string();
+    let corrupt = stack.payment_header(&required, &["--corrupt-signature"]);
     assert_eq!(send(corrupt).await, 402);
     assert_eq!(
         decode_header(&required)["accepts"][0]["payTo"],
@@ -261,17 +255,11 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         "queries": ["weather api"],
     });
     let listing_terms = challenge(server.post_json(VM05, &listing).await);
-    let paid = stack.sign(&listing_terms, &[])["header"]
-        .as_str()
-        .expect("h")
-        .to_string();
+    let paid = stack.payment_header(&listing_terms, &[]);
     assert_eq!(send_to(VM05, listing, paid).await, 200);
     // The facilitator goes away: 1 paid attempt answers 503, and /readyz turns not-ready.
     relay.stop();
-    let stranded = stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("h")
-        .to_string();
+    let stranded = stack.payment_header(&required, &[]);
     assert_eq!(send(stranded).await, 503);
     tokio::time::sleep(factomat::http::READY_CACHE).await;
     let (status, body) = get(&client, format!("{admin}/readyz")).await;

@@ -455,10 +455,7 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     );
     let required = rig.challenge(&body).await;
     let balances = rig.balances();
-    let header = rig.stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("header")
-        .to_string();
+    let header = rig.stack.payment_header(&required, &[]);
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 402);
     assert_eq!(
@@ -505,10 +502,7 @@ async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded
     );
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
-    let header = rig.stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("header")
-        .to_string();
+    let header = rig.stack.payment_header(&required, &[]);
     // The buyer gives up while /settle is still pending, closing the connection.
     let impatient = reqwest::Client::builder()
         .no_proxy()
@@ -577,10 +571,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         &down.stack.field("pay_to"),
     );
     let required = down.challenge(&body).await;
-    let header = down.stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("header")
-        .to_string();
+    let header = down.stack.payment_header(&required, &[]);
     let balances = down.balances();
     let response = down.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 503);
@@ -601,10 +592,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     // Signed now: the window check refuses an authorization that would expire before this
     // call could be settled, and starting the second stack takes a while.
     let required = hanging.challenge(&body).await;
-    let header = hanging.stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("header")
-        .to_string();
+    let header = hanging.stack.payment_header(&required, &[]);
     let started = std::time::Instant::now();
     let response = hanging.send_paid(&body, &header).await;
     let status = response.status().as_u16();
@@ -987,10 +975,7 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
     );
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
-    let header = rig.stack.sign(&required, &[])["header"]
-        .as_str()
-        .expect("header")
-        .to_string();
+    let header = rig.stack.payment_header(&required, &[]);
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
     assert_eq!(

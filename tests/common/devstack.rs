@@ -149,6 +149,14 @@ impl DevStack {
         node("sign.mjs", &args)
     }
 
+    /// The PAYMENT-SIGNATURE header value of [`DevStack::sign`].
+    pub fn payment_header(&self, required: &str, mutations: &[&str]) -> String {
+        self.sign(required, mutations)["header"]
+            .as_str()
+            .expect("sign.mjs gives a header")
+            .to_string()
+    }
+
     /// A chain.mjs command against this stack's anvil.
     pub fn chain(&self, args: &[&str]) -> Value {
         let state = self.state_arg();

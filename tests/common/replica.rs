@@ -18,21 +18,27 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `factomat serve` on `port` with only these variables (beside PATH, the listen address and
+/// the shared delivery key), its stderr written to `log`.
+fn serve(env: &[(&str, &str)], port: u16, log: &std::path::Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_factomat"))
+        .arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("FACTOMAT_LISTEN", format!("127.0.0.1:{port}"))
+        .env("FACTOMAT_DELIVERY_KEY_FILE", super::delivery_key_file())
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("log file"))
+        .spawn()
+        .expect("factomat starts")
+}
+
 /// Runs `factomat serve` with these variables when start-up is expected to fail: its exit
 /// status and what it logged (it must exit within 30 s).
 pub async fn failed_start(env: &[(&str, &str)]) -> (ExitStatus, String) {
     let log = super::temp_path("failed-start.log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_factomat"))
-        .arg("serve")
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("FACTOMAT_LISTEN", format!("127.0.0.1:{}", free_port()))
-        .env("FACTOMAT_DELIVERY_KEY_FILE", super::delivery_key_file())
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("factomat starts");
+    let mut child = serve(env, free_port(), &log);
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -55,17 +61,7 @@ impl Replica {
     pub async fn spawn(env: &[(&str, &str)]) -> Replica {
         let port = free_port();
         let log = super::temp_path("replica.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_factomat"))
-            .arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("FACTOMAT_LISTEN", format!("127.0.0.1:{port}"))
-            .env("FACTOMAT_DELIVERY_KEY_FILE", super::delivery_key_file())
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("factomat starts");
+        let child = serve(env, port, &log);
         let replica = Replica {
             child,
             url: format!("http://127.0.0.1:{port}"),
