@@ -242,6 +242,10 @@ async fn pending_with_real_hash_answers_before_the_block_and_broadcasts_once() {
     let signed = stack.sign_as(&buyer, &required, &[]);
     let body = facilitator_body(&signed, &required);
     let before = balance(&stack, &pay_to);
+    // Blocks stop while the proxy answers: with a 2 s block time, the next block could come
+    // between its answer and the receipt read below, whatever the proxy did.
+    let rpc = stack.field("rpc_url");
+    anvil_rpc(&rpc, "evm_setIntervalMining", json!([0])).await;
     let started = std::time::Instant::now();
     let first = post(&format!("{}/settle", proxy.url), &body).await;
     let answered_in = started.elapsed();
@@ -250,16 +254,12 @@ async fn pending_with_real_hash_answers_before_the_block_and_broadcasts_once() {
     assert_eq!(first["network"], "eip155:8453");
     assert!(eq_ignore_case(&first["payer"], &buyer.address));
     let hash = first["transaction"].as_str().expect("hash").to_string();
-    let receipt = anvil_rpc(
-        &stack.field("rpc_url"),
-        "eth_getTransactionReceipt",
-        json!([hash]),
-    )
-    .await;
+    let receipt = anvil_rpc(&rpc, "eth_getTransactionReceipt", json!([hash])).await;
     assert!(
         receipt.is_null(),
         "answered in {answered_in:?}, before the block"
     );
+    anvil_rpc(&rpc, "evm_setIntervalMining", json!([2])).await;
     let retry = post(&format!("{}/settle", proxy.url), &body).await;
     assert_eq!(retry, first, "a retry gets the same pending answer");
     let mined = stack.chain(&["receipt", &hash]);
