@@ -212,8 +212,8 @@ pub(crate) struct EndpointSet {
 
 impl EndpointSet {
     /// The chain's JSON-RPC endpoints: `rpc_url_<chain>` first, then `rpc_urls_<chain>`.
-    /// Built once per distinct configuration: every 402 asks for them (readiness), and
-    /// parsing and digesting each URL per request cost more than the rest of its checks.
+    /// Built once per distinct configuration: each paid call's work asks for them, and
+    /// parsing and digesting each URL per call cost more than looking the set up.
     pub(crate) fn rpc(config: &Config, chain: Chain) -> Arc<EndpointSet> {
         let configured = config.rpc_endpoints(chain.caip2);
         memoized("rpc", chain, &configured, || {
