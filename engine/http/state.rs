@@ -397,7 +397,12 @@ impl PaidRoute {
                 "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
             );
         }
-        let declared = pay_to.map(|pay_to| declared(manifest, machine, base_url, pay_to));
+        let declared = match (pay_to, &requirement) {
+            (Some(pay_to), Some(requirement)) => {
+                Some(declared(manifest, machine, base_url, pay_to, requirement)?)
+            }
+            _ => None,
+        };
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
         Ok(PaidRoute {
             machine,
@@ -415,8 +420,15 @@ impl PaidRoute {
     }
 }
 
-/// The resource and extensions a machine's 402 declares, in the header and in the body.
-fn declared(manifest: &Manifest, machine: &Machine, base_url: &str, pay_to: &str) -> Declared {
+/// The requirement, resource and extensions a machine's 402 declares, in the header and in
+/// the body.
+fn declared(
+    manifest: &Manifest,
+    machine: &Machine,
+    base_url: &str,
+    pay_to: &str,
+    requirement: &Value,
+) -> Result<Declared, StartError> {
     let header = challenge::header_payment_required(manifest, machine, base_url, pay_to, None);
     let body = challenge::payment_required(manifest, machine, base_url, pay_to, None);
     let extensions = |value: &Value| {
@@ -426,11 +438,13 @@ fn declared(manifest: &Manifest, machine: &Machine, base_url: &str, pay_to: &str
             .cloned()
             .unwrap_or_default()
     };
-    Declared {
-        resource: body.get("resource").cloned().unwrap_or_default(),
-        header_extensions: extensions(&header),
-        full_extensions: extensions(&body),
-    }
+    Declared::new(
+        requirement,
+        body.get("resource").cloned().unwrap_or_default(),
+        extensions(&header),
+        extensions(&body),
+    )
+    .map_err(|e| StartError::Prepare(format!("{}: declared terms: {e}", machine.machine)))
 }
 
 fn with_base_url(render_path: &str, base_url: &str) -> Result<Bytes, StartError> {

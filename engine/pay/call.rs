@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use alloy::sol_types::Eip712Domain;
 use serde_json::Value;
 
 use crate::catalog::manifest::Machine;
@@ -15,6 +14,7 @@ use crate::pay::echo::Declared;
 use crate::pay::facilitator::FacilitatorClient;
 use crate::pay::ledger::{Ledger, LedgerError};
 use crate::pay::listing::ListingBoard;
+use crate::pay::local_check::PaymentDomain;
 use crate::pay::retained::{Answer, Finisher, Retention};
 use crate::pay::settlement::PendingReads;
 use crate::support::metrics::metrics;
@@ -36,7 +36,7 @@ pub(crate) struct PaymentRail {
     /// without an eip155:8453 RPC endpoint.
     pub chain: Option<AuthorizationReader>,
     /// The asset's EIP-712 domain (`local_check::payment_domain`).
-    pub domain: Eip712Domain,
+    pub domain: PaymentDomain,
     /// How long an unknown settlement is followed on chain.
     pub settlement_wait: Duration,
     /// How long a payer whose verified payment ended unpaid is refused (seconds; 0 = off).

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::config::{FacilitatorAuth, Secret};
 use crate::net::gateway::{Gateway, Upstream};
@@ -62,15 +63,16 @@ pub(crate) struct PaymentBody(Bytes);
 struct BodyFields<'a, P> {
     x402_version: u8,
     payment_payload: &'a P,
-    payment_requirements: &'a Value,
+    payment_requirements: &'a RawValue,
 }
 
 impl PaymentBody {
-    /// Serializes the PaymentPayload we forward and our requirement. A body that cannot be
-    /// serialized is a request that cannot be built: `Unavailable`, as reqwest reported it.
+    /// Serializes the PaymentPayload we forward and our requirement (serialized at start-up).
+    /// A body that cannot be serialized is a request that cannot be built: `Unavailable`, as
+    /// reqwest reported it.
     pub(crate) fn new<P: Serialize>(
         payload: &P,
-        requirement: &Value,
+        requirement: &RawValue,
     ) -> Result<PaymentBody, FacilitatorError> {
         let fields = BodyFields {
             x402_version: 2,

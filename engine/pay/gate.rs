@@ -214,18 +214,12 @@ async fn admit(
 fn lookup_of(call: &PaidCall<'_>, presented: &Presented) -> Result<Lookup, PaidOutcome> {
     let id = retained::payment_identifier(&presented.payload)
         .map_err(|_| PaidOutcome::Failed(Refusal::IdentifierInvalid))?;
-    let resource_url = call
-        .declared
-        .resource
-        .get("url")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
     Ok(Lookup::new(
         &canonical_sha256(&presented.payload),
         call.request_sha256,
         id,
         call.pay_to,
-        resource_url,
+        call.declared.url(),
     ))
 }
 
@@ -341,8 +335,8 @@ async fn first_presentation<E: std::fmt::Display>(
         Ok(deadline) => deadline,
         Err(outcome) => return outcome,
     };
-    let sent = echo::for_facilitator(&presented.payload, call.requirement, call.declared);
-    let sent = match PaymentBody::new(&sent, call.requirement) {
+    let sent = echo::for_facilitator(&presented.payload, call.declared);
+    let sent = match PaymentBody::new(&sent, call.declared.wire_requirement()) {
         Ok(sent) => sent,
         Err(error) => return facilitator_down("verify", &error),
     };
