@@ -2,7 +2,8 @@
 //! connection to its deadlines (whole head, keep-alive idle, a stalled response write).
 //!
 //! warp's own server has no head deadline and logs every client hang-up at ERROR, so the
-//! routes run as a tower service on this loop instead. Client misbehaviour (hang-ups, resets,
+//! routes (one function of the request, [`RouteHandler`]) run on this loop instead. Client
+//! misbehaviour (hang-ups, resets,
 //! deadlines, shedding at the cap) is counted and summarised in the log at most once per
 //! `REPORT_INTERVAL`; ERROR is left for our own failures.
 
@@ -14,6 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -524,52 +527,47 @@ fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)
 }
 
-/// The routes as a tower service (`warp::service(filter)`).
-pub(crate) trait RouteHandler:
-    tower::Service<
-        http::Request<Incoming>,
-        Response = warp::reply::Response,
-        Error = Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + 'static
-{
+/// The routes: a function from a request to its response, called once per request.
+pub(crate) trait RouteHandler: Clone + Send + 'static {
+    /// The response's future: boxed once, by the connection, with its bookkeeping.
+    type Future: Future<Output = http::Response<Full<Bytes>>> + Send + 'static;
+    /// Starts answering `request`.
+    fn call(&self, request: http::Request<Incoming>) -> Self::Future;
 }
 
-impl<S> RouteHandler for S where
-    S: tower::Service<
-            http::Request<Incoming>,
-            Response = warp::reply::Response,
-            Error = Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static
+impl<F, R> RouteHandler for F
+where
+    F: Fn(http::Request<Incoming>) -> R + Clone + Send + 'static,
+    R: Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
 {
+    type Future = R;
+
+    fn call(&self, request: http::Request<Incoming>) -> R {
+        self(request)
+    }
 }
 
-/// The warp routes, with the connection told when a request starts and its response is ready.
+/// The routes, with the connection told when a request starts and its response is ready.
 struct RouteService<S> {
     routes: S,
     progress: Arc<Progress>,
 }
 
 impl<S: RouteHandler> hyper::service::Service<http::Request<Incoming>> for RouteService<S> {
-    type Response = warp::reply::Response;
+    type Response = http::Response<Full<Bytes>>;
     type Error = Infallible;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<warp::reply::Response, Infallible>> + Send + 'static>>;
+    // Boxed: the handler's state machine (the whole paid path) is large, and an unboxed
+    // future would be stored in every connection task, idle ones too.
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         self.progress.on_request();
-        let mut routes = self.routes.clone();
         let progress = self.progress.clone();
-        let response = tower::Service::call(&mut routes, request);
+        let response = self.routes.call(request);
         Box::pin(async move {
             let response = response.await;
             progress.on_response();
-            response
+            Ok(response)
         })
     }
 }

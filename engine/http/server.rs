@@ -7,17 +7,16 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
+use bytes::{Bytes, BytesMut};
 use http::header::{
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CACHE_CONTROL, CONNECTION,
     CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
 };
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
-use warp::Filter;
 
 use crate::catalog::challenge::{self, Challenge};
 use crate::catalog::embedded::MANIFEST;
@@ -164,10 +163,11 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
         let _ = stop_tx.send(true);
         let _ = admin_tx.send(());
     });
-    let service = warp::service(routes(state.clone()));
+    let routes_state = state.clone();
+    let routes = move |request| handle(routes_state.clone(), request);
     let task = tokio::spawn(connections::serve(
         listener,
-        service,
+        routes,
         state.config.connections,
         state.connections.clone(),
         stop_rx,
@@ -188,43 +188,27 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     })
 }
 
-fn routes(
+/// Every request's answer: the response, its request id, its counters and its log line.
+async fn handle(
     state: Arc<AppState>,
-) -> impl Filter<Extract = (Response<Bytes>,), Error = warp::Rejection> + Clone + Send + Sync + 'static
-{
-    warp::any()
-        .map(move || state.clone())
-        .and(warp::method())
-        .and(warp::path::full())
-        .and(warp::header::headers_cloned())
-        .and(warp::body::stream())
-        .then(
-            |state: Arc<AppState>,
-             method: Method,
-             path: warp::path::FullPath,
-             headers: HeaderMap,
-             body| {
-                // Boxed: the handler's state machine (the whole paid path) is large, and an
-                // unboxed future would be stored in every connection task, idle ones too.
-                Box::pin(async move {
-                    let started = Instant::now();
-                    let request_id = request_id::for_request(&headers);
-                    let request = Incoming {
-                        method: &method,
-                        path: path.as_str(),
-                        headers: &headers,
-                        request_id: request_id.as_str(),
-                    };
-                    let (mut response, counters) = dispatch(&state, &request, body).await;
-                    counters.request(response.status().as_u16());
-                    log_request(&request, &response, started);
-                    response
-                        .headers_mut()
-                        .insert(request_id::HEADER, request_id.into_header());
-                    response
-                })
-            },
-        )
+    request: http::Request<RequestBody>,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let request_id = request_id::for_request(&parts.headers);
+    let request = Incoming {
+        method: &parts.method,
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        request_id: request_id.as_str(),
+    };
+    let (mut response, counters) = dispatch(&state, &request, body).await;
+    counters.request(response.status().as_u16());
+    log_request(&request, &response, started);
+    response
+        .headers_mut()
+        .insert(request_id::HEADER, request_id.into_header());
+    response.map(Full::new)
 }
 
 /// The request line: a warning for a 5xx, a debug line otherwise; it names the request id
@@ -244,6 +228,9 @@ fn micros_since(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
+/// A request's body as hyper hands it over.
+type RequestBody = hyper::body::Incoming;
+
 /// The parts of a request the handlers read.
 struct Incoming<'a> {
     method: &'a Method,
@@ -253,15 +240,11 @@ struct Incoming<'a> {
 }
 
 /// The response, and the counters of the route that answered it.
-async fn dispatch<'s, S, B>(
+async fn dispatch<'s>(
     state: &'s Arc<AppState>,
     request: &Incoming<'_>,
-    body: S,
-) -> (Response<Bytes>, &'s RouteCounters)
-where
-    S: Stream<Item = Result<B, warp::Error>> + Unpin,
-    B: Buf,
-{
+    body: RequestBody,
+) -> (Response<Bytes>, &'s RouteCounters) {
     let (method, path) = (request.method, request.path);
     if let Some(route) = state.paid.get(path) {
         let probes_challenged = state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge;
@@ -292,16 +275,12 @@ where
     (response, &state.unknown_counters)
 }
 
-async fn paid<S, B>(
+async fn paid(
     state: &Arc<AppState>,
     route: &PaidRoute,
     incoming: &Incoming<'_>,
-    body: S,
-) -> Response<Bytes>
-where
-    S: Stream<Item = Result<B, warp::Error>> + Unpin,
-    B: Buf,
-{
+    body: RequestBody,
+) -> Response<Bytes> {
     let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
     let signature = headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
@@ -662,16 +641,12 @@ fn insert_header(response: &mut Response<Bytes>, name: &'static str, value: &str
 }
 
 /// Content type → size limit: the body's bytes, read within the body deadline.
-async fn read_paid_body<S, B>(
+async fn read_paid_body(
     route: &PaidRoute,
     headers: &HeaderMap,
-    body: S,
+    body: RequestBody,
     body_deadline: Duration,
-) -> Result<Bytes, ApiError>
-where
-    S: Stream<Item = Result<B, warp::Error>> + Unpin,
-    B: Buf,
-{
+) -> Result<Bytes, ApiError> {
     check_content_type(headers)?;
     read_within(body_deadline, read_limited(headers, body, route.max_body)).await
 }
@@ -753,16 +728,13 @@ fn is_json_media_type(media: &str) -> bool {
                 .is_some_and(|tail| tail.eq_ignore_ascii_case(SUFFIX)))
 }
 
-/// Reads at most `limit` bytes; a larger body is refused without reading the rest.
-async fn read_limited<S, B>(
+/// Reads at most `limit` bytes; a larger body is refused without reading the rest. A body
+/// that comes in one frame (the common case) is kept as it came, not copied.
+async fn read_limited(
     headers: &HeaderMap,
-    mut body: S,
+    mut body: RequestBody,
     limit: usize,
-) -> Result<Bytes, ApiError>
-where
-    S: Stream<Item = Result<B, warp::Error>> + Unpin,
-    B: Buf,
-{
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::bad_request(
             "body_too_large",
@@ -776,25 +748,32 @@ where
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    let mut buffer = BytesMut::new();
-    while let Some(chunk) = body.next().await {
-        let mut chunk = chunk.map_err(|e| {
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
             ApiError::bad_request(
                 "invalid_body",
                 format!("the request body could not be read: {e}"),
             )
         })?;
-        if buffer.len() + chunk.remaining() > limit {
+        // Trailers carry nothing a machine reads.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let read = first.as_ref().map_or(0, Bytes::len) + rest.len();
+        if read + data.len() > limit {
             return Err(too_large());
         }
-        while chunk.has_remaining() {
-            let part = chunk.chunk();
-            let n = part.len();
-            buffer.extend_from_slice(part);
-            chunk.advance(n);
+        match first.take() {
+            None if rest.is_empty() => first = Some(data),
+            earlier => {
+                rest.extend_from_slice(&earlier.unwrap_or_default());
+                rest.extend_from_slice(&data);
+            }
         }
     }
-    Ok(buffer.freeze())
+    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
 fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Bytes> {
