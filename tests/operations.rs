@@ -16,6 +16,8 @@ fn example(id: &str) -> Value {
 }
 
 fn request_id(response: &reqwest::Response) -> String {
+    let ids = response.headers().get_all("x-request-id").iter().count();
+    assert_eq!(ids, 1, "{} carries one x-request-id", response.status());
     response
         .headers()
         .get("x-request-id")

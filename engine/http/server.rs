@@ -8,10 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ALLOW, CACHE_CONTROL, CONNECTION,
-    CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
-};
+use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
@@ -29,6 +26,10 @@ use crate::http::body;
 use crate::http::connections;
 use crate::http::error::ApiError;
 use crate::http::free_docs::FreeDoc;
+use crate::http::response::{
+    JSON, NO_STORE, PreparedChallenge, base_response, error_response, method_not_allowed,
+    payment_required, preflight,
+};
 use crate::http::state::PaidRoute;
 pub use crate::http::state::{AppState, StartError};
 use crate::http::{admin, request_id, sealed};
@@ -38,15 +39,6 @@ use crate::pay::echo::Declared;
 use crate::pay::gate;
 use crate::pay::retained::{Answer, Finisher};
 use crate::support::metrics::{RouteCounters, metrics};
-
-const JSON: &str = "application/json";
-/// `Retry-After` of a 503 of ours (ledger, facilitator, readiness): seconds.
-const RETRY_UNAVAILABLE: &str = "5";
-const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
-/// Headers a browser buyer may read: the x402 ones and a paid answer's evidence.
-const CORS_EXPOSE: &str =
-    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, Evidence-Seal, Content-Digest, X-Request-Id";
-const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
 
 /// A server running in the background, for the binary and for tests.
 pub struct RunningServer {
@@ -318,7 +310,7 @@ async fn paid(
     };
     let Some(signature) = signature else {
         metrics().challenged();
-        return payment_required(challenge);
+        return challenge.response();
     };
     if state.rail.is_none() {
         return error_response(&ApiError::unavailable(
@@ -360,7 +352,12 @@ async fn paid(
 }
 
 /// What a sellable route asks of a payment: its challenge, requirement, declaration, payee.
-type Terms<'r> = (&'r Challenge, &'r Arc<Value>, &'r Arc<Declared>, &'r str);
+type Terms<'r> = (
+    &'r PreparedChallenge,
+    &'r Arc<Value>,
+    &'r Arc<Declared>,
+    &'r str,
+);
 
 /// The machine's challenge, requirement and payee when this deployment sells it; otherwise
 /// the 503 its requests answer.
@@ -390,7 +387,7 @@ fn unpaid_challenge(state: &AppState, route: &PaidRoute) -> Response<Bytes> {
     match sellable(state, route) {
         Ok((challenge, ..)) => {
             metrics().challenged();
-            payment_required(challenge)
+            challenge.response()
         }
         Err(error) => error_response(&error),
     }
@@ -695,6 +692,10 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(CONTENT_TYPE) else {
         return Ok(());
     };
+    // What nearly every client sends, compared before any parsing.
+    if value.as_bytes().eq_ignore_ascii_case(JSON.as_bytes()) {
+        return Ok(());
+    }
     let media = value
         .to_str()
         .unwrap_or_default()
@@ -776,27 +777,6 @@ async fn read_limited(
     Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
-fn base_response(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Bytes> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    let content_type = match content_type {
-        JSON => const { HeaderValue::from_static(JSON) },
-        other => HeaderValue::from_static(other),
-    };
-    headers.insert(CONTENT_TYPE, content_type);
-    // Built at compile time: every 402 and 400 carries them.
-    headers.insert(
-        ACCESS_CONTROL_ALLOW_ORIGIN,
-        const { HeaderValue::from_static("*") },
-    );
-    headers.insert(
-        ACCESS_CONTROL_EXPOSE_HEADERS,
-        const { HeaderValue::from_static(CORS_EXPOSE) },
-    );
-    response
-}
-
 /// A free document in the representation the request prefers; 304 when its copy is current.
 fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
     let selection = doc.select(request);
@@ -821,61 +801,6 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
             .headers_mut()
             .insert(CONTENT_LENGTH, HeaderValue::from(chosen.body.len()));
     }
-    response
-}
-
-fn payment_required(challenge: &Challenge) -> Response<Bytes> {
-    let mut response = base_response(StatusCode::PAYMENT_REQUIRED, JSON, challenge.body.clone());
-    let headers = response.headers_mut();
-    headers.insert(
-        const { HeaderName::from_static(challenge::PAYMENT_REQUIRED) },
-        challenge.header.clone(),
-    );
-    // A challenge (and a refusal's fresh one) is per request: never cached.
-    headers.insert(CACHE_CONTROL, NO_STORE);
-    response
-}
-
-pub(crate) fn error_response(error: &ApiError) -> Response<Bytes> {
-    let mut response = base_response(error.status, JSON, Bytes::from(error.body()));
-    if error.status == StatusCode::SERVICE_UNAVAILABLE {
-        response.headers_mut().insert(
-            RETRY_AFTER,
-            const { HeaderValue::from_static(RETRY_UNAVAILABLE) },
-        );
-    }
-    response
-}
-
-fn method_not_allowed(allow: &'static str) -> Response<Bytes> {
-    let mut response = error_response(&ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        format!("this resource allows {allow}"),
-    ));
-    response
-        .headers_mut()
-        .insert(ALLOW, HeaderValue::from_static(allow));
-    response
-}
-
-fn preflight(allow: &'static str) -> Response<Bytes> {
-    let mut response = base_response(StatusCode::NO_CONTENT, JSON, Bytes::new());
-    let headers = response.headers_mut();
-    headers.remove(CONTENT_TYPE);
-    headers.insert(ALLOW, HeaderValue::from_static(allow));
-    headers.insert(
-        HeaderName::from_static("access-control-allow-methods"),
-        HeaderValue::from_static(allow),
-    );
-    headers.insert(
-        HeaderName::from_static("access-control-allow-headers"),
-        HeaderValue::from_static(CORS_ALLOW_HEADERS),
-    );
-    headers.insert(
-        HeaderName::from_static("access-control-max-age"),
-        HeaderValue::from_static("600"),
-    );
     response
 }
 

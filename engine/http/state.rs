@@ -20,6 +20,7 @@ use crate::evidence::{self, Identity, OfferPayload};
 use crate::http::body::RequestValidator;
 use crate::http::connections::ConnectionCounters;
 use crate::http::free_docs::FreeDoc;
+use crate::http::response::{JSON, PreparedChallenge};
 use crate::machines::{self, ChainChecks, Entry, NotReady, WorkContext};
 use crate::net::gateway::Gateway;
 use crate::pay::call::PaymentRail;
@@ -32,7 +33,6 @@ use crate::support::metrics::{RouteCounters, metrics};
 
 /// RPC answer timeout of the chain check after a failed settle: the buyer is waiting.
 const SETTLE_CHECK_RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-const JSON: &str = "application/json";
 /// The DID document's media type (DID Core §6.2).
 const DID_JSON: &str = "application/did+json";
 
@@ -42,8 +42,9 @@ pub(super) struct PaidRoute {
     pub(super) validator: RequestValidator,
     pub(super) entry: &'static dyn Entry,
     pub(super) max_body: usize,
-    /// None when no pay_to is configured: valid requests answer 503 service_disabled.
-    pub(super) challenge: Option<Challenge>,
+    /// Its unpaid 402. None when no pay_to is configured: valid requests answer 503
+    /// service_disabled.
+    pub(super) challenge: Option<PreparedChallenge>,
     /// The PaymentRequirements a payment's `accepted` must match. Shared: each paid call's
     /// task holds it, and a deep copy per call showed in the paid path's profile.
     pub(super) requirement: Option<Arc<Value>>,
@@ -409,7 +410,7 @@ impl PaidRoute {
             validator,
             entry,
             max_body,
-            challenge,
+            challenge: challenge.as_ref().map(PreparedChallenge::new),
             requirement: requirement.map(Arc::new),
             offers,
             declared: declared.map(Arc::new),

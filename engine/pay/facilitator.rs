@@ -22,7 +22,7 @@ const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 #[derive(Debug, Clone)]
 pub(crate) struct FacilitatorClient {
     gateway: Gateway,
-    base: reqwest::Url,
+    endpoints: Endpoints,
     auth: Authorizer,
     verify_timeout: Duration,
     settle_timeout: Duration,
@@ -174,6 +174,57 @@ impl Authorizer {
     }
 }
 
+/// A facilitator endpoint.
+#[derive(Debug, Clone, Copy)]
+enum Endpoint {
+    Verify,
+    Settle,
+    Supported,
+}
+
+impl Endpoint {
+    /// Its path segment, which also names it in metrics and logs.
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Verify => "verify",
+            Endpoint::Settle => "settle",
+            Endpoint::Supported => "supported",
+        }
+    }
+}
+
+/// The facilitator's endpoints under its base URL (a path prefix is kept), built once.
+#[derive(Debug, Clone)]
+struct Endpoints {
+    verify: reqwest::Url,
+    settle: reqwest::Url,
+    supported: reqwest::Url,
+}
+
+impl Endpoints {
+    fn under(base: &reqwest::Url) -> Endpoints {
+        let url = |endpoint: Endpoint| {
+            let mut url = base.clone();
+            let path = format!("{}/{}", url.path().trim_end_matches('/'), endpoint.name());
+            url.set_path(&path);
+            url
+        };
+        Endpoints {
+            verify: url(Endpoint::Verify),
+            settle: url(Endpoint::Settle),
+            supported: url(Endpoint::Supported),
+        }
+    }
+
+    fn url(&self, endpoint: Endpoint) -> &reqwest::Url {
+        match endpoint {
+            Endpoint::Verify => &self.verify,
+            Endpoint::Settle => &self.settle,
+            Endpoint::Supported => &self.supported,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum FacilitatorError {
     #[error("facilitator unreachable or timed out: {0}")]
@@ -194,7 +245,7 @@ impl FacilitatorClient {
     ) -> Self {
         FacilitatorClient {
             gateway,
-            base,
+            endpoints: Endpoints::under(&base),
             auth,
             verify_timeout,
             settle_timeout,
@@ -206,21 +257,14 @@ impl FacilitatorClient {
         self.verify_timeout
     }
 
-    fn endpoint(&self, name: &str) -> reqwest::Url {
-        let mut url = self.base.clone();
-        let path = format!("{}/{name}", url.path().trim_end_matches('/'));
-        url.set_path(&path);
-        url
-    }
-
     async fn call(
         &self,
         method: reqwest::Method,
-        name: &'static str,
+        endpoint: Endpoint,
         body: Option<&PaymentBody>,
         timeout: Duration,
     ) -> Result<Answer, FacilitatorError> {
-        let url = self.endpoint(name);
+        let url = self.endpoints.url(endpoint).clone();
         let authorization = self.auth.value(&method, &url);
         let mut builder = self
             .gateway
@@ -241,7 +285,7 @@ impl FacilitatorClient {
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let mut response = self
             .gateway
-            .send(Upstream::new("facilitator", name), request)
+            .send(Upstream::new("facilitator", endpoint.name()), request)
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();
@@ -289,7 +333,7 @@ impl FacilitatorClient {
     ) -> Result<VerifyResponse, FacilitatorError> {
         let timeout = Self::within(self.verify_timeout, deadline)?;
         let answer = self
-            .call(reqwest::Method::POST, "verify", Some(body), timeout)
+            .call(reqwest::Method::POST, Endpoint::Verify, Some(body), timeout)
             .await?;
         let status = answer.status;
         let mut verdict: VerifyResponse = serde_json::from_value(answer.value)
@@ -311,7 +355,7 @@ impl FacilitatorClient {
             mut value,
             extension_responses,
         } = self
-            .call(reqwest::Method::POST, "settle", Some(body), timeout)
+            .call(reqwest::Method::POST, Endpoint::Settle, Some(body), timeout)
             .await?;
         let Some(success) = value.get("success").and_then(Value::as_bool) else {
             return Err(FacilitatorError::BadAnswer { status });
@@ -343,7 +387,12 @@ impl FacilitatorClient {
         network: &str,
     ) -> Result<bool, FacilitatorError> {
         let answer = self
-            .call(reqwest::Method::GET, "supported", None, self.verify_timeout)
+            .call(
+                reqwest::Method::GET,
+                Endpoint::Supported,
+                None,
+                self.verify_timeout,
+            )
             .await?;
         let kinds = answer.value.get("kinds").and_then(Value::as_array);
         Ok(kinds.into_iter().flatten().any(|kind| {
