@@ -239,9 +239,10 @@ async fn generic_rejections_for_every_machine() {
             assert_eq!(error["field"], format!("/{name}"));
             cases += 1;
         }
-        let malformed: [(&[u8], &str); 7] = [
+        let malformed: [(&[u8], &str); 8] = [
             (b"{", "invalid_json"),
             (b"{\"a\":}", "invalid_json"),
+            (b"{\"a\":\"\xff\"}", "invalid_json"),
             (b"", "empty_body"),
             (b"   ", "empty_body"),
             (b"[]", "invalid_body"),

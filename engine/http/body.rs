@@ -222,7 +222,14 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
             "the request body is empty; send a JSON object",
         ));
     }
-    serde_json::from_slice(body).map_err(|e| {
+    // UTF-8 checked once for the whole body, so the parser need not check each string.
+    let text = std::str::from_utf8(body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("the request body is not valid JSON: it is not UTF-8 ({e})"),
+        )
+    })?;
+    serde_json::from_str(text).map_err(|e| {
         ApiError::bad_request(
             "invalid_json",
             format!("the request body is not valid JSON: {e}"),

@@ -35,11 +35,19 @@ pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     let hex = text
         .strip_prefix("0x")
         .ok_or(EvmValueError::AddressFormat)?;
-    if hex.len() != 40 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if hex.len() != 40 {
         return Err(EvmValueError::AddressFormat);
     }
-    let has_lower = hex.bytes().any(|b| b.is_ascii_lowercase());
-    let has_upper = hex.bytes().any(|b| b.is_ascii_uppercase());
+    // One pass: the digits are hex, and which letter cases they use.
+    let (mut has_lower, mut has_upper) = (false, false);
+    for byte in hex.bytes() {
+        match byte {
+            b'0'..=b'9' => {}
+            b'a'..=b'f' => has_lower = true,
+            b'A'..=b'F' => has_upper = true,
+            _ => return Err(EvmValueError::AddressFormat),
+        }
+    }
     let address = Address::from_str(text).map_err(|_| EvmValueError::AddressFormat)?;
     if has_lower && has_upper && !CHECKSUMS.valid(&address, hex.as_bytes()) {
         return Err(EvmValueError::AddressChecksum);
