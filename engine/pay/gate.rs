@@ -65,7 +65,9 @@ fn decode(header: &[u8]) -> Result<Presented, PaidOutcome> {
     let bytes = STANDARD
         .decode(trimmed)
         .map_err(|_| reject("invalid_payload"))?;
-    let payload: Value = serde_json::from_slice(&bytes).map_err(|_| reject("invalid_payload"))?;
+    // UTF-8 checked once for the whole payload, so the parser need not check each string.
+    let text = std::str::from_utf8(&bytes).map_err(|_| reject("invalid_payload"))?;
+    let payload: Value = serde_json::from_str(text).map_err(|_| reject("invalid_payload"))?;
     if payload.get("x402Version").and_then(Value::as_u64) != Some(2) {
         return Err(reject("invalid_x402_version"));
     }
