@@ -72,6 +72,18 @@ impl Declared {
         &self.wire.requirement
     }
 
+    /// Whether `theirs` is our resource URL by SPEC's URL equality rule. The echo official
+    /// clients send is our URL verbatim, which is compared without parsing it.
+    fn is_our_url(&self, theirs: Option<&str>) -> bool {
+        let (Some(ours), Some(theirs)) = (&self.resource_url, theirs) else {
+            return false;
+        };
+        if theirs == self.url() {
+            return same_url(ours, ours);
+        }
+        Url::parse(theirs).is_ok_and(|theirs| same_url(ours, &theirs))
+    }
+
     /// Our `resource.url` as declared ("" when the 402 had none).
     pub(crate) fn url(&self) -> &str {
         self.resource
@@ -117,13 +129,8 @@ pub(crate) fn check(
         return Err(EchoRefusal::Requirements);
     }
     if let Some(resource) = payload.get("resource") {
-        let theirs = resource
-            .get("url")
-            .and_then(Value::as_str)
-            .and_then(|url| Url::parse(url).ok());
-        let same =
-            matches!((&declared.resource_url, &theirs), (Some(a), Some(b)) if same_url(a, b));
-        if !same {
+        let theirs = resource.get("url").and_then(Value::as_str);
+        if !declared.is_our_url(theirs) {
             return Err(EchoRefusal::ResourceUrl);
         }
     }
@@ -324,6 +331,23 @@ mod tests {
         assert_eq!(check(&extra, &requirement(), &declared()), Ok(()));
         let bare = json!({"accepted": requirement(), "payload": {}});
         assert_eq!(check(&bare, &requirement(), &declared()), Ok(()));
+    }
+
+    #[test]
+    fn our_url_verbatim_or_equal_by_the_rule_passes_and_nothing_else() {
+        let ours = declared();
+        assert!(ours.is_our_url(Some("https://factomat.test.example/v1/x")));
+        assert!(ours.is_our_url(Some("https://Factomat.Test.Example:443/v1/x")));
+        for theirs in [
+            "https://factomat.test.example/v1/x/",
+            "https://factomat.test.example/v1/x#frag",
+            "https://user@factomat.test.example/v1/x",
+            "http://factomat.test.example/v1/x",
+            "not a url",
+        ] {
+            assert!(!ours.is_our_url(Some(theirs)), "{theirs}");
+        }
+        assert!(!ours.is_our_url(None));
     }
 
     #[test]
