@@ -566,7 +566,9 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
         config: config.clone(),
         cache: Default::default(),
     };
-    let response = work.observe(&context).await.map_err(|e| e.to_string())?;
+    let body = work.observe(&context).await.map_err(|e| e.to_string())?;
+    let response: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| format!("the answer is not JSON: {e}"))?;
     if response["status"] == "HOLD" {
         return Err(format!(
             "the providers answered HOLD ({}), which is not stored as the sample; errors: {}",

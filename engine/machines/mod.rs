@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::Deserialize as _;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -44,6 +45,9 @@ pub trait Machine: Send + Sync + 'static {
     const ID: &'static str;
     /// The request body, deserialized once after the manifest's input schema accepted it.
     type Request: DeserializeOwned + Send + Sync + 'static;
+    /// The answer's body: a typed struct, or a `Value` built field by field. It is serialized
+    /// once, when the work ends.
+    type Answer: Serialize + Send;
 
     /// What the paid work reads, in the order readiness asks for it.
     const NEEDS: &'static [Need];
@@ -62,7 +66,7 @@ pub trait Machine: Send + Sync + 'static {
     /// The paid work. Upstream failures are truthful HOLD/PARTIAL results, not errors.
     fn observe(
         call: Call<'_, Self::Request>,
-    ) -> impl Future<Output = Result<Value, WorkError>> + Send;
+    ) -> impl Future<Output = Result<Self::Answer, WorkError>> + Send;
 }
 
 /// One paid call as a machine's `observe` receives it.
@@ -143,8 +147,12 @@ pub fn find(id: &str) -> Option<&'static dyn Entry> {
     REGISTRY.iter().copied().find(|entry| entry.id() == id)
 }
 
-/// The future of a machine's paid work.
-pub type Observation<'a> = Pin<Box<dyn Future<Output = Result<Value, WorkError>> + Send + 'a>>;
+/// The first buffer an answer is serialized into: VM02's answer is about 1 KB; a larger one
+/// grows it.
+const ANSWER_BUFFER_BYTES: usize = 4096;
+
+/// The future of a machine's paid work: the answer's body as JSON bytes.
+pub type Observation<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, WorkError>> + Send + 'a>>;
 
 /// An accepted request's paid work, handed to the payment gate as a value. Nothing runs until
 /// [`Work::observe`]'s future is polled.
@@ -180,7 +188,12 @@ impl<M: Machine> PaidWork for Accepted<M> {
                 spec: self.spec,
                 request: &self.request,
             };
-            M::observe(call).await
+            let answer = M::observe(call).await?;
+            // Sized for a typical answer, so the buffer is not regrown as it fills.
+            let mut body = Vec::with_capacity(ANSWER_BUFFER_BYTES);
+            // Our answers have string keys only: serializing them cannot fail.
+            let _ = serde_json::to_writer(&mut body, &answer);
+            Ok(body)
         })
     }
 }

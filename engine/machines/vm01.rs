@@ -24,6 +24,7 @@ pub struct Request {
 impl super::Machine for Vm01 {
     const ID: &'static str = "VM01";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Fetch];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

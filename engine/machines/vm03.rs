@@ -54,6 +54,7 @@ pub(crate) struct DeclaredHolding {
 impl super::Machine for Vm03 {
     const ID: &'static str = "VM03";
     type Request = Request;
+    type Answer = Value;
     /// Every provider VM03 reads must be configured: both chains' RPC and inventory endpoints
     /// (the inventory URL usually carries the credential) and the pricing API.
     const NEEDS: &'static [Need] = &[

@@ -54,6 +54,7 @@ impl Request {
 impl super::Machine for Vm04 {
     const ID: &'static str = "VM04";
     type Request = Request;
+    type Answer = Value;
     /// Both chains' RPC endpoints and the Lido API must be configured: the frozen set spans them,
     /// and a caller must not pay for venues this deployment cannot read.
     const NEEDS: &'static [Need] = &[Need::Rpc("eip155:1"), Need::Rpc("eip155:8453"), Need::Lido];

@@ -28,6 +28,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm05 {
     const ID: &'static str = "VM05";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

@@ -57,6 +57,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm06 {
     const ID: &'static str = "VM06";
     type Request = Request;
+    type Answer = Value;
     /// Both analysis chains must be readable: the machine offers both, and a caller must not pay
     /// for a chain this deployment cannot read.
     const NEEDS: &'static [Need] = &[Need::Rpc("eip155:1"), Need::Rpc("eip155:8453")];

@@ -41,6 +41,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm07 {
     const ID: &'static str = "VM07";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Fetch];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

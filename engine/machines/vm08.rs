@@ -48,6 +48,7 @@ pub(crate) struct PricePolicy {
 impl super::Machine for Vm08 {
     const ID: &'static str = "VM08";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Probe];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

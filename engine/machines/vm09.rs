@@ -40,6 +40,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm09 {
     const ID: &'static str = "VM09";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Probe, Need::Rpc("eip155:8453")];
 
     fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

@@ -37,6 +37,7 @@ pub(crate) struct Request {
 impl super::Machine for Vm11 {
     const ID: &'static str = "VM11";
     type Request = Request;
+    type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {

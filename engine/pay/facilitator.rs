@@ -79,16 +79,23 @@ impl PaymentBody {
             payment_payload: payload,
             payment_requirements: requirement,
         };
-        serde_json::to_vec(&fields)
-            .map(|bytes| PaymentBody(Bytes::from(bytes)))
+        // Sized for our declaration and a buyer's payload, so the buffer is not regrown.
+        let mut bytes = Vec::with_capacity(PAYMENT_BODY_BUFFER_BYTES);
+        serde_json::to_writer(&mut bytes, &fields)
+            .map(|()| PaymentBody(Bytes::from(bytes)))
             .map_err(|e| FacilitatorError::Unavailable(e.to_string()))
     }
 }
 
-/// One facilitator answer: status, JSON body, and the `EXTENSION-RESPONSES` sidechannel.
-struct Answer {
+/// The first buffer a `/verify` and `/settle` body is serialized into: our declaration and
+/// the buyer's payload come to a few KB.
+const PAYMENT_BODY_BUFFER_BYTES: usize = 8192;
+
+/// One facilitator answer: status, JSON body (read as `T`), and the `EXTENSION-RESPONSES`
+/// sidechannel.
+struct Answer<T> {
     status: u16,
-    value: Value,
+    value: T,
     extension_responses: Option<Value>,
 }
 
@@ -257,13 +264,13 @@ impl FacilitatorClient {
         self.verify_timeout
     }
 
-    async fn call(
+    async fn call<T: serde::de::DeserializeOwned>(
         &self,
         method: reqwest::Method,
         endpoint: Endpoint,
         body: Option<&PaymentBody>,
         timeout: Duration,
-    ) -> Result<Answer, FacilitatorError> {
+    ) -> Result<Answer<T>, FacilitatorError> {
         let url = self.endpoints.url(endpoint).clone();
         let authorization = self.auth.value(&method, &url);
         let mut builder = self
@@ -333,11 +340,9 @@ impl FacilitatorClient {
     ) -> Result<VerifyResponse, FacilitatorError> {
         let timeout = Self::within(self.verify_timeout, deadline)?;
         let answer = self
-            .call(reqwest::Method::POST, Endpoint::Verify, Some(body), timeout)
+            .call::<VerifyResponse>(reqwest::Method::POST, Endpoint::Verify, Some(body), timeout)
             .await?;
-        let status = answer.status;
-        let mut verdict: VerifyResponse = serde_json::from_value(answer.value)
-            .map_err(|_| FacilitatorError::BadAnswer { status })?;
+        let mut verdict = answer.value;
         verdict.extension_responses = answer.extension_responses;
         Ok(verdict)
     }
@@ -355,7 +360,7 @@ impl FacilitatorClient {
             mut value,
             extension_responses,
         } = self
-            .call(reqwest::Method::POST, Endpoint::Settle, Some(body), timeout)
+            .call::<Value>(reqwest::Method::POST, Endpoint::Settle, Some(body), timeout)
             .await?;
         let Some(success) = value.get("success").and_then(Value::as_bool) else {
             return Err(FacilitatorError::BadAnswer { status });
@@ -387,7 +392,7 @@ impl FacilitatorClient {
         network: &str,
     ) -> Result<bool, FacilitatorError> {
         let answer = self
-            .call(
+            .call::<Value>(
                 reqwest::Method::GET,
                 Endpoint::Supported,
                 None,

@@ -270,7 +270,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     rail: &PaymentRail,
     manifest: &Manifest,
     call: PaidCall<'_>,
-    work: impl Future<Output = Result<Value, E>>,
+    work: impl Future<Output = Result<Vec<u8>, E>>,
 ) -> PaidOutcome {
     let presented = match decode(call.header) {
         Ok(presented) => presented,
@@ -331,7 +331,7 @@ async fn first_presentation<E: std::fmt::Display>(
     call: &PaidCall<'_>,
     presented: &Presented,
     lookup: &Lookup,
-    work: impl Future<Output = Result<Value, E>>,
+    work: impl Future<Output = Result<Vec<u8>, E>>,
 ) -> PaidOutcome {
     let deadline = match admit(rail, manifest, call, presented).await {
         Ok(deadline) => deadline,
@@ -398,7 +398,6 @@ async fn first_presentation<E: std::fmt::Display>(
         lookup,
         finisher: call.finisher,
     };
-    let body = serde_json::to_vec(&body).unwrap_or_default();
     row.record(settled, body).await
 }
 
@@ -417,11 +416,11 @@ impl Again<'_> {
     async fn run<E: std::fmt::Display>(
         self,
         call: &PaidCall<'_>,
-        work: impl Future<Output = Result<Value, E>>,
+        work: impl Future<Output = Result<Vec<u8>, E>>,
     ) -> PaidOutcome {
         let budget = call.machine.overall_timeout() + WORK_GRACE;
         let body = match tokio::time::timeout(budget, work).await {
-            Ok(Ok(body)) => serde_json::to_vec(&body).unwrap_or_default(),
+            Ok(Ok(body)) => body,
             Ok(Err(error)) => {
                 tracing::error!(machine = %call.machine.machine, %error, attempt = self.row.id, "the paid work run again failed");
                 return PaidOutcome::Failed(Refusal::WorkFailed);

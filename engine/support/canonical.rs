@@ -10,6 +10,10 @@ use std::io::{self, Write};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// The first buffer a canonical form is written into: a payment payload's is about 1 KB; a
+/// larger document grows it.
+const CANONICAL_BUFFER_BYTES: usize = 4096;
+
 /// Serializes `value` canonically.
 pub fn canonical_json(value: &Value) -> String {
     let mut out = Vec::new();
@@ -59,7 +63,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// at once: the canonical form is written in many short pieces, and each piece fed to the
 /// hasher directly cost more than copying it.
 pub fn canonical_sha256(value: &Value) -> String {
-    let mut canonical = Vec::with_capacity(1024);
+    let mut canonical = Vec::with_capacity(CANONICAL_BUFFER_BYTES);
     // Writing into a Vec cannot fail.
     let _ = write_canonical(value, &mut canonical);
     sha256_hex(&canonical)
