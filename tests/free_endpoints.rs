@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{BASE_URL, TestServer, repo_root};
+use common::{BASE_URL, TestServer, closed_port, repo_root};
 use serde_json::Value;
 
 const DOCUMENTS: &[(&str, &str, &str)] = &[
@@ -109,11 +109,8 @@ async fn head_answers_without_a_body() {
 
 #[tokio::test]
 async fn health_reports_static_facts_only() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
-    let facilitator = format!("http://{closed}");
+    let closed = closed_port();
+    let facilitator = format!("http://{}", closed.addr);
     let ready = TestServer::with_env(&[
         ("FACTOMAT_PAY_TO", common::PAY_TO),
         ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),

@@ -11,7 +11,7 @@ use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
 use common::onchain::serve;
-use common::{TestServer, decode_header};
+use common::{TestServer, closed_port, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
@@ -549,10 +549,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         "{}"
     }))
     .await;
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr")
-    };
+    let closed = closed_port();
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -564,7 +561,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         }
     });
     let rpc = format!("http://{tripwire}");
-    let down = rig_with(stack, &format!("http://{closed}"), &rpc).await;
+    let down = rig_with(stack, &format!("http://{}", closed.addr), &rpc).await;
     let body = vm02_request(
         &down.buyer(),
         "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
@@ -611,18 +608,16 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         "no work ran"
     );
     assert_eq!(down.balances(), balances, "nothing was charged");
-    assert!(down.ledger_rows().await.is_empty() && hanging.ledger_rows().await.is_empty());
+    let rows = (down.ledger_rows().await, hanging.ledger_rows().await);
+    assert!(rows.0.is_empty() && rows.1.is_empty(), "{rows:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
     let stack = DevStack::start();
     let facilitator = stack.field("facilitator_url");
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr")
-    };
-    let secret_rpc = format!("http://{closed}/v2/SECRETKEY-do-not-leak-4242");
+    let closed = closed_port();
+    let secret_rpc = format!("http://{}/v2/SECRETKEY-do-not-leak-4242", closed.addr);
     let rig = rig_with(stack, &facilitator, &secret_rpc).await;
     let body = vm02_request(
         &rig.buyer(),
@@ -891,11 +886,8 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
         .await
         .expect("reserve");
     drop(ledger);
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
-    let facilitator = format!("http://{closed}");
+    let closed = closed_port();
+    let facilitator = format!("http://{}", closed.addr);
     let _server = TestServer::with_env(&[
         ("FACTOMAT_PAY_TO", common::PAY_TO),
         ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),

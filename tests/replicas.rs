@@ -11,7 +11,7 @@ use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::onchain::serve;
 use common::postgres;
 use common::replica::Replica;
-use common::{TestServer, decode_header};
+use common::{TestServer, closed_port, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
@@ -507,11 +507,8 @@ async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_database_is_unavailable_within_the_connect_timeout() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
-    let url = format!("postgres://factomat:hunter2@{closed}/ledger");
+    let closed = closed_port();
+    let url = format!("postgres://factomat:hunter2@{}/ledger", closed.addr);
     let ledger = Ledger::open(
         &url,
         PoolOptions {

@@ -7,9 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use common::closed_port;
 use common::devstack::DevStack;
 use common::logs::logs;
-use common::onchain::{ChainRig, assert_output_valid, closed_port, serve};
+use common::onchain::{ChainRig, assert_output_valid, serve};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -876,7 +877,8 @@ async fn an_inventory_answer_over_the_manifest_size_limit_is_a_failed_page() {
 /// still counted in `pages_read` (their holdings are not reported).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_chain_reports_the_inventory_pages_it_read() {
-    let dead = format!("http://{}/v2/SECRETKEY-rpc", closed_port());
+    let closed = closed_port();
+    let dead = format!("http://{}/v2/SECRETKEY-rpc", closed.addr);
     let p = portfolio(&[("FACTOMAT_RPC_URL_EIP155_1", dead.as_str())]).await;
     let owner = fresh_address(8);
     let listed = "0x00000000000000000000000000000000000000e1";
@@ -1051,7 +1053,8 @@ async fn quote_only_tokens_are_priced_by_the_published_relation_and_a_full_answe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_chain_is_hold_and_no_configured_url_leaks() {
-    let dead = format!("http://user:SECRETPASS@{}/v2/SECRETKEY-rpc", closed_port());
+    let closed = closed_port();
+    let dead = format!("http://user:SECRETPASS@{}/v2/SECRETKEY-rpc", closed.addr);
     let p = portfolio(&[("FACTOMAT_RPC_URL_EIP155_1", dead.as_str())]).await;
     let owner = fresh_address(5);
     p.rig.stack.chain(&["set-eth", &owner, "1000"]);

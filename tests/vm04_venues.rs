@@ -7,8 +7,9 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::closed_port;
 use common::devstack::DevStack;
-use common::onchain::{ChainRig, assert_output_valid, closed_port, serve};
+use common::onchain::{ChainRig, assert_output_valid, serve};
 use serde_json::{Value, json};
 use warp::Filter;
 
@@ -486,7 +487,8 @@ async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_lido_api_and_a_dead_rpc_node_are_bounded_and_truthful() {
     let lido = Lido::start(LidoMode::Hang).await;
-    let dead = format!("http://{}/?key=SECRETKEY-vm04", closed_port());
+    let closed = closed_port();
+    let dead = format!("http://{}/?key=SECRETKEY-vm04", closed.addr);
     let rig = rig(&lido, &[("FACTOMAT_RPC_URL_EIP155_1", dead.as_str())]).await;
     let started = std::time::Instant::now();
     let body = rig.pay(VM04, &json!({"chain_id": 1, "asset": {"kind": "native"}}));

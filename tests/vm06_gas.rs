@@ -3,10 +3,9 @@
 
 mod common;
 
+use common::closed_port;
 use common::logs::logs;
-use common::onchain::{
-    ChainRig, RpcAction, assert_output_valid, closed_port, rpc_call, rpc_proxy, selector,
-};
+use common::onchain::{ChainRig, RpcAction, assert_output_valid, rpc_call, rpc_proxy, selector};
 use serde_json::{Value, json};
 
 const VM06: &str = "/v1/transaction-gas-preflight";
@@ -276,7 +275,8 @@ async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
         _ => RpcAction::Forward,
     })
     .await;
-    let dead = format!("http://user:SECRETPASS-vm06@{}/", closed_port());
+    let closed = closed_port();
+    let dead = format!("http://user:SECRETPASS-vm06@{}/", closed.addr);
     let history_url = format!("http://{history_down}/");
     let rig = ChainRig::with_stack(
         stack,

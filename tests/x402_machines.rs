@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::TestServer;
 use common::devstack::DevStack;
 use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
+use common::{TestServer, closed_port};
 use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
@@ -431,11 +431,8 @@ async fn vm08_binds_the_post_body_and_compares_a_listing_it_never_fetches() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm09_holds_when_the_balance_cannot_be_read() {
     let stack = DevStack::start();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
-    let rpc = format!("http://{closed}/v2/SECRET-rpc-key-77");
+    let closed = closed_port();
+    let rpc = format!("http://{}/v2/SECRET-rpc-key-77", closed.addr);
     let rig = rig_on(stack, &rpc).await;
     let buyer = rig.stack.field("buyer_address");
     let answer = rig.stack.pay(

@@ -232,3 +232,27 @@ pub fn temp_path(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir.join(name)
 }
+
+/// A loopback port that refuses connections for as long as this value lives.
+///
+/// The socket is bound but never listens, so a connect gets an immediate refusal and the
+/// kernel cannot hand the port to another test's server meanwhile (a port merely closed
+/// can be, and then a "dead" facilitator or node answers).
+pub struct ClosedPort {
+    _socket: tokio::net::TcpSocket,
+    /// The refusing address.
+    pub addr: std::net::SocketAddr,
+}
+
+/// Binds a refusing loopback port (see [`ClosedPort`]).
+pub fn closed_port() -> ClosedPort {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("loopback"))
+        .expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    ClosedPort {
+        _socket: socket,
+        addr,
+    }
+}

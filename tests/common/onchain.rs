@@ -13,12 +13,6 @@ use super::devstack::DevStack;
 use super::logs::capture;
 use super::{TestServer, machine};
 
-/// A closed loopback port: connecting to it fails at once.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr")
-}
-
 pub struct ChainRig {
     pub stack: DevStack,
     pub server: TestServer,
