@@ -86,6 +86,7 @@ fn effectively_unlimited(allowance: U256) -> bool {
     allowance >= (U256::from(1u8) << 96) - U256::from(1u8)
 }
 
+#[derive(Default)]
 struct Reads {
     block: Option<u64>,
     allowance: Option<U256>,
@@ -106,15 +107,7 @@ async fn read_at_one_block(
     token: Address,
     spender: Address,
 ) -> Reads {
-    let mut reads = Reads {
-        block: None,
-        allowance: None,
-        balance: None,
-        decimals: None,
-        symbol: None,
-        code_present: None,
-        limitations: Vec::new(),
-    };
+    let mut reads = Reads::default();
     let block = match provider.get_block_number().await {
         Ok(block) => block,
         Err(error) => {
@@ -373,13 +366,8 @@ mod tests {
             limitations: Vec::new(),
         };
         let unread = Reads {
-            block: None,
-            allowance: None,
-            balance: None,
-            decimals: None,
-            symbol: None,
-            code_present: None,
             limitations: vec!["the RPC endpoint did not answer".into()],
+            ..Reads::default()
         };
         for (reads, status) in [(read, "OK"), (unread, "HOLD")] {
             let answer = serde_json::to_value(respond(spec, &request, reads)).expect("serializes");

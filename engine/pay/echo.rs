@@ -27,6 +27,8 @@ pub(crate) struct Declared {
     full_extensions: Map<String, Value>,
     /// `resource.url`, parsed once for the echo's URL equality check.
     resource_url: Option<Url>,
+    /// Whether an echo of `resource.url` byte for byte is our resource (our URL is clean).
+    verbatim_is_ours: bool,
     /// What `/verify` and `/settle` send of ours, serialized once: every paid call sends
     /// these bytes unchanged (serializing them per call cost ≈ 60k instructions).
     wire: Wire,
@@ -58,11 +60,15 @@ impl Declared {
             .get("url")
             .and_then(Value::as_str)
             .and_then(|url| Url::parse(url).ok());
+        let verbatim_is_ours = resource_url
+            .as_ref()
+            .is_some_and(|ours| same_url(ours, ours));
         Ok(Declared {
             resource,
             header_extensions,
             full_extensions,
             resource_url,
+            verbatim_is_ours,
             wire,
         })
     }
@@ -79,7 +85,7 @@ impl Declared {
             return false;
         };
         if theirs == self.url() {
-            return same_url(ours, ours);
+            return self.verbatim_is_ours;
         }
         Url::parse(theirs).is_ok_and(|theirs| same_url(ours, &theirs))
     }
