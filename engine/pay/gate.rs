@@ -5,7 +5,8 @@
 //! and the buyer's echo (`echo`) → the authorization's window (`window`) → the local check
 //! (`local_check`) → the ledger's nonce and strike pre-check → facilitator `/verify` →
 //! ledger reserve (binding where the answer will be retained) → the machine's work → the
-//! settlement (`settlement`) → ledger record, with the answer retained (`retained`).
+//! settlement (`settlement`) → ledger record and the buyer's answer (`record`), with the
+//! answer retained (`retained`).
 //!
 //! A payment refused before `/verify` never costs an outbound request. Nothing goes outbound
 //! before `/verify` says the payment is valid, and the unique nonce in the ledger makes sure
@@ -24,16 +25,17 @@ use tokio::time::Instant;
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::PaymentTerms;
 use crate::pay::call::{
-    ALREADY_PRESENTED, NONCE_BURNED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal,
-    ledger_failure, reject, unix_now,
+    ALREADY_PRESENTED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
+    reject, unix_now,
 };
 use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent};
 use crate::pay::echo;
-use crate::pay::facilitator::{FacilitatorError, PaymentBody, SETTLEMENT_PENDING};
-use crate::pay::ledger::{Binding, Keep, LedgerError, NewAttempt, Outcome};
+use crate::pay::facilitator::{FacilitatorError, PaymentBody};
+use crate::pay::ledger::{Binding, LedgerError, NewAttempt};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
-use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
-use crate::pay::settlement::{self, Payment, Settlement, Settling, encoded, our_settle_response};
+use crate::pay::record::{Row, work_failed};
+use crate::pay::retained::{self, Answer, Lookup, Retention};
+use crate::pay::settlement::{self, Payment, Settling, our_settle_response};
 use crate::pay::window::{self, Bounds, WindowRefusal};
 use crate::support::canonical::{canonical_sha256, sha256_hex};
 use crate::support::metrics::metrics;
@@ -71,7 +73,10 @@ fn decode(header: &[u8]) -> Result<Presented, PaidOutcome> {
     if payload.get("x402Version").and_then(Value::as_u64) != Some(2) {
         return Err(reject("invalid_x402_version"));
     }
-    let authorization = payload.pointer("/payload/authorization");
+    // Two lookups: `Value::pointer` would allocate each segment of its path.
+    let authorization = payload
+        .get("payload")
+        .and_then(|inner| inner.get("authorization"));
     let field = |name: &str| {
         authorization
             .and_then(|a| a.get(name))
@@ -394,7 +399,8 @@ async fn first_presentation<E: std::fmt::Display>(
         id,
         machine: call.machine,
         manifest,
-        presented,
+        payer: presented.payer,
+        valid_before: presented.valid_before,
         lookup,
         finisher: call.finisher,
     };
@@ -493,236 +499,6 @@ fn terms_of(
         value: U256::from_str_radix(&call.machine.price_atomic, 10).ok()?,
         nonce: presented.nonce,
     })
-}
-
-async fn work_failed(
-    rail: &PaymentRail,
-    id: i64,
-    machine: &Machine,
-    reason: String,
-) -> PaidOutcome {
-    tracing::error!(machine = %machine.machine, error = %reason, "paid work failed; not settling");
-    metrics().payment("work_failed", "");
-    if let Err(e) = rail
-        .ledger
-        .finish(id, &Outcome::WorkFailed { reason })
-        .await
-    {
-        tracing::error!(error = %e, attempt = id, "could not record work_failed");
-    }
-    PaidOutcome::Failed(Refusal::WorkFailed)
-}
-
-/// The reserved row of one paid call, and what its answer is made of.
-struct Row<'a> {
-    rail: &'a PaymentRail,
-    id: i64,
-    machine: &'a Machine,
-    manifest: &'a Manifest,
-    presented: &'a Presented,
-    lookup: &'a Lookup,
-    finisher: &'a dyn Finisher,
-}
-
-impl Row<'_> {
-    /// Until when the payer is refused, when the payment ended unpaid by their doing.
-    fn strike_until(&self) -> Option<u64> {
-        let seconds = self.rail.strike_seconds;
-        (seconds > 0).then(|| unix_now().saturating_add(seconds))
-    }
-
-    /// Our own SettleResponse, encoded for PAYMENT-RESPONSE.
-    fn response(&self, success: bool, reason: Option<&str>, transaction: Option<&str>) -> String {
-        let payer = self.presented.payer.to_checksum(None);
-        let network = &self.manifest.payment.network;
-        our_settle_response(network, &payer, success, reason, transaction)
-    }
-
-    /// The answer sealed for retention, when retention is on and sealing works.
-    fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
-        let retention = self.rail.retention.as_ref()?;
-        retained::seal(&retention.secret, self.lookup, answer)
-            .map_err(|error| {
-                tracing::error!(%error, attempt = self.id, "answer not retained");
-            })
-            .ok()
-            .map(|sealed| (retention, sealed))
-    }
-
-    /// Records the outcome, retaining `answer` with it in one transaction.
-    async fn finish(
-        &self,
-        outcome: &Outcome,
-        answer: &Answer,
-        held: bool,
-    ) -> Result<(), LedgerError> {
-        let Some((retention, sealed)) = self.sealed(answer) else {
-            return self.rail.ledger.finish(self.id, outcome).await;
-        };
-        let collectable_until =
-            (!held).then(|| retention.collectable_until(self.lookup, unix_now()));
-        let keep = Keep::Store {
-            sealed: &sealed,
-            held,
-            collectable_until,
-        };
-        self.rail
-            .ledger
-            .finish_keeping(self.id, outcome, keep)
-            .await?;
-        metrics().retained("retained");
-        Ok(())
-    }
-
-    async fn finish_logged(&self, outcome: &Outcome) {
-        finish_logged(self.rail, self.id, outcome).await;
-    }
-
-    /// Records the settlement and decides the answer.
-    async fn record(&self, settled: Settlement, body: Vec<u8>) -> PaidOutcome {
-        match settled {
-            Settlement::Paid {
-                transaction,
-                transfer_log_index,
-                response,
-                evidence,
-            } => {
-                self.paid(transaction, transfer_log_index, response, evidence, body)
-                    .await
-            }
-            Settlement::Burned {
-                transaction,
-                evidence,
-            } => self.burned(transaction, evidence).await,
-            Settlement::Unpaid {
-                reason,
-                response,
-                evidence,
-                payer_fault,
-            } => self.unpaid(reason, response, evidence, payer_fault).await,
-            Settlement::Pending {
-                transaction,
-                evidence,
-            } => self.pending(transaction, evidence, body).await,
-        }
-    }
-
-    async fn paid(
-        &self,
-        transaction: String,
-        transfer_log_index: Option<u64>,
-        response: Option<Value>,
-        evidence: Option<String>,
-        body: Vec<u8>,
-    ) -> PaidOutcome {
-        let outcome = Outcome::Settled {
-            transaction: transaction.clone(),
-            transfer_log_index,
-            evidence,
-        };
-        let payment_response = response
-            .map(|response| encoded(&response))
-            .unwrap_or_else(|| self.response(true, None, Some(&transaction)));
-        let answer = self.finisher.finish(body, &payment_response);
-        match self.finish(&outcome, &answer, false).await {
-            Err(LedgerError::Duplicate) => {
-                let evidence = format!("the Transfer in {transaction} already proves another row");
-                return self.burned(transaction, evidence).await;
-            }
-            // Paid on chain: deliver; the row left reserved is reported at start-up.
-            Err(error) => tracing::error!(%error, attempt = self.id, "settled but not recorded"),
-            Ok(()) => {}
-        }
-        tracing::info!(machine = %self.machine.machine, %transaction, "payment settled");
-        metrics().payment("settled", "");
-        PaidOutcome::Answered(answer)
-    }
-
-    async fn burned(&self, transaction: String, evidence: String) -> PaidOutcome {
-        tracing::warn!(machine = %self.machine.machine, %transaction, %evidence, "the payment's nonce was spent by another authorization; result withheld");
-        metrics().payment("nonce_burned", "");
-        let outcome = Outcome::NonceBurned {
-            transaction: transaction.clone(),
-            evidence,
-            strike_until: self.strike_until(),
-        };
-        self.finish_logged(&outcome).await;
-        PaidOutcome::SettleFailed {
-            reason: NONCE_BURNED.into(),
-            payment_response: self.response(false, Some(NONCE_BURNED), Some(&transaction)),
-        }
-    }
-
-    async fn unpaid(
-        &self,
-        reason: String,
-        response: Option<Value>,
-        evidence: String,
-        payer_fault: bool,
-    ) -> PaidOutcome {
-        tracing::warn!(machine = %self.machine.machine, %reason, %evidence, "settlement failed; result withheld");
-        metrics().payment("settle_failed", "");
-        let outcome = Outcome::SettleFailed {
-            reason: reason.clone(),
-            evidence: Some(evidence),
-            strike_until: self.strike_until().filter(|_| payer_fault),
-        };
-        self.finish_logged(&outcome).await;
-        let payment_response = match response {
-            Some(mut response) => {
-                response["success"] = Value::Bool(false);
-                if response.get("transaction").is_none() {
-                    response["transaction"] = Value::String(String::new());
-                }
-                encoded(&response)
-            }
-            None => self.response(false, Some(&reason), None),
-        };
-        PaidOutcome::SettleFailed {
-            reason,
-            payment_response,
-        }
-    }
-
-    async fn pending(
-        &self,
-        transaction: Option<String>,
-        evidence: String,
-        body: Vec<u8>,
-    ) -> PaidOutcome {
-        tracing::warn!(machine = %self.machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
-        metrics().payment("settle_pending", "");
-        let outcome = Outcome::SettlePending {
-            transaction: transaction.clone(),
-            evidence,
-        };
-        // The result is held (sealed, without payment headers) until the chain decides: the
-        // buyer collects it by sending the identical request again.
-        let held = Answer {
-            status: 200,
-            body,
-            headers: Vec::new(),
-        };
-        if let Err(error) = self.finish(&outcome, &held, true).await {
-            tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
-        }
-        let response = self.response(false, Some(SETTLEMENT_PENDING), transaction.as_deref());
-        PaidOutcome::Pending {
-            transaction,
-            retry_after_seconds: self
-                .presented
-                .valid_before
-                .saturating_sub(unix_now())
-                .max(1),
-            payment_response: response,
-        }
-    }
-}
-
-async fn finish_logged(rail: &PaymentRail, id: i64, outcome: &Outcome) {
-    if let Err(error) = rail.ledger.finish(id, outcome).await {
-        tracing::error!(%error, attempt = id, state = outcome.state(), "could not record the settlement outcome");
-    }
 }
 
 fn facilitator_down(step: &'static str, error: &FacilitatorError) -> PaidOutcome {

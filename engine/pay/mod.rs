@@ -10,6 +10,7 @@ pub mod ledger;
 pub(crate) mod listing;
 pub(crate) mod local_check;
 pub mod reconcile;
+pub(crate) mod record;
 pub mod report;
 pub(crate) mod retained;
 pub(crate) mod settlement;

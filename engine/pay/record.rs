@@ -1,0 +1,247 @@
+//! What a paid call's settlement makes of its reserved row: the ledger record (with the
+//! answer retained in the same transaction) and the buyer's answer — paid, withheld or
+//! pending (docs/payment.md, "What happens to my money").
+
+use alloy_primitives::Address;
+use serde_json::Value;
+
+use crate::catalog::manifest::{Machine, Manifest};
+use crate::pay::call::{NONCE_BURNED, PaidOutcome, PaymentRail, Refusal, unix_now};
+use crate::pay::facilitator::SETTLEMENT_PENDING;
+use crate::pay::ledger::{Keep, LedgerError, Outcome};
+use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
+use crate::pay::settlement::{Settlement, encoded, our_settle_response};
+use crate::support::metrics::metrics;
+
+/// Records a paid call whose work failed or overran its budget: nothing is settled, so the
+/// buyer is not charged.
+pub(super) async fn work_failed(
+    rail: &PaymentRail,
+    id: i64,
+    machine: &Machine,
+    reason: String,
+) -> PaidOutcome {
+    tracing::error!(machine = %machine.machine, error = %reason, "paid work failed; not settling");
+    metrics().payment("work_failed", "");
+    if let Err(e) = rail
+        .ledger
+        .finish(id, &Outcome::WorkFailed { reason })
+        .await
+    {
+        tracing::error!(error = %e, attempt = id, "could not record work_failed");
+    }
+    PaidOutcome::Failed(Refusal::WorkFailed)
+}
+
+/// The reserved row of one paid call, and what its answer is made of.
+pub(super) struct Row<'a> {
+    pub(super) rail: &'a PaymentRail,
+    /// The reserved row's id.
+    pub(super) id: i64,
+    pub(super) machine: &'a Machine,
+    pub(super) manifest: &'a Manifest,
+    /// Who signed the payment.
+    pub(super) payer: Address,
+    /// The authorization's `validBefore` (unix seconds).
+    pub(super) valid_before: u64,
+    /// Where the answer is retained.
+    pub(super) lookup: &'a Lookup,
+    pub(super) finisher: &'a dyn Finisher,
+}
+
+impl Row<'_> {
+    /// Until when the payer is refused, when the payment ended unpaid by their doing.
+    fn strike_until(&self) -> Option<u64> {
+        let seconds = self.rail.strike_seconds;
+        (seconds > 0).then(|| unix_now().saturating_add(seconds))
+    }
+
+    /// Our own SettleResponse, encoded for PAYMENT-RESPONSE.
+    fn response(&self, success: bool, reason: Option<&str>, transaction: Option<&str>) -> String {
+        let payer = self.payer.to_checksum(None);
+        let network = &self.manifest.payment.network;
+        our_settle_response(network, &payer, success, reason, transaction)
+    }
+
+    /// The answer sealed for retention, when retention is on and sealing works.
+    fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
+        let retention = self.rail.retention.as_ref()?;
+        retained::seal(&retention.secret, self.lookup, answer)
+            .map_err(|error| {
+                tracing::error!(%error, attempt = self.id, "answer not retained");
+            })
+            .ok()
+            .map(|sealed| (retention, sealed))
+    }
+
+    /// Records the outcome, retaining `answer` with it in one transaction.
+    async fn finish(
+        &self,
+        outcome: &Outcome,
+        answer: &Answer,
+        held: bool,
+    ) -> Result<(), LedgerError> {
+        let Some((retention, sealed)) = self.sealed(answer) else {
+            return self.rail.ledger.finish(self.id, outcome).await;
+        };
+        let collectable_until =
+            (!held).then(|| retention.collectable_until(self.lookup, unix_now()));
+        let keep = Keep::Store {
+            sealed: &sealed,
+            held,
+            collectable_until,
+        };
+        self.rail
+            .ledger
+            .finish_keeping(self.id, outcome, keep)
+            .await?;
+        metrics().retained("retained");
+        Ok(())
+    }
+
+    async fn finish_logged(&self, outcome: &Outcome) {
+        finish_logged(self.rail, self.id, outcome).await;
+    }
+
+    /// Records the settlement and decides the answer.
+    pub(super) async fn record(&self, settled: Settlement, body: Vec<u8>) -> PaidOutcome {
+        match settled {
+            Settlement::Paid {
+                transaction,
+                transfer_log_index,
+                response,
+                evidence,
+            } => {
+                self.paid(transaction, transfer_log_index, response, evidence, body)
+                    .await
+            }
+            Settlement::Burned {
+                transaction,
+                evidence,
+            } => self.burned(transaction, evidence).await,
+            Settlement::Unpaid {
+                reason,
+                response,
+                evidence,
+                payer_fault,
+            } => self.unpaid(reason, response, evidence, payer_fault).await,
+            Settlement::Pending {
+                transaction,
+                evidence,
+            } => self.pending(transaction, evidence, body).await,
+        }
+    }
+
+    async fn paid(
+        &self,
+        transaction: String,
+        transfer_log_index: Option<u64>,
+        response: Option<Value>,
+        evidence: Option<String>,
+        body: Vec<u8>,
+    ) -> PaidOutcome {
+        let outcome = Outcome::Settled {
+            transaction: transaction.clone(),
+            transfer_log_index,
+            evidence,
+        };
+        let payment_response = response
+            .map(|response| encoded(&response))
+            .unwrap_or_else(|| self.response(true, None, Some(&transaction)));
+        let answer = self.finisher.finish(body, &payment_response);
+        match self.finish(&outcome, &answer, false).await {
+            Err(LedgerError::Duplicate) => {
+                let evidence = format!("the Transfer in {transaction} already proves another row");
+                return self.burned(transaction, evidence).await;
+            }
+            // Paid on chain: deliver; the row left reserved is reported at start-up.
+            Err(error) => tracing::error!(%error, attempt = self.id, "settled but not recorded"),
+            Ok(()) => {}
+        }
+        tracing::info!(machine = %self.machine.machine, %transaction, "payment settled");
+        metrics().payment("settled", "");
+        PaidOutcome::Answered(answer)
+    }
+
+    async fn burned(&self, transaction: String, evidence: String) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, %transaction, %evidence, "the payment's nonce was spent by another authorization; result withheld");
+        metrics().payment("nonce_burned", "");
+        let outcome = Outcome::NonceBurned {
+            transaction: transaction.clone(),
+            evidence,
+            strike_until: self.strike_until(),
+        };
+        self.finish_logged(&outcome).await;
+        PaidOutcome::SettleFailed {
+            reason: NONCE_BURNED.into(),
+            payment_response: self.response(false, Some(NONCE_BURNED), Some(&transaction)),
+        }
+    }
+
+    async fn unpaid(
+        &self,
+        reason: String,
+        response: Option<Value>,
+        evidence: String,
+        payer_fault: bool,
+    ) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, %reason, %evidence, "settlement failed; result withheld");
+        metrics().payment("settle_failed", "");
+        let outcome = Outcome::SettleFailed {
+            reason: reason.clone(),
+            evidence: Some(evidence),
+            strike_until: self.strike_until().filter(|_| payer_fault),
+        };
+        self.finish_logged(&outcome).await;
+        let payment_response = match response {
+            Some(mut response) => {
+                response["success"] = Value::Bool(false);
+                if response.get("transaction").is_none() {
+                    response["transaction"] = Value::String(String::new());
+                }
+                encoded(&response)
+            }
+            None => self.response(false, Some(&reason), None),
+        };
+        PaidOutcome::SettleFailed {
+            reason,
+            payment_response,
+        }
+    }
+
+    async fn pending(
+        &self,
+        transaction: Option<String>,
+        evidence: String,
+        body: Vec<u8>,
+    ) -> PaidOutcome {
+        tracing::warn!(machine = %self.machine.machine, transaction = ?transaction, %evidence, "settlement outcome unknown after the wait; answering pending");
+        metrics().payment("settle_pending", "");
+        let outcome = Outcome::SettlePending {
+            transaction: transaction.clone(),
+            evidence,
+        };
+        // The result is held (sealed, without payment headers) until the chain decides: the
+        // buyer collects it by sending the identical request again.
+        let held = Answer {
+            status: 200,
+            body,
+            headers: Vec::new(),
+        };
+        if let Err(error) = self.finish(&outcome, &held, true).await {
+            tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
+        }
+        let response = self.response(false, Some(SETTLEMENT_PENDING), transaction.as_deref());
+        PaidOutcome::Pending {
+            transaction,
+            retry_after_seconds: self.valid_before.saturating_sub(unix_now()).max(1),
+            payment_response: response,
+        }
+    }
+}
+
+async fn finish_logged(rail: &PaymentRail, id: i64, outcome: &Outcome) {
+    if let Err(error) = rail.ledger.finish(id, outcome).await {
+        tracing::error!(%error, attempt = id, state = outcome.state(), "could not record the settlement outcome");
+    }
+}
