@@ -4,19 +4,18 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
-use common::onchain::serve;
+use common::onchain::rpc_tripwire;
 use common::{TestServer, closed_port, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
-use warp::Filter;
 
 const VM02: &str = "/v1/allowance-exposure";
+/// The asset (USDC on Base, as the dev stack deploys it).
+const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
 const PRICE: u128 = 10_000;
 const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
 const UINT256_MAX: &str =
@@ -83,6 +82,11 @@ impl Rig {
 
     fn buyer(&self) -> String {
         self.stack.field("buyer_address")
+    }
+
+    /// The VM02 body most tests pay for: the buyer's USDC allowance for our payee.
+    fn payee_allowance_body(&self) -> Value {
+        vm02_request(&self.buyer(), USDC, &self.stack.field("pay_to"))
     }
 
     fn balances(&self) -> (u128, u128) {
@@ -289,11 +293,7 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
 
 async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let rig = rig().await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let (buyer_start, _) = rig.balances();
 
@@ -310,7 +310,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     // answer already bought (docs/payment.md), never a second run.
     let another = vm02_request(
         &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        USDC,
         "0x000000000022D473030F116dDEE9F6B43aC78BA3",
     );
     let replay = rig.send_paid(&another, &header).await;
@@ -350,11 +350,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
     let rig = rig().await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let balances = rig.balances();
     let past = (std::time::SystemTime::now()
@@ -448,11 +444,7 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     let failing = proxied_facilitator(stack.field("facilitator_url"), Settle::Fail).await;
     let rpc = stack.field("rpc_url");
     let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let balances = rig.balances();
     let header = rig.stack.payment_header(&required, &[]);
@@ -495,11 +487,7 @@ async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded
     .await;
     let rpc = stack.field("rpc_url");
     let rig = rig_with(stack, &format!("http://{slow}"), &rpc).await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
     let header = rig.stack.payment_header(&required, &[]);
@@ -539,16 +527,7 @@ async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded
 async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     let stack = DevStack::start();
     // An RPC tripwire: any request reaching it would mean paid work ran.
-    let rpc_hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let hits = rpc_hits.clone();
-    // The start-up chain check (eth_chainId) is configuration work, not the call's.
-    let tripwire = serve(warp::body::bytes().map(move |body: bytes::Bytes| {
-        if !String::from_utf8_lossy(&body).contains("eth_chainId") {
-            hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        "{}"
-    }))
-    .await;
+    let (tripwire, rpc_hits) = rpc_tripwire().await;
     let closed = closed_port();
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -562,11 +541,7 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     });
     let rpc = format!("http://{tripwire}");
     let down = rig_with(stack, &format!("http://{}", closed.addr), &rpc).await;
-    let body = vm02_request(
-        &down.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &down.stack.field("pay_to"),
-    );
+    let body = down.payee_allowance_body();
     let required = down.challenge(&body).await;
     let header = down.stack.payment_header(&required, &[]);
     let balances = down.balances();
@@ -619,11 +594,7 @@ async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
     let closed = closed_port();
     let secret_rpc = format!("http://{}/v2/SECRETKEY-do-not-leak-4242", closed.addr);
     let rig = rig_with(stack, &facilitator, &secret_rpc).await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let answer = rig.stack.pay(&rig.url(VM02), &body);
     assert_eq!(answer["status"], 200, "{answer}");
     assert_eq!(answer["payment_response"]["success"], true);
@@ -712,11 +683,7 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
     })
     .await;
     let rig = rig_with(stack, &facilitator, &format!("http://{proxy}")).await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let answer = rig.stack.pay(&rig.url(VM02), &body);
     assert_eq!(answer["status"], 200, "{answer}");
     let result = &answer["body"];
@@ -751,11 +718,7 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
 
 async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
     let rig = rig().await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let answer = rig.stack.pay(&rig.url(VM02), &body);
     assert_eq!(answer["status"], 200, "{answer}");
     let authorization = &answer["payment_payload"]["payload"]["authorization"];
@@ -778,11 +741,7 @@ async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
 
 async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
     let rig = rig().await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let mut secrets = Vec::new();
     for _ in 0..2 {
         let answer = rig.stack.pay(&rig.url(VM02), &body);
@@ -874,7 +833,7 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
             family: "ONCHAIN_PREFLIGHT".into(),
             payer: "0x00000000000000000000000000000000000c4a54".into(),
             amount_atomic: "10000".into(),
-            asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+            asset: USDC.into(),
             network: "eip155:8453".into(),
             pay_to: common::PAY_TO.into(),
             nonce_sha256: "ab".repeat(32),
@@ -943,7 +902,7 @@ fn attempt(payer: &str, nonce_byte: &str, valid_before: u64) -> factomat::pay::l
         family: "ONCHAIN_PREFLIGHT".into(),
         payer: payer.into(),
         amount_atomic: "10000".into(),
-        asset: "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913".into(),
+        asset: USDC.into(),
         network: "eip155:8453".into(),
         pay_to: common::PAY_TO.into(),
         nonce_sha256: nonce_byte.repeat(32),
@@ -960,11 +919,7 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
         proxied_facilitator(stack.field("facilitator_url"), Settle::ForwardThenFail).await;
     let rpc = stack.field("rpc_url");
     let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
-    let body = vm02_request(
-        &rig.buyer(),
-        "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
-        &rig.stack.field("pay_to"),
-    );
+    let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
     let header = rig.stack.payment_header(&required, &[]);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
-use common::onchain::serve;
+use common::onchain::{rpc_tripwire, serve};
 use common::postgres;
 use common::replica::Replica;
 use common::{TestServer, closed_port, decode_header};
@@ -383,16 +383,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     assert_eq!(buyer_balance(&stack), before, "not charged");
 
     // Another replica, whose RPC endpoint counts every request: the work would read it.
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counter = hits.clone();
-    // The start-up chain check (eth_chainId) is configuration work, not the call's.
-    let tripwire = serve(warp::body::bytes().map(move |body: bytes::Bytes| {
-        if !String::from_utf8_lossy(&body).contains("eth_chainId") {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        "{}"
-    }))
-    .await;
+    let (tripwire, hits) = rpc_tripwire().await;
     let env = env_for(
         &stack,
         &stack.field("facilitator_url"),

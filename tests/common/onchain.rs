@@ -82,6 +82,22 @@ pub fn assert_output_valid(id: &str, body: &Value) {
     );
 }
 
+/// A JSON-RPC endpoint that answers `{}` and counts every request but the start-up chain
+/// check (`eth_chainId` is configuration work, not a call's): a count above zero means paid
+/// work read it.
+pub async fn rpc_tripwire() -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
+    let hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = hits.clone();
+    let addr = serve(warp::body::bytes().map(move |body: bytes::Bytes| {
+        if !String::from_utf8_lossy(&body).contains("eth_chainId") {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        "{}"
+    }))
+    .await;
+    (addr, hits)
+}
+
 /// Serves a warp filter on a fresh loopback port.
 pub async fn serve<F>(filter: F) -> SocketAddr
 where
