@@ -4,7 +4,8 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{repo_root, temp_path};
@@ -18,6 +19,28 @@ fn factomat() -> Command {
         }
     }
     command
+}
+
+/// `factomat serve` in `dir` on a free loopback port, logging in `log_format` to a pipe.
+fn serve_logging_to_a_pipe(dir: &Path, log_format: &str) -> Child {
+    factomat()
+        .arg("serve")
+        .current_dir(dir)
+        .env("FACTOMAT_LISTEN", "127.0.0.1:0")
+        .env("FACTOMAT_LOG_FORMAT", log_format)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawns")
+}
+
+/// Sends SIGTERM and waits for the exit.
+fn stop(mut child: Child) -> ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    child.wait().expect("exits")
 }
 
 #[test]
@@ -73,14 +96,7 @@ fn the_committed_renders_pass_the_binary_drift_check() {
 async fn serve_runs_on_defaults_and_stops_on_sigterm() {
     let dir = temp_path("serve");
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut child = factomat()
-        .arg("serve")
-        .current_dir(&dir)
-        .env("FACTOMAT_LISTEN", "127.0.0.1:0")
-        .env("FACTOMAT_LOG_FORMAT", "json")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawns");
+    let mut child = serve_logging_to_a_pipe(&dir, "json");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -99,15 +115,34 @@ async fn serve_runs_on_defaults_and_stops_on_sigterm() {
         .await
         .expect("health JSON");
     assert_eq!(health["service"], "factomat");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let exit = child.wait().expect("exits");
+    let exit = stop(child);
     assert!(exit.success(), "graceful exit on SIGTERM: {exit:?}");
     assert!(
         !dir.join("factomat.db").exists(),
         "no ledger is opened without a facilitator"
+    );
+}
+
+/// A file, a pipe or journald gets plain text: colour codes only on a terminal.
+#[test]
+fn text_logs_on_a_pipe_carry_no_colour_codes() {
+    let dir = temp_path("text-logs");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut child = serve_logging_to_a_pipe(&dir, "text");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listening = loop {
+        assert!(Instant::now() < deadline, "no listening line");
+        let line = lines.next().expect("a log line").expect("utf-8");
+        if line.contains("factomat listening") {
+            break line;
+        }
+    };
+    assert!(stop(child).success());
+    assert!(!listening.contains('\u{1b}'), "{listening:?}");
+    assert!(
+        listening.contains(" INFO ") && listening.contains("addr=127.0.0.1:"),
+        "{listening:?}"
     );
 }
