@@ -303,10 +303,13 @@ async fn wait_for_signal() {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour codes only on a terminal: a file, a pipe or journald gets plain text.
+    // Colour codes only on a terminal: a file, a pipe or journald gets plain text. A log
+    // write that fails (the reader of the pipe went away) is dropped: reporting it on the
+    // same stderr would panic and stop the server, paid calls in flight included.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Json => builder.json().init(),

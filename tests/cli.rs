@@ -33,6 +33,21 @@ fn serve_logging_to_a_pipe(dir: &Path, log_format: &str) -> Child {
         .expect("spawns")
 }
 
+/// The first line of the child's log that says it is listening (within 20 s). The pipe is
+/// closed then, as when a log reader goes away: the server must not mind.
+fn listening_line(child: &mut Child) -> String {
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(Instant::now() < deadline, "no listening line");
+        let line = lines.next().expect("a log line").expect("utf-8");
+        if line.contains("factomat listening") {
+            return line;
+        }
+    }
+}
+
 /// Sends SIGTERM and waits for the exit.
 fn stop(mut child: Child) -> ExitStatus {
     let status = Command::new("kill")
@@ -97,17 +112,10 @@ async fn serve_runs_on_defaults_and_stops_on_sigterm() {
     let dir = temp_path("serve");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut child = serve_logging_to_a_pipe(&dir, "json");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr = loop {
-        assert!(Instant::now() < deadline, "no listening line");
-        let line = lines.next().expect("a log line").expect("utf-8");
-        let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
-        if entry["fields"]["message"] == "factomat listening" {
-            break entry["fields"]["addr"].as_str().expect("addr").to_string();
-        }
-    };
+    let line = listening_line(&mut child);
+    let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+    assert_eq!(entry["fields"]["message"], "factomat listening");
+    let addr = entry["fields"]["addr"].as_str().expect("addr").to_string();
     let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
         .await
         .expect("answered")
@@ -129,20 +137,32 @@ fn text_logs_on_a_pipe_carry_no_colour_codes() {
     let dir = temp_path("text-logs");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut child = serve_logging_to_a_pipe(&dir, "text");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let listening = loop {
-        assert!(Instant::now() < deadline, "no listening line");
-        let line = lines.next().expect("a log line").expect("utf-8");
-        if line.contains("factomat listening") {
-            break line;
-        }
-    };
+    let listening = listening_line(&mut child);
     assert!(stop(child).success());
     assert!(!listening.contains('\u{1b}'), "{listening:?}");
     assert!(
         listening.contains(" INFO ") && listening.contains("addr=127.0.0.1:"),
         "{listening:?}"
+    );
+}
+
+/// A log reader that goes away (the pipe closed) costs the log lines, not the server: it
+/// still answers and stops cleanly, writing its shutdown lines into the closed pipe.
+#[tokio::test]
+async fn a_closed_log_pipe_does_not_stop_the_server() {
+    let dir = temp_path("closed-log");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut child = serve_logging_to_a_pipe(&dir, "json");
+    let line = listening_line(&mut child);
+    let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+    let addr = entry["fields"]["addr"].as_str().expect("addr");
+    let health = reqwest::get(format!("http://{addr}/health"))
+        .await
+        .expect("answered after its log pipe closed");
+    assert_eq!(health.status().as_u16(), 200);
+    let exit = stop(child);
+    assert!(
+        exit.success(),
+        "graceful exit with a closed log pipe: {exit:?}"
     );
 }
