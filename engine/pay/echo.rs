@@ -14,6 +14,7 @@ use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 use url::Url;
 
+use crate::pay::payload::{Echoes, Payload};
 use crate::pay::retained::{self, PAYMENT_IDENTIFIER};
 
 /// What a paid route declared in its 402, prepared once at start-up.
@@ -32,6 +33,8 @@ pub(crate) struct Declared {
     /// What `/verify` and `/settle` send of ours, serialized once: every paid call sends
     /// these bytes unchanged (serializing them per call cost ≈ 60k instructions).
     wire: Wire,
+    /// Our `accepted` and header extensions as a client echoes them.
+    echoes: Echoes,
 }
 
 /// Our requirement, resource and extensions as JSON text.
@@ -51,6 +54,7 @@ impl Declared {
         header_extensions: Map<String, Value>,
         full_extensions: Map<String, Value>,
     ) -> Result<Declared, serde_json::Error> {
+        let echoes = Echoes::new(requirement, &header_extensions)?;
         let wire = Wire {
             requirement: to_raw_value(requirement)?,
             resource: to_raw_value(&resource)?,
@@ -70,7 +74,13 @@ impl Declared {
             resource_url,
             verbatim_is_ours,
             wire,
+            echoes,
         })
+    }
+
+    /// Our `accepted` and header extensions as a client echoes them.
+    pub(crate) fn echoes(&self) -> &Echoes {
+        &self.echoes
     }
 
     /// The requirement as `/verify` and `/settle` send it.
@@ -125,20 +135,26 @@ impl EchoRefusal {
 }
 
 /// Checks the buyer's `accepted`, `resource` and `extensions` against what we declared.
+/// An echo that was ours byte for byte (`Payload`) passes as it is.
 pub(crate) fn check(
-    payload: &Value,
+    payload: &Payload,
     requirement: &Value,
     declared: &Declared,
 ) -> Result<(), EchoRefusal> {
-    let accepted = payload.get("accepted").ok_or(EchoRefusal::Requirements)?;
-    if !accepted_matches(accepted, requirement) {
-        return Err(EchoRefusal::Requirements);
+    if !payload.accepted_is_ours() {
+        let accepted = payload.get("accepted").ok_or(EchoRefusal::Requirements)?;
+        if !accepted_matches(accepted, requirement) {
+            return Err(EchoRefusal::Requirements);
+        }
     }
     if let Some(resource) = payload.get("resource") {
         let theirs = resource.get("url").and_then(Value::as_str);
         if !declared.is_our_url(theirs) {
             return Err(EchoRefusal::ResourceUrl);
         }
+    }
+    if payload.extensions_are_ours() {
+        return Ok(());
     }
     let Some(echoed) = payload.get("extensions") else {
         return Ok(());
@@ -158,11 +174,13 @@ pub(crate) fn check(
 /// The PaymentPayload the facilitator gets: the buyer's signed `payload` and version, with
 /// our own `accepted`, `resource` and `extensions` — plus the one client-owned field that
 /// passed validation, payment-identifier's `info.id`.
-pub(crate) fn for_facilitator<'a>(payload: &'a Value, declared: &'a Declared) -> Forwarded<'a> {
+pub(crate) fn for_facilitator<'a>(payload: &'a Payload, declared: &'a Declared) -> Forwarded<'a> {
     Forwarded {
-        payload,
+        payload: payload.fields(),
         declared,
-        id: retained::payment_identifier(payload).ok().flatten(),
+        id: retained::payment_identifier(payload.fields())
+            .ok()
+            .flatten(),
     }
 }
 
@@ -309,7 +327,12 @@ mod tests {
 
     /// What the facilitator gets, as a value.
     fn forwarded_value(payload: &Value, declared: &Declared) -> Value {
-        serde_json::to_value(for_facilitator(payload, declared)).unwrap_or_default()
+        serde_json::to_value(for_facilitator(&parsed(payload), declared)).unwrap_or_default()
+    }
+
+    /// A payload parsed whole, no echo marked as ours: the field-by-field rules.
+    fn parsed(payload: &Value) -> Payload {
+        Payload::from_value(payload.clone())
     }
 
     fn requirement() -> Value {
@@ -334,9 +357,9 @@ mod tests {
     fn an_echo_that_adds_to_what_we_declared_passes() {
         let mut extra = payload(json!({}));
         extra["accepted"]["extra"]["clientKey"] = json!(1);
-        assert_eq!(check(&extra, &requirement(), &declared()), Ok(()));
+        assert_eq!(check(&parsed(&extra), &requirement(), &declared()), Ok(()));
         let bare = json!({"accepted": requirement(), "payload": {}});
-        assert_eq!(check(&bare, &requirement(), &declared()), Ok(()));
+        assert_eq!(check(&parsed(&bare), &requirement(), &declared()), Ok(()));
     }
 
     #[test]
@@ -378,7 +401,11 @@ mod tests {
         ];
         for (change, refusal) in cases {
             assert_eq!(
-                check(&payload(change.clone()), &requirement(), &declared()),
+                check(
+                    &parsed(&payload(change.clone())),
+                    &requirement(),
+                    &declared()
+                ),
                 Err(refusal),
                 "{change}"
             );
@@ -401,7 +428,8 @@ mod tests {
     #[test]
     fn the_forwarded_payload_keeps_the_buyer_order_then_ours() {
         let sent = payload(json!({}));
-        let text = serde_json::to_string(&for_facilitator(&sent, &declared())).unwrap_or_default();
+        let text = serde_json::to_string(&for_facilitator(&parsed(&sent), &declared()))
+            .unwrap_or_default();
         let expected = concat!(
             r#"{"x402Version":2,"payload":{"signature":"0x"},"#,
             r#""accepted":{"scheme":"exact","amount":"10000","extra":{"name":"USD Coin","version":"2"}},"#,
@@ -425,7 +453,8 @@ mod tests {
         expected["info"]["id"] = json!("pay_0123456789abcdef");
         assert_eq!(forwarded["extensions"][PAYMENT_IDENTIFIER], expected);
         // In place, as an insert into our declared `info` would have put it.
-        let text = serde_json::to_string(&for_facilitator(&sent, &ours)).unwrap_or_default();
+        let text =
+            serde_json::to_string(&for_facilitator(&parsed(&sent), &ours)).unwrap_or_default();
         assert!(text.contains(
             r#""payment-identifier":{"info":{"required":false,"id":"pay_0123456789abcdef"},"schema":{"type":"object"}}"#
         ), "{text}");

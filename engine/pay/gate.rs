@@ -33,11 +33,12 @@ use crate::pay::echo;
 use crate::pay::facilitator::{FacilitatorError, PaymentBody};
 use crate::pay::ledger::{Binding, LedgerError, NewAttempt};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
+use crate::pay::payload::{Echoes, Payload};
 use crate::pay::record::{Row, work_failed};
 use crate::pay::retained::{self, Answer, Lookup, Retention};
 use crate::pay::settlement::{self, Payment, Settling, our_settle_response};
 use crate::pay::window::{self, Bounds, WindowRefusal};
-use crate::support::canonical::{canonical_sha256, sha256_hex};
+use crate::support::canonical::sha256_hex;
 use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
@@ -48,7 +49,7 @@ const WORK_GRACE: Duration = Duration::from_secs(2);
 
 /// The parts of a PaymentPayload the gate relies on.
 struct Presented {
-    payload: Value,
+    payload: Payload,
     payer: Address,
     nonce_sha256: String,
     nonce: B256,
@@ -56,8 +57,9 @@ struct Presented {
 }
 
 /// Decodes a `PAYMENT-SIGNATURE`: base64 of JSON, x402Version 2, an authorization with a
-/// nonce, a payer and a `validBefore`.
-fn decode(header: &[u8]) -> Result<Presented, PaidOutcome> {
+/// nonce, a payer and a `validBefore`; echoes of our 402 as it came are recognized, not
+/// parsed (`payload`).
+fn decode(header: &[u8], ours: &Echoes) -> Result<Presented, PaidOutcome> {
     if header.len() > MAX_PAYMENT_HEADER_BYTES {
         return Err(reject("invalid_payload"));
     }
@@ -69,7 +71,7 @@ fn decode(header: &[u8]) -> Result<Presented, PaidOutcome> {
         .map_err(|_| reject("invalid_payload"))?;
     // UTF-8 checked once for the whole payload, so the parser need not check each string.
     let text = std::str::from_utf8(&bytes).map_err(|_| reject("invalid_payload"))?;
-    let payload: Value = serde_json::from_str(text).map_err(|_| reject("invalid_payload"))?;
+    let payload = Payload::parse(text, ours).map_err(|_| reject("invalid_payload"))?;
     if payload.get("x402Version").and_then(Value::as_u64) != Some(2) {
         return Err(reject("invalid_x402_version"));
     }
@@ -219,10 +221,10 @@ async fn admit(
 /// Where this payment's answer is retained: the exact payload, the request and the
 /// payment-identifier `id` (a malformed `id` is a 400 before anything else).
 fn lookup_of(call: &PaidCall<'_>, presented: &Presented) -> Result<Lookup, PaidOutcome> {
-    let id = retained::payment_identifier(&presented.payload)
+    let id = retained::payment_identifier(presented.payload.fields())
         .map_err(|_| PaidOutcome::Failed(Refusal::IdentifierInvalid))?;
     Ok(Lookup::new(
-        &canonical_sha256(&presented.payload),
+        &presented.payload.canonical_sha256(call.declared.echoes()),
         call.request_sha256,
         id,
         call.pay_to,
@@ -277,7 +279,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     call: PaidCall<'_>,
     work: impl Future<Output = Result<Vec<u8>, E>>,
 ) -> PaidOutcome {
-    let presented = match decode(call.header) {
+    let presented = match decode(call.header, call.declared.echoes()) {
         Ok(presented) => presented,
         Err(outcome) => return outcome,
     };

@@ -9,6 +9,7 @@ pub(crate) mod gate;
 pub mod ledger;
 pub(crate) mod listing;
 pub(crate) mod local_check;
+pub(crate) mod payload;
 pub mod reconcile;
 pub(crate) mod record;
 pub mod report;

@@ -23,6 +23,17 @@ pub fn canonical_json(value: &Value) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// Appends the canonical form of `value` to `out`.
+pub fn write_canonical_into(value: &Value, out: &mut Vec<u8>) {
+    // Writing into a Vec cannot fail.
+    let _ = write_canonical(value, out);
+}
+
+/// Lowercase hex of a finished sha256.
+pub fn sha256_hex_of(hasher: Sha256) -> String {
+    alloy_primitives::hex::encode(hasher.finalize())
+}
+
 /// Writes the canonical form token by token into `out` (a buffer, or a hasher directly).
 fn write_canonical<W: Write>(value: &Value, out: &mut W) -> io::Result<()> {
     match value {

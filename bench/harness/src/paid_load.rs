@@ -178,12 +178,18 @@ fn nonce(run: u64, payer: usize, sequence: u64) -> B256 {
 }
 
 fn signature_header(required: &Value, signer: &Signer, nonce: B256) -> Result<String, BenchError> {
-    let payload = json!({
+    let mut payload = json!({
         "x402Version": 2,
         "resource": required.get("resource").cloned().unwrap_or(Value::Null),
         "accepted": required.pointer("/accepts/0").cloned().unwrap_or(Value::Null),
         "payload": signer.sign(nonce)?,
     });
+    // Every extension of the 402 echoed as it came, as x402 v2 asks of a client (the
+    // official clients do).
+    if let (Some(extensions), Some(object)) = (required.get("extensions"), payload.as_object_mut())
+    {
+        object.insert("extensions".into(), extensions.clone());
+    }
     Ok(STANDARD.encode(serde_json::to_vec(&payload).unwrap_or_default()))
 }
 
