@@ -243,6 +243,12 @@ pub(crate) fn encode_header(value: &Value) -> String {
     STANDARD.encode(serde_json::to_vec(value).unwrap_or_default())
 }
 
+/// The PaymentRequired a `PAYMENT-REQUIRED` header carries, as a client reads it.
+pub(crate) fn decode_header(header: &HeaderValue) -> Option<Value> {
+    let json = STANDARD.decode(header.as_bytes()).ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
 /// A machine's prepared 402: header value and JSON body, built once at start-up.
 #[derive(Debug, Clone)]
 pub(crate) struct Challenge {

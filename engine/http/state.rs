@@ -398,10 +398,15 @@ impl PaidRoute {
                 "PAYMENT-REQUIRED header exceeds the budget of a default proxy buffer; shorten base_url"
             );
         }
-        let declared = match (pay_to, &requirement) {
-            (Some(pay_to), Some(requirement)) => {
-                Some(declared(manifest, machine, base_url, pay_to, requirement)?)
-            }
+        let declared = match (pay_to, &requirement, &challenge) {
+            (Some(pay_to), Some(requirement), Some(challenge)) => Some(declared(
+                manifest,
+                machine,
+                base_url,
+                pay_to,
+                requirement,
+                challenge,
+            )?),
             _ => None,
         };
         let max_body = usize::try_from(manifest.max_request_bytes(machine)).unwrap_or(usize::MAX);
@@ -422,15 +427,22 @@ impl PaidRoute {
 }
 
 /// The requirement, resource and extensions a machine's 402 declares, in the header and in
-/// the body.
+/// the body. The header's are read back from the header as served, so what a client echoes
+/// of it is what `Declared` expects byte for byte.
 fn declared(
     manifest: &Manifest,
     machine: &Machine,
     base_url: &str,
     pay_to: &str,
     requirement: &Value,
+    served: &Challenge,
 ) -> Result<Declared, StartError> {
-    let header = challenge::header_payment_required(manifest, machine, base_url, pay_to, None);
+    let header = challenge::decode_header(&served.header).ok_or_else(|| {
+        StartError::Prepare(format!(
+            "{}: the challenge header does not decode",
+            machine.machine
+        ))
+    })?;
     let body = challenge::payment_required(manifest, machine, base_url, pay_to, None);
     let extensions = |value: &Value| {
         value
