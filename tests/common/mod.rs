@@ -224,13 +224,20 @@ pub fn delivery_key_file() -> &'static std::path::Path {
     &FILE
 }
 
-/// A fresh path in a per-process temporary folder.
+/// A fresh path in a temporary folder of its own. The folder is always made new: process
+/// ids repeat, and a folder an earlier run left under the same name would hand this test
+/// that run's files (a ledger with its rows).
 pub fn temp_path(name: &str) -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("factomat-test-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+    loop {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("factomat-test-{}-{n}", std::process::id()));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return dir.join(name),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("temp dir {}: {e}", dir.display()),
+        }
+    }
 }
 
 /// A loopback port that refuses connections for as long as this value lives.
