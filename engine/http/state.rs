@@ -454,6 +454,7 @@ fn declared(
     Declared::new(
         requirement,
         body.get("resource").cloned().unwrap_or_default(),
+        header.get("resource").unwrap_or(&Value::Null),
         extensions(&header),
         extensions(&body),
     )

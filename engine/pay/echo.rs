@@ -47,14 +47,15 @@ struct Wire {
 
 impl Declared {
     /// The declaration of a route whose 402 carries `requirement`, `resource` and these
-    /// extensions (as its header and as its body carry them).
+    /// extensions (as its header and as its body carry them); `header_resource` is the
+    /// `resource` its header carried.
     pub(crate) fn new(
         requirement: &Value,
         resource: Value,
+        header_resource: &Value,
         header_extensions: Map<String, Value>,
         full_extensions: Map<String, Value>,
     ) -> Result<Declared, serde_json::Error> {
-        let echoes = Echoes::new(requirement, &header_extensions)?;
         let wire = Wire {
             requirement: to_raw_value(requirement)?,
             resource: to_raw_value(&resource)?,
@@ -67,6 +68,16 @@ impl Declared {
         let verbatim_is_ours = resource_url
             .as_ref()
             .is_some_and(|ours| same_url(ours, ours));
+        // The header's resource stands for a parse where its URL is ours verbatim.
+        let header_url = header_resource.get("url").and_then(Value::as_str);
+        let header_is_ours =
+            verbatim_is_ours && header_url == resource.get("url").and_then(Value::as_str);
+        let echoes = Echoes::new(
+            requirement,
+            &header_extensions,
+            header_resource,
+            header_is_ours,
+        )?;
         Ok(Declared {
             resource,
             header_extensions,
@@ -147,7 +158,9 @@ pub(crate) fn check(
             return Err(EchoRefusal::Requirements);
         }
     }
-    if let Some(resource) = payload.get("resource") {
+    if !payload.resource_is_ours()
+        && let Some(resource) = payload.get("resource")
+    {
         let theirs = resource.get("url").and_then(Value::as_str);
         if !declared.is_our_url(theirs) {
             return Err(EchoRefusal::ResourceUrl);
@@ -317,8 +330,14 @@ mod tests {
     fn declared_with(full_extensions: Map<String, Value>) -> Declared {
         let resource =
             json!({"url": "https://factomat.test.example/v1/x", "mimeType": "application/json"});
-        Declared::new(&requirement(), resource, bazaar(), full_extensions)
-            .expect("a Value serializes")
+        Declared::new(
+            &requirement(),
+            resource.clone(),
+            &resource,
+            bazaar(),
+            full_extensions,
+        )
+        .expect("a Value serializes")
     }
 
     fn declared() -> Declared {

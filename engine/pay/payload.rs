@@ -1,12 +1,13 @@
 //! The buyer's PaymentPayload as decoded, and its canonical hash.
 //!
-//! An x402 v2 client echoes our 402's `accepted` and `extensions`: about two thirds of a
-//! payload's bytes (the bazaar outline alone is about 1 KB). The official clients write that
-//! echo back byte for byte as our `PAYMENT-REQUIRED` header carried it, so an echo equal to
-//! our bytes is recognized without being parsed: it passes the echo check as it is ours, and
-//! its canonical form is ours too, prepared at start-up with the hash state it begins
-//! (`Echoes`). Any other echo is parsed and checked field by field, as before. Either way the
-//! payload's canonical hash, the lookup key of a retained answer, is the same bytes' hash.
+//! An x402 v2 client echoes our 402's `accepted`, `extensions` and `resource`: about three
+//! quarters of a payload's bytes (the bazaar outline alone is about 1 KB). The official
+//! clients write that echo back byte for byte as our `PAYMENT-REQUIRED` header carried it, so
+//! an echo equal to our bytes is recognized without being parsed: it passes the echo check
+//! as it is ours, and its canonical form is ours too, prepared at start-up with the hash
+//! state the first two begin (`Echoes`). Any other echo is parsed and checked field by field.
+//! Either way the payload's canonical hash, the lookup key of a retained answer, is the same
+//! bytes' hash.
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -19,47 +20,73 @@ use crate::support::canonical::{canonical_json, sha256_hex_of, write_canonical_i
 /// The first buffer a payload's canonical remainder is written into.
 const CANONICAL_BUFFER_BYTES: usize = 2048;
 
-/// Our 402's `accepted` and header `extensions` as a client echoes them, prepared once per
-/// paid route.
+/// The top-level fields a client echoes from our 402, in canonical (byte) order.
+const ECHOED: [&str; 3] = ["accepted", "extensions", "resource"];
+
+/// One field of our 402 as a client echoes it.
+#[derive(Debug, Clone)]
+struct Echo {
+    /// Its compact JSON as our header carried it; `None` where an echo of it may not stand
+    /// for a parse.
+    text: Option<String>,
+    /// Its canonical form.
+    canonical: Vec<u8>,
+}
+
+impl Echo {
+    fn new(value: &Value, stands: bool) -> Result<Echo, serde_json::Error> {
+        Ok(Echo {
+            text: stands.then(|| serde_json::to_string(value)).transpose()?,
+            canonical: canonical_json(value).into_bytes(),
+        })
+    }
+}
+
+/// Our 402's `accepted`, header `extensions` and `resource` as a client echoes them,
+/// prepared once per paid route.
 #[derive(Debug, Clone)]
 pub(crate) struct Echoes {
-    /// Our requirement's compact JSON: the header's `accepts[0]`.
-    accepted: String,
-    /// Our header extensions' compact JSON; `None` where an echo of them could not stand for
-    /// a parse (a declared payment-identifier `id`, which only a buyer may write).
-    extensions: Option<String>,
-    accepted_canonical: Vec<u8>,
-    extensions_canonical: Vec<u8>,
+    /// In the order of [`ECHOED`].
+    echoes: [Echo; 3],
     /// sha256 after `{"accepted":…,"extensions":…`, both ours: every payload that echoes
     /// both as they came and has no other key sorting before `payload` starts so.
     both_hashed: Sha256,
 }
 
 impl Echoes {
-    /// The echoes of a 402 that declared `requirement` and these header extensions.
+    /// The echoes of a 402 that declared `requirement`, these header extensions and this
+    /// header `resource`. Extensions that declare a payment-identifier `id` (which only a
+    /// buyer may write) never stand for a parse, nor does a resource that the URL rule
+    /// would not take as ours verbatim (`resource_is_ours_verbatim`).
     pub(crate) fn new(
         requirement: &Value,
         header_extensions: &Map<String, Value>,
+        resource: &Value,
+        resource_is_ours_verbatim: bool,
     ) -> Result<Echoes, serde_json::Error> {
         let extensions = Value::Object(header_extensions.clone());
         let echoed = serde_json::json!({ "extensions": &extensions });
         let without_id = matches!(retained::payment_identifier(&echoed), Ok(None));
-        let accepted_canonical = canonical_json(requirement).into_bytes();
-        let extensions_canonical = canonical_json(&extensions).into_bytes();
+        let echoes = [
+            Echo::new(requirement, true)?,
+            Echo::new(&extensions, without_id)?,
+            Echo::new(resource, resource_is_ours_verbatim)?,
+        ];
         let mut both_hashed = Sha256::new();
         both_hashed.update(b"{\"accepted\":");
-        both_hashed.update(&accepted_canonical);
+        both_hashed.update(&echoes[0].canonical);
         both_hashed.update(b",\"extensions\":");
-        both_hashed.update(&extensions_canonical);
+        both_hashed.update(&echoes[1].canonical);
         Ok(Echoes {
-            accepted: serde_json::to_string(requirement)?,
-            extensions: without_id
-                .then(|| serde_json::to_string(&extensions))
-                .transpose()?,
-            accepted_canonical,
-            extensions_canonical,
+            echoes,
             both_hashed,
         })
+    }
+
+    /// Which echoed field `key` is, if it is one, and `text` is ours byte for byte.
+    fn ours(&self, key: &str, text: &str) -> Option<usize> {
+        let field = ECHOED.iter().position(|echoed| *echoed == key)?;
+        (self.echoes[field].text.as_deref() == Some(text)).then_some(field)
     }
 }
 
@@ -70,8 +97,8 @@ pub(crate) struct Payload {
     /// Every other top-level field, in the buyer's order (an empty object for a payload that
     /// is not an object).
     fields: Value,
-    accepted_is_ours: bool,
-    extensions_are_ours: bool,
+    /// Which of [`ECHOED`] were ours byte for byte.
+    ours: [bool; 3],
 }
 
 impl Payload {
@@ -93,29 +120,24 @@ impl Payload {
         };
         Payload {
             fields,
-            accepted_is_ours: false,
-            extensions_are_ours: false,
+            ours: [false; 3],
         }
     }
 
-    fn from_top(top: TopLevel<'_>, ours: &Echoes) -> Result<Payload, serde_json::Error> {
+    fn from_top(top: TopLevel<'_>, echoes: &Echoes) -> Result<Payload, serde_json::Error> {
         let mut fields = Map::with_capacity(top.0.len());
-        let mut accepted_is_ours = false;
-        let mut extensions_are_ours = false;
+        let mut ours = [false; 3];
         for (key, raw) in top.0 {
-            let text = raw.get();
-            if key == "accepted" && text == ours.accepted {
-                accepted_is_ours = true;
-            } else if key == "extensions" && ours.extensions.as_deref() == Some(text) {
-                extensions_are_ours = true;
-            } else {
-                fields.insert(key.to_owned(), serde_json::from_str(text)?);
+            match echoes.ours(key, raw.get()) {
+                Some(field) => ours[field] = true,
+                None => {
+                    fields.insert(key.to_owned(), serde_json::from_str(raw.get())?);
+                }
             }
         }
         Ok(Payload {
             fields: Value::Object(fields),
-            accepted_is_ours,
-            extensions_are_ours,
+            ours,
         })
     }
 
@@ -131,12 +153,17 @@ impl Payload {
 
     /// Whether `accepted` was our requirement byte for byte.
     pub(crate) fn accepted_is_ours(&self) -> bool {
-        self.accepted_is_ours
+        self.ours[0]
     }
 
     /// Whether `extensions` were our header's byte for byte.
     pub(crate) fn extensions_are_ours(&self) -> bool {
-        self.extensions_are_ours
+        self.ours[1]
+    }
+
+    /// Whether `resource` was our header's byte for byte.
+    pub(crate) fn resource_is_ours(&self) -> bool {
+        self.ours[2]
     }
 
     /// sha256 of the whole payload's canonical JSON, as `canonical_sha256` of the payload
@@ -149,15 +176,14 @@ impl Payload {
             .flatten()
             .map(|(key, value)| (key.as_str(), Part::Parsed(value)))
             .collect();
-        if self.accepted_is_ours {
-            entries.push(("accepted", Part::Ours(&ours.accepted_canonical)));
-        }
-        if self.extensions_are_ours {
-            entries.push(("extensions", Part::Ours(&ours.extensions_canonical)));
+        for (field, echo) in ours.echoes.iter().enumerate() {
+            if self.ours[field] {
+                entries.push((ECHOED[field], Part::Ours(&echo.canonical)));
+            }
         }
         entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let starts_with_both = self.accepted_is_ours
-            && self.extensions_are_ours
+        let starts_with_both = self.accepted_is_ours()
+            && self.extensions_are_ours()
             && entries.first().is_some_and(|(key, _)| *key == "accepted")
             && entries.get(1).is_some_and(|(key, _)| *key == "extensions");
         let mut canonical = Vec::with_capacity(CANONICAL_BUFFER_BYTES);
@@ -246,8 +272,13 @@ mod tests {
         extensions.as_object().cloned().unwrap_or_default()
     }
 
+    fn resource() -> Value {
+        json!({"url": "https://factomat.test.example/v1/x", "mimeType": "application/json"})
+    }
+
     fn echoes() -> Echoes {
-        Echoes::new(&requirement(), &header_extensions()).expect("values serialize")
+        Echoes::new(&requirement(), &header_extensions(), &resource(), true)
+            .expect("values serialize")
     }
 
     /// A payload as an official client writes it: our echoes as compact JSON, in its order.
@@ -257,7 +288,7 @@ mod tests {
             "payload": {"signature": "0xab", "authorization": {"nonce": "0x01"}},
             "accepted": requirement(),
             "extensions": header_extensions(),
-            "resource": {"url": "https://factomat.test.example/v1/x"},
+            "resource": resource(),
         });
         for (key, value) in changes.as_object().into_iter().flatten() {
             whole[key] = value.clone();
@@ -285,8 +316,10 @@ mod tests {
         let text = echoed(&["x402Version", "payload"], &json!({}));
         let payload = Payload::parse(&text, &echoes()).expect("valid JSON");
         assert!(payload.accepted_is_ours() && payload.extensions_are_ours());
+        assert!(payload.resource_is_ours());
         assert_eq!(payload.get("accepted"), None);
         assert_eq!(payload.get("extensions"), None);
+        assert_eq!(payload.get("resource"), None);
         assert_eq!(payload.get("x402Version"), Some(&json!(2)));
         let keys: Vec<&String> = payload
             .fields()
@@ -295,7 +328,16 @@ mod tests {
             .flatten()
             .map(|(k, _)| k)
             .collect();
-        assert_eq!(keys, ["x402Version", "payload", "resource"]);
+        assert_eq!(keys, ["x402Version", "payload"]);
+    }
+
+    #[test]
+    fn a_resource_the_url_rule_would_not_take_verbatim_is_parsed() {
+        let ours = Echoes::new(&requirement(), &header_extensions(), &resource(), false)
+            .expect("values serialize");
+        let payload = Payload::parse(&echoed(&[], &json!({})), &ours).expect("valid JSON");
+        assert!(!payload.resource_is_ours());
+        assert_eq!(payload.get("resource"), Some(&resource()));
     }
 
     #[test]
@@ -364,7 +406,8 @@ mod tests {
             retained::PAYMENT_IDENTIFIER.into(),
             json!({"info": {"required": true, "id": "pay_0123456789abcdef"}}),
         );
-        let ours = Echoes::new(&requirement(), &extensions).expect("values serialize");
+        let ours =
+            Echoes::new(&requirement(), &extensions, &resource(), true).expect("values serialize");
         let text = echoed(&[], &json!({"extensions": extensions}));
         let payload = Payload::parse(&text, &ours).expect("valid JSON");
         assert!(!payload.extensions_are_ours());
