@@ -48,6 +48,14 @@ fn listening_line(child: &mut Child) -> String {
     }
 }
 
+/// The JSON listening line (see [`listening_line`]) and the address it names.
+fn json_listening_line(child: &mut Child) -> (serde_json::Value, String) {
+    let line = listening_line(child);
+    let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+    let addr = entry["fields"]["addr"].as_str().expect("addr").to_string();
+    (entry, addr)
+}
+
 /// Sends SIGTERM and waits for the exit.
 fn stop(mut child: Child) -> ExitStatus {
     let status = Command::new("kill")
@@ -112,10 +120,8 @@ async fn serve_runs_on_defaults_and_stops_on_sigterm() {
     let dir = temp_path("serve");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut child = serve_logging_to_a_pipe(&dir, "json");
-    let line = listening_line(&mut child);
-    let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
+    let (entry, addr) = json_listening_line(&mut child);
     assert_eq!(entry["fields"]["message"], "factomat listening");
-    let addr = entry["fields"]["addr"].as_str().expect("addr").to_string();
     let health: serde_json::Value = reqwest::get(format!("http://{addr}/health"))
         .await
         .expect("answered")
@@ -153,9 +159,7 @@ async fn a_closed_log_pipe_does_not_stop_the_server() {
     let dir = temp_path("closed-log");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut child = serve_logging_to_a_pipe(&dir, "json");
-    let line = listening_line(&mut child);
-    let entry: serde_json::Value = serde_json::from_str(&line).expect("json log line");
-    let addr = entry["fields"]["addr"].as_str().expect("addr");
+    let (_, addr) = json_listening_line(&mut child);
     let health = reqwest::get(format!("http://{addr}/health"))
         .await
         .expect("answered after its log pipe closed");

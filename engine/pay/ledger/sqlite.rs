@@ -347,6 +347,15 @@ mod tests {
     use super::super::{Outcome, ROW_COLUMNS};
     use super::*;
 
+    /// An empty folder of this process's for one test's ledger: anything an earlier process
+    /// with the same id left there (a ledger, its write-ahead log) is removed first.
+    fn fresh_dir(label: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("factomat-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
     fn resolve(ledger: &SqliteLedger, id: i64, from: &str, outcome: &Outcome) -> bool {
         ledger
             .change(id, from, &outcome.change(), &RetainedChange::None)
@@ -386,10 +395,8 @@ mod tests {
 
     #[test]
     fn a_ledger_whose_states_predate_expired_is_rebuilt_with_its_rows() {
-        let dir = std::env::temp_dir().join(format!("factomat-ledger2-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("ledger2");
         let path = dir.join("second.db");
-        let _ = std::fs::remove_file(&path);
         Connection::open(&path)
             .and_then(|c| c.execute_batch(SECOND_SCHEMA))
             .expect("old ledger");
@@ -455,9 +462,7 @@ mod tests {
 
     #[test]
     fn the_paid_paths_lookups_are_not_prepared_again_for_each_key() {
-        let dir = std::env::temp_dir().join(format!("factomat-prepared-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("prepared");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         for n in 0..5 {
@@ -483,8 +488,7 @@ mod tests {
 
     #[test]
     fn every_commit_waits_for_the_disk() {
-        let dir = std::env::temp_dir().join(format!("factomat-sync-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("sync");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         let level: i64 = ledger
@@ -498,9 +502,7 @@ mod tests {
 
     #[test]
     fn one_transfer_proves_one_row_and_a_strike_ends_on_time() {
-        let dir = std::env::temp_dir().join(format!("factomat-proof-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("proof");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         let first = ledger.reserve(&attempt(1), None).expect("reserve");
@@ -541,9 +543,7 @@ mod tests {
 
     #[test]
     fn the_wal_stays_bounded_under_many_commits() {
-        let dir = std::env::temp_dir().join(format!("factomat-wal-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("wal");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
         for n in 0..3000 {
@@ -571,10 +571,8 @@ mod tests {
 
     #[test]
     fn a_ledger_from_before_the_nonce_column_gains_it_and_keeps_its_rows() {
-        let dir = std::env::temp_dir().join(format!("factomat-ledger-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = fresh_dir("ledger");
         let path = dir.join("old.db");
-        let _ = std::fs::remove_file(&path);
         Connection::open(&path)
             .and_then(|c| c.execute_batch(FIRST_SCHEMA))
             .expect("old ledger");
