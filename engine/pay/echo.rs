@@ -33,7 +33,7 @@ pub(crate) struct Declared {
     /// What `/verify` and `/settle` send of ours, serialized once: every paid call sends
     /// these bytes unchanged (serializing them per call cost ≈ 60k instructions).
     wire: Wire,
-    /// Our `accepted` and header extensions as a client echoes them.
+    /// Our `accepted`, header extensions and header `resource` as a client echoes them.
     echoes: Echoes,
 }
 
@@ -89,7 +89,7 @@ impl Declared {
         })
     }
 
-    /// Our `accepted` and header extensions as a client echoes them.
+    /// Our `accepted`, header extensions and header `resource` as a client echoes them.
     pub(crate) fn echoes(&self) -> &Echoes {
         &self.echoes
     }

@@ -92,7 +92,7 @@ impl Echoes {
 
 /// A decoded PaymentPayload: its top-level fields, less the echoes that were ours byte for
 /// byte, which are kept as marks.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Payload {
     /// Every other top-level field, in the buyer's order (an empty object for a payload that
     /// is not an object).

@@ -17,8 +17,7 @@ const CANONICAL_BUFFER_BYTES: usize = 4096;
 /// Serializes `value` canonically.
 pub fn canonical_json(value: &Value) -> String {
     let mut out = Vec::new();
-    // Writing into a Vec cannot fail.
-    let _ = write_canonical(value, &mut out);
+    write_canonical_into(value, &mut out);
     // serde_json writes UTF-8 only: the lossy path is never taken.
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
@@ -75,8 +74,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// hasher directly cost more than copying it.
 pub fn canonical_sha256(value: &Value) -> String {
     let mut canonical = Vec::with_capacity(CANONICAL_BUFFER_BYTES);
-    // Writing into a Vec cannot fail.
-    let _ = write_canonical(value, &mut canonical);
+    write_canonical_into(value, &mut canonical);
     sha256_hex(&canonical)
 }
 
