@@ -6,6 +6,7 @@ mod common;
 
 use common::devstack::DevStack;
 use common::facilitator_proxy::{Settle, proxied_facilitator};
+use common::idle_timer::closing_idle_connections;
 use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
 use common::onchain::rpc_tripwire;
@@ -585,6 +586,35 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     assert_eq!(down.balances(), balances, "nothing was charged");
     let rows = (down.ledger_rows().await, hanging.ledger_rows().await);
     assert!(rows.0.is_empty() && rows.1.is_empty(), "{rows:?}");
+}
+
+/// The dev stack's facilitator, like any Node server, closes a kept-alive connection when
+/// its 5 s idle timer fires; a verify written in that instant must be sent again, not
+/// answered 503 (two CI runs met that instant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_facilitator_closing_an_idle_connection_as_we_write_costs_the_buyer_nothing() {
+    let stack = DevStack::start();
+    let idle = std::time::Duration::from_millis(100);
+    let facilitator = closing_idle_connections(&stack.field("facilitator_url"), idle).await;
+    let rpc = stack.field("rpc_url");
+    let rig = rig_with(stack, &facilitator.url, &rpc).await;
+    let body = rig.payee_allowance_body();
+    let (buyer_before, _) = rig.balances();
+    for call in 0..2 {
+        tokio::time::sleep(3 * idle).await;
+        let answer = rig.stack.pay(&rig.url(VM02), &body);
+        assert_eq!(answer["status"], 200, "call {call}: {answer}");
+        assert_eq!(answer["payment_response"]["success"], true, "call {call}");
+    }
+    assert!(
+        facilitator.dropped() >= 1,
+        "the relay closed no connection as a request arrived"
+    );
+    let (buyer_after, _) = rig.balances();
+    assert_eq!(buyer_before - buyer_after, 2 * PRICE, "each call paid once");
+    let rows = rig.ledger_rows().await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.iter().all(|row| row.state == "settled"), "{rows:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

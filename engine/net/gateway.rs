@@ -92,6 +92,43 @@ fn result_of(answer: &reqwest::Result<reqwest::Response>) -> CallResult {
     }
 }
 
+/// Whether a request failed because its connection closed before any answer began: an
+/// HTTP/1 server closes a kept-alive connection when its idle timer fires (Node's
+/// `keepAliveTimeout` is 5 s, uvicorn's 5 s, gunicorn's 2 s), and a request written on it in
+/// that instant gets an end of stream or a reset. The server did not read it, so it is sent
+/// again. A timeout or a failed connect is not this: those are the upstream's own answer.
+fn closed_before_answer(error: &reqwest::Error) -> bool {
+    if error.is_timeout() || error.is_connect() {
+        return false;
+    }
+    std::iter::successors(std::error::Error::source(error), |cause| cause.source())
+        .any(ends_unanswered)
+}
+
+/// One cause in a failed request's chain: hyper's "connection closed before message
+/// completed", or a reset, aborted or broken connection.
+fn ends_unanswered(cause: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    if let Some(hyper_error) = cause.downcast_ref::<hyper::Error>() {
+        return hyper_error.is_incomplete_message();
+    }
+    cause
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|io| matches!(io.kind(), BrokenPipe | ConnectionAborted | ConnectionReset))
+}
+
+/// What is left of a request's timeout since `started`; `None` when it has run out. A
+/// request without a timeout keeps none (the client's own applies).
+fn time_left(timeout: Option<&Duration>, started: Instant) -> Option<Option<Duration>> {
+    match timeout {
+        None => Some(None),
+        Some(timeout) => {
+            let left = timeout.saturating_sub(started.elapsed());
+            (!left.is_zero()).then_some(Some(left))
+        }
+    }
+}
+
 /// A shared, counted HTTP client.
 #[derive(Debug, Clone)]
 pub struct Gateway {
@@ -146,7 +183,36 @@ impl Gateway {
 
     /// Sends a request built with [`Gateway::request`] to `upstream`; the count rises before
     /// any I/O, and the call's result and time to its answer go to the metrics.
+    ///
+    /// A request that meets a kept-alive connection the upstream closed as we wrote on it is
+    /// sent once more, on a new connection, within what is left of its timeout (see
+    /// [`closed_before_answer`]). Each attempt is counted and measured.
     pub async fn send(
+        &self,
+        upstream: Upstream,
+        request: reqwest::Request,
+    ) -> reqwest::Result<reqwest::Response> {
+        let again = request.try_clone();
+        let started = Instant::now();
+        let answer = self.send_once(upstream, request).await;
+        match (answer, again) {
+            (Err(error), Some(mut again)) if closed_before_answer(&error) => {
+                let Some(left) = time_left(again.timeout(), started) else {
+                    return Err(error);
+                };
+                *again.timeout_mut() = left;
+                tracing::debug!(
+                    provider = upstream.provider,
+                    endpoint = upstream.endpoint,
+                    "the upstream closed a kept-alive connection as we wrote; sending once more"
+                );
+                self.send_once(upstream, again).await
+            }
+            (answer, _) => answer,
+        }
+    }
+
+    async fn send_once(
         &self,
         upstream: Upstream,
         request: reqwest::Request,
@@ -177,5 +243,98 @@ impl Gateway {
     /// Starts building a request; it goes out only through [`Gateway::send`].
     pub fn request(&self, method: reqwest::Method, url: reqwest::Url) -> reqwest::RequestBuilder {
         self.client.request(method, url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Reads one request head (the tests send no body); `false` at end of stream.
+    async fn read_head(socket: &mut TcpStream) -> bool {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match socket.read(&mut byte).await {
+                Ok(1) => head.push(byte[0]),
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// A server that answers the first request of each connection, keeps the connection,
+    /// and closes it unanswered when the next request arrives, as an idle timer firing in
+    /// that instant does. Counts the requests it dropped.
+    async fn server_closing_kept_alive_connections() -> (String, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let count = dropped.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    if !read_head(&mut socket).await {
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if socket.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    if read_head(&mut socket).await {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        (url, dropped)
+    }
+
+    async fn get(gateway: &Gateway, url: &str) -> reqwest::Result<reqwest::Response> {
+        let request = gateway
+            .request(reqwest::Method::GET, url.parse().expect("url"))
+            .timeout(Duration::from_secs(5))
+            .build()?;
+        gateway.send(Upstream::new("test", "get"), request).await
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_closed_as_we_write_costs_one_more_request_not_an_error() {
+        let (url, dropped) = server_closing_kept_alive_connections().await;
+        let gateway = Gateway::new().expect("gateway");
+        for call in 0..2 {
+            let answer = get(&gateway, &url).await.expect("answered");
+            assert_eq!(answer.status(), 200, "call {call}");
+            assert_eq!(answer.text().await.expect("body"), "ok");
+        }
+        assert_eq!(
+            dropped.load(Ordering::SeqCst),
+            1,
+            "the pooled connection was closed"
+        );
+        assert_eq!(gateway.outbound_requests(), 3, "the retry is counted");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_not_sent_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        drop(listener);
+        let gateway = Gateway::new().expect("gateway");
+        let error = get(&gateway, &url).await.expect_err("nothing listens");
+        assert!(error.is_connect(), "{error}");
+        assert_eq!(gateway.outbound_requests(), 1);
+    }
+
+    #[test]
+    fn a_spent_timeout_leaves_no_time_for_a_retry() {
+        let long_ago = Instant::now() - Duration::from_millis(50);
+        assert_eq!(time_left(Some(&Duration::from_millis(10)), long_ago), None);
+        let left = time_left(Some(&Duration::from_secs(60)), long_ago).expect("time left");
+        assert!(left.is_some_and(|left| left < Duration::from_secs(60)));
+        assert_eq!(time_left(None, long_ago), Some(None));
     }
 }

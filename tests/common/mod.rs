@@ -8,6 +8,7 @@ pub mod devstack;
 pub mod evidence;
 pub mod facilitator_proxy;
 pub mod https;
+pub mod idle_timer;
 pub mod ledgers;
 pub mod logs;
 pub mod onchain;
