@@ -72,14 +72,15 @@ async fn post<T: serde::Serialize + ?Sized>(
     timeout: Duration,
     body: &T,
 ) -> Result<Vec<u8>, Attempt> {
-    let request = gateway
-        .request(reqwest::Method::POST, url.clone())
-        .timeout(timeout)
-        .json(body)
-        .build()
-        .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
+    let build = || {
+        gateway
+            .request(reqwest::Method::POST, url.clone())
+            .timeout(timeout)
+            .json(body)
+            .build()
+    };
     let response = gateway
-        .send(upstream, request)
+        .send(upstream, build)
         .await
         .map_err(|e| TransportErrorKind::custom_str(&redacted(&e)))?;
     let status = response.status();

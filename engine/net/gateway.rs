@@ -181,35 +181,37 @@ impl Gateway {
         self.sent.load(Ordering::SeqCst)
     }
 
-    /// Sends a request built with [`Gateway::request`] to `upstream`; the count rises before
-    /// any I/O, and the call's result and time to its answer go to the metrics.
+    /// Sends the request `build` makes (with [`Gateway::request`]) to `upstream`; the count
+    /// rises before any I/O, and the call's result and time to its answer go to the metrics.
+    /// A request that could not be built goes nowhere and is not counted.
     ///
     /// A request that meets a kept-alive connection the upstream closed as we wrote on it is
-    /// sent once more, on a new connection, within what is left of its timeout (see
-    /// [`closed_before_answer`]). Each attempt is counted and measured.
+    /// built and sent once more, on a new connection, within what is left of its timeout (see
+    /// [`closed_before_answer`]). Each attempt is counted and measured. `build` runs again
+    /// only then, so the usual call pays for no copy of its request.
     pub async fn send(
         &self,
         upstream: Upstream,
-        request: reqwest::Request,
+        build: impl Fn() -> reqwest::Result<reqwest::Request>,
     ) -> reqwest::Result<reqwest::Response> {
-        let again = request.try_clone();
         let started = Instant::now();
-        let answer = self.send_once(upstream, request).await;
-        match (answer, again) {
-            (Err(error), Some(mut again)) if closed_before_answer(&error) => {
-                let Some(left) = time_left(again.timeout(), started) else {
-                    return Err(error);
-                };
-                *again.timeout_mut() = left;
-                tracing::debug!(
-                    provider = upstream.provider,
-                    endpoint = upstream.endpoint,
-                    "the upstream closed a kept-alive connection as we wrote; sending once more"
-                );
-                self.send_once(upstream, again).await
-            }
-            (answer, _) => answer,
-        }
+        let error = match self.send_once(upstream, build()?).await {
+            Err(error) if closed_before_answer(&error) => error,
+            answer => return answer,
+        };
+        let Ok(mut again) = build() else {
+            return Err(error);
+        };
+        let Some(left) = time_left(again.timeout(), started) else {
+            return Err(error);
+        };
+        *again.timeout_mut() = left;
+        tracing::debug!(
+            provider = upstream.provider,
+            endpoint = upstream.endpoint,
+            "the upstream closed a kept-alive connection as we wrote; sending once more"
+        );
+        self.send_once(upstream, again).await
     }
 
     async fn send_once(
@@ -240,7 +242,8 @@ impl Gateway {
         answer
     }
 
-    /// Starts building a request; it goes out only through [`Gateway::send`].
+    /// Starts building a request; it goes out only through [`Gateway::send`] (or
+    /// [`Gateway::send_on`]).
     pub fn request(&self, method: reqwest::Method, url: reqwest::Url) -> reqwest::RequestBuilder {
         self.client.request(method, url)
     }
@@ -294,11 +297,14 @@ mod tests {
     }
 
     async fn get(gateway: &Gateway, url: &str) -> reqwest::Result<reqwest::Response> {
-        let request = gateway
-            .request(reqwest::Method::GET, url.parse().expect("url"))
-            .timeout(Duration::from_secs(5))
-            .build()?;
-        gateway.send(Upstream::new("test", "get"), request).await
+        let url: reqwest::Url = url.parse().expect("url");
+        let build = || {
+            gateway
+                .request(reqwest::Method::GET, url.clone())
+                .timeout(Duration::from_secs(5))
+                .build()
+        };
+        gateway.send(Upstream::new("test", "get"), build).await
     }
 
     #[tokio::test]

@@ -128,12 +128,13 @@ pub(crate) async fn get(
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
 ) -> Result<Got, GetError> {
-    let request = gateway
-        .request(reqwest::Method::GET, url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .build()
-        .map_err(|_| GetError::Build)?;
-    exchange(gateway, upstream, request, bounds, accept).await
+    let build = || {
+        gateway
+            .request(reqwest::Method::GET, url.clone())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .build()
+    };
+    exchange(gateway, upstream, build, bounds, accept).await
 }
 
 /// The same bounded exchange for a JSON POST: JSON-RPC providers whose answers must stay
@@ -146,24 +147,25 @@ pub(crate) async fn post<T: serde::Serialize + ?Sized>(
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
 ) -> Result<Got, GetError> {
-    let request = gateway
-        .request(reqwest::Method::POST, url)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .json(body)
-        .build()
-        .map_err(|_| GetError::Build)?;
-    exchange(gateway, upstream, request, bounds, accept).await
+    let build = || {
+        gateway
+            .request(reqwest::Method::POST, url.clone())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .json(body)
+            .build()
+    };
+    exchange(gateway, upstream, build, bounds, accept).await
 }
 
 async fn exchange(
     gateway: &Gateway,
     upstream: Upstream,
-    request: reqwest::Request,
+    build: impl Fn() -> reqwest::Result<reqwest::Request>,
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
 ) -> Result<Got, GetError> {
     let exchange = async {
-        let response = gateway.send(upstream, request).await.map_err(describe)?;
+        let response = gateway.send(upstream, build).await.map_err(describe)?;
         let status = response.status();
         if !accept(status) {
             return Ok(Got::Refused(Refusal {
@@ -241,7 +243,9 @@ async fn read_capped(mut response: reqwest::Response, max: usize) -> Result<Vec<
 }
 
 fn describe(error: reqwest::Error) -> GetError {
-    if error.is_timeout() {
+    if error.is_builder() {
+        GetError::Build
+    } else if error.is_timeout() {
         GetError::Timeout
     } else if error.is_connect() {
         GetError::Connect

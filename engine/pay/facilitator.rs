@@ -271,28 +271,28 @@ impl FacilitatorClient {
         body: Option<&PaymentBody>,
         timeout: Duration,
     ) -> Result<Answer<T>, FacilitatorError> {
-        let url = self.endpoints.url(endpoint).clone();
-        let authorization = self.auth.value(&method, &url);
-        let mut builder = self
-            .gateway
-            .request(method, url)
-            .timeout(timeout)
-            .header("accept", "application/json");
-        if let Some(value) = authorization {
-            builder = builder.header("authorization", value);
-        }
-        if let Some(PaymentBody(bytes)) = body {
-            // A clone of `Bytes` shares the serialized body; nothing is serialized again.
-            builder = builder
-                .header("content-type", "application/json")
-                .body(bytes.clone());
-        }
-        let request = builder
-            .build()
-            .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
+        let url = self.endpoints.url(endpoint);
+        let authorization = self.auth.value(&method, url);
+        let build = || {
+            let mut builder = self
+                .gateway
+                .request(method.clone(), url.clone())
+                .timeout(timeout)
+                .header("accept", "application/json");
+            if let Some(value) = &authorization {
+                builder = builder.header("authorization", value.as_str());
+            }
+            if let Some(PaymentBody(bytes)) = body {
+                // A clone of `Bytes` shares the serialized body; nothing is serialized again.
+                builder = builder
+                    .header("content-type", "application/json")
+                    .body(bytes.clone());
+            }
+            builder.build()
+        };
         let mut response = self
             .gateway
-            .send(Upstream::new("facilitator", endpoint.name()), request)
+            .send(Upstream::new("facilitator", endpoint.name()), build)
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();

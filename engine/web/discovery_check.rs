@@ -189,11 +189,10 @@ impl Checker {
         url
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Answer, String> {
-        let request = request.build().map_err(|e| e.to_string())?;
+    async fn send(&self, request: impl Fn() -> reqwest::RequestBuilder) -> Result<Answer, String> {
         let response = self
             .gateway
-            .send(UPSTREAM, request)
+            .send(UPSTREAM, || request().build())
             .await
             .map_err(|e| format!("no answer: {e}"))?;
         let status = response.status().as_u16();
@@ -216,7 +215,7 @@ impl Checker {
     async fn document(&self, path: &str) -> Result<Value, String> {
         let url = self.url(path);
         let answer = self
-            .send(self.gateway.request(reqwest::Method::GET, url))
+            .send(|| self.gateway.request(reqwest::Method::GET, url.clone()))
             .await?;
         if answer.status != 200 {
             return Err(format!("status {}", answer.status));
@@ -226,12 +225,15 @@ impl Checker {
 
     async fn probe(&self, path: &str, body: Option<&'static [u8]>) -> Result<Answer, String> {
         let url = self.url(path);
-        let mut request = self.gateway.request(reqwest::Method::POST, url);
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
-        }
+        let request = || {
+            let request = self.gateway.request(reqwest::Method::POST, url.clone());
+            match body {
+                Some(body) => request
+                    .header("content-type", "application/json")
+                    .body(body),
+                None => request,
+            }
+        };
         self.send(request).await
     }
 
