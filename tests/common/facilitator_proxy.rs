@@ -141,8 +141,11 @@ async fn start(real: String, rpc_url: Option<String>, settle: Settle) -> Facilit
         rpc_url,
         settle,
         recorder: recorder.clone(),
+        // A new connection per request: the real facilitator closes idle ones at 5 s, and a
+        // request written on one in that instant would fail the proxy, not the server.
         client: reqwest::Client::builder()
             .no_proxy()
+            .pool_max_idle_per_host(0)
             .build()
             .expect("client"),
         pending: tokio::sync::Mutex::new(HashMap::new()),
