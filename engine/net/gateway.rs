@@ -51,8 +51,17 @@ impl CallRecord {
         }
     }
 
-    fn finish(mut self, answer: &reqwest::Result<reqwest::Response>) {
-        self.record(result_of(answer));
+    fn finish(
+        mut self,
+        answer: reqwest::Result<reqwest::Response>,
+    ) -> reqwest::Result<reqwest::Response> {
+        self.record(result_of(&answer));
+        answer
+    }
+
+    /// The upstream closed the connection unread and the request goes out again.
+    fn resent(mut self) {
+        self.record(CallResult::Resent);
     }
 
     fn record(&mut self, result: CallResult) {
@@ -115,6 +124,13 @@ fn ends_unanswered(cause: &(dyn std::error::Error + 'static)) -> bool {
     cause
         .downcast_ref::<std::io::Error>()
         .is_some_and(|io| matches!(io.kind(), BrokenPipe | ConnectionAborted | ConnectionReset))
+}
+
+/// The request with its timeout cut to what is left since `started`; `None` when none is.
+fn within(mut request: reqwest::Request, started: Instant) -> Option<reqwest::Request> {
+    let left = time_left(request.timeout(), started)?;
+    *request.timeout_mut() = left;
+    Some(request)
 }
 
 /// What is left of a request's timeout since `started`; `None` when it has run out. A
@@ -195,35 +211,35 @@ impl Gateway {
         build: impl Fn() -> reqwest::Result<reqwest::Request>,
     ) -> reqwest::Result<reqwest::Response> {
         let started = Instant::now();
-        let error = match self.send_once(upstream, build()?).await {
+        let (answer, record) = self.attempt(&self.client, upstream, build()?).await;
+        let error = match answer {
             Err(error) if closed_before_answer(&error) => error,
-            answer => return answer,
+            answer => return record.finish(answer),
         };
-        let Ok(mut again) = build() else {
-            return Err(error);
+        let Some(again) = build().ok().and_then(|again| within(again, started)) else {
+            return record.finish(Err(error));
         };
-        let Some(left) = time_left(again.timeout(), started) else {
-            return Err(error);
-        };
-        *again.timeout_mut() = left;
+        record.resent();
         tracing::debug!(
             provider = upstream.provider,
             endpoint = upstream.endpoint,
             "the upstream closed a kept-alive connection as we wrote; sending once more"
         );
-        self.send_once(upstream, again).await
+        let (answer, record) = self.attempt(&self.client, upstream, again).await;
+        record.finish(answer)
     }
 
-    async fn send_once(
+    /// One counted request; its record is the caller's to finish (a record dropped unfinished,
+    /// as when the caller abandons the call, counts as an error).
+    async fn attempt(
         &self,
+        client: &reqwest::Client,
         upstream: Upstream,
         request: reqwest::Request,
-    ) -> reqwest::Result<reqwest::Response> {
+    ) -> (reqwest::Result<reqwest::Response>, CallRecord) {
         self.sent.fetch_add(1, Ordering::SeqCst);
         let record = CallRecord::start(upstream);
-        let answer = self.client.execute(request).await;
-        record.finish(&answer);
-        answer
+        (client.execute(request).await, record)
     }
 
     /// Sends a request on a client built for one request by a caller that must control the
@@ -235,11 +251,8 @@ impl Gateway {
         upstream: Upstream,
         request: reqwest::Request,
     ) -> reqwest::Result<reqwest::Response> {
-        self.sent.fetch_add(1, Ordering::SeqCst);
-        let record = CallRecord::start(upstream);
-        let answer = client.execute(request).await;
-        record.finish(&answer);
-        answer
+        let (answer, record) = self.attempt(client, upstream, request).await;
+        record.finish(answer)
     }
 
     /// Starts building a request; it goes out only through [`Gateway::send`] (or
@@ -296,7 +309,11 @@ mod tests {
         (url, dropped)
     }
 
-    async fn get(gateway: &Gateway, url: &str) -> reqwest::Result<reqwest::Response> {
+    async fn get(
+        gateway: &Gateway,
+        url: &str,
+        endpoint: &'static str,
+    ) -> reqwest::Result<reqwest::Response> {
         let url: reqwest::Url = url.parse().expect("url");
         let build = || {
             gateway
@@ -304,7 +321,7 @@ mod tests {
                 .timeout(Duration::from_secs(5))
                 .build()
         };
-        gateway.send(Upstream::new("test", "get"), build).await
+        gateway.send(Upstream::new("test", endpoint), build).await
     }
 
     #[tokio::test]
@@ -312,7 +329,7 @@ mod tests {
         let (url, dropped) = server_closing_kept_alive_connections().await;
         let gateway = Gateway::new().expect("gateway");
         for call in 0..2 {
-            let answer = get(&gateway, &url).await.expect("answered");
+            let answer = get(&gateway, &url, "kept_alive").await.expect("answered");
             assert_eq!(answer.status(), 200, "call {call}");
             assert_eq!(answer.text().await.expect("body"), "ok");
         }
@@ -322,6 +339,14 @@ mod tests {
             "the pooled connection was closed"
         );
         assert_eq!(gateway.outbound_requests(), 3, "the retry is counted");
+        let exposition = metrics().encode(&[]);
+        for (result, count) in [("ok", 2), ("resent", 1)] {
+            let series = format!(
+                "factomat_provider_calls_total{{provider=\"test\",endpoint=\"kept_alive\",result=\"{result}\"}} {count}\n"
+            );
+            assert!(exposition.contains(&series), "{series} in:\n{exposition}");
+        }
+        assert!(!exposition.contains("endpoint=\"kept_alive\",result=\"error\""));
     }
 
     #[tokio::test]
@@ -330,7 +355,9 @@ mod tests {
         let url = format!("http://{}/", listener.local_addr().expect("addr"));
         drop(listener);
         let gateway = Gateway::new().expect("gateway");
-        let error = get(&gateway, &url).await.expect_err("nothing listens");
+        let error = get(&gateway, &url, "refused")
+            .await
+            .expect_err("nothing listens");
         assert!(error.is_connect(), "{error}");
         assert_eq!(gateway.outbound_requests(), 1);
     }

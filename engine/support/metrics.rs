@@ -122,6 +122,9 @@ pub(crate) fn metrics() -> &'static Metrics {
 pub(crate) enum CallResult {
     Ok,
     Error,
+    /// The upstream closed a kept-alive connection as the request was written; it was sent
+    /// again on a new one (that attempt is counted on its own).
+    Resent,
 }
 
 impl Metrics {
@@ -200,6 +203,7 @@ impl Metrics {
         let result = match result {
             CallResult::Ok => "ok",
             CallResult::Error => "error",
+            CallResult::Resent => "resent",
         };
         self.calls
             .get_or_create(&CallLabels {
