@@ -57,6 +57,16 @@ const client = createWalletClient({
   pollingInterval: Number(opt['poll-ms']),
 }).extend(publicActions);
 
+// One transaction sent at a time. A write whose gas estimate reverts (a nonce burned before
+// its settle) gives its account nonce back only once it has failed; a write that took the next
+// nonce meanwhile would wait in anvil's pool for a transaction that never comes.
+let writing = Promise.resolve();
+function oneAtATime(send) {
+  const sent = writing.then(send, send);
+  writing = sent.catch(() => {});
+  return sent;
+}
+
 // viem clients have no .address and toFacilitatorEvmSigner spreads its input: pass explicit wrappers.
 const signer = toFacilitatorEvmSigner(
   {
@@ -64,8 +74,8 @@ const signer = toFacilitatorEvmSigner(
     getCode: (a) => client.getCode(a),
     readContract: (a) => client.readContract({ ...a, args: a.args ?? [] }),
     verifyTypedData: (a) => client.verifyTypedData(a),
-    writeContract: (a) => client.writeContract({ ...a, args: a.args ?? [] }),
-    sendTransaction: (a) => client.sendTransaction(a),
+    writeContract: (a) => oneAtATime(() => client.writeContract({ ...a, args: a.args ?? [] })),
+    sendTransaction: (a) => oneAtATime(() => client.sendTransaction(a)),
     waitForTransactionReceipt: (a) => client.waitForTransactionReceipt(a),
   },
   { confirmationTimeoutMs: Number(opt['confirmation-timeout-ms']) }
