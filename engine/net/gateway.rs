@@ -126,23 +126,15 @@ fn ends_unanswered(cause: &(dyn std::error::Error + 'static)) -> bool {
         .is_some_and(|io| matches!(io.kind(), BrokenPipe | ConnectionAborted | ConnectionReset))
 }
 
-/// The request with its timeout cut to what is left since `started`; `None` when none is.
+/// The request with its timeout cut to what is left since `started`; `None` when nothing is.
+/// A request without a timeout of its own keeps none (the client's applies).
 fn within(mut request: reqwest::Request, started: Instant) -> Option<reqwest::Request> {
-    let left = time_left(request.timeout(), started)?;
-    *request.timeout_mut() = left;
-    Some(request)
-}
-
-/// What is left of a request's timeout since `started`; `None` when it has run out. A
-/// request without a timeout keeps none (the client's own applies).
-fn time_left(timeout: Option<&Duration>, started: Instant) -> Option<Option<Duration>> {
-    match timeout {
-        None => Some(None),
-        Some(timeout) => {
-            let left = timeout.saturating_sub(started.elapsed());
-            (!left.is_zero()).then_some(Some(left))
-        }
+    if let Some(timeout) = request.timeout_mut() {
+        *timeout = timeout
+            .checked_sub(started.elapsed())
+            .filter(|left| !left.is_zero())?;
     }
+    Some(request)
 }
 
 /// A shared, counted HTTP client.
@@ -364,10 +356,27 @@ mod tests {
 
     #[test]
     fn a_spent_timeout_leaves_no_time_for_a_retry() {
+        let gateway = Gateway::new().expect("gateway");
+        let request = |timeout: Option<Duration>| {
+            let builder = gateway.request(
+                reqwest::Method::GET,
+                "http://127.0.0.1/".parse().expect("url"),
+            );
+            match timeout {
+                Some(timeout) => builder.timeout(timeout),
+                None => builder,
+            }
+            .build()
+            .expect("request")
+        };
         let long_ago = Instant::now() - Duration::from_millis(50);
-        assert_eq!(time_left(Some(&Duration::from_millis(10)), long_ago), None);
-        let left = time_left(Some(&Duration::from_secs(60)), long_ago).expect("time left");
-        assert!(left.is_some_and(|left| left < Duration::from_secs(60)));
-        assert_eq!(time_left(None, long_ago), Some(None));
+        assert!(within(request(Some(Duration::from_millis(10))), long_ago).is_none());
+        let left = within(request(Some(Duration::from_secs(60))), long_ago).expect("time left");
+        assert!(
+            left.timeout()
+                .is_some_and(|left| *left < Duration::from_secs(60))
+        );
+        let untimed = within(request(None), long_ago).expect("no timeout of its own");
+        assert_eq!(untimed.timeout(), None);
     }
 }
