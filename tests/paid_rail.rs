@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::devstack::DevStack;
+use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::idle_timer::closing_idle_connections;
 use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
@@ -33,22 +33,34 @@ on_both_ledgers!(
     rows_left_reserved_by_a_crash_are_reported_at_start_up,
 );
 
+/// One paying test: its own server, ledger, buyer and payee on the binary's shared dev stack,
+/// so that tests running side by side never share a balance, a nonce or a ledger row.
 struct Rig {
-    stack: DevStack,
+    stack: &'static DevStack,
+    buyer: Buyer,
+    pay_to: String,
     server: TestServer,
     ledger_url: String,
 }
 
-async fn rig_with(stack: DevStack, facilitator: &str, rpc: &str) -> Rig {
-    rig_with_timeout(stack, facilitator, rpc, "10000").await
+/// What one buyer is given: enough for every call a test here makes.
+const BUYER_USDC: &str = "1000000";
+
+/// A rig whose server reaches the given facilitator and RPC endpoint.
+async fn rig_with(facilitator: &str, rpc: &str) -> Rig {
+    rig_with_timeout(facilitator, rpc, "10000").await
 }
 
 /// A rig whose /verify timeout is `verify_ms` (the default is generous so that 50 concurrent
 /// verifies on a loaded 2-core machine still answer).
-async fn rig_with_timeout(stack: DevStack, facilitator: &str, rpc: &str, verify_ms: &str) -> Rig {
+async fn rig_with_timeout(facilitator: &str, rpc: &str, verify_ms: &str) -> Rig {
     capture();
-    let ledger_url = fresh_ledger_url();
-    let pay_to = stack.field("pay_to");
+    let stack = shared_stack();
+    let (buyer, pay_to, ledger_url) = (
+        stack.fresh_buyer(BUYER_USDC),
+        fresh_payee(),
+        fresh_ledger_url(),
+    );
     let server = TestServer::with_env(&[
         ("FACTOMAT_PAY_TO", pay_to.as_str()),
         ("FACTOMAT_FACILITATOR_URL", facilitator),
@@ -60,16 +72,17 @@ async fn rig_with_timeout(stack: DevStack, facilitator: &str, rpc: &str, verify_
     .await;
     Rig {
         stack,
+        buyer,
+        pay_to,
         server,
         ledger_url,
     }
 }
 
+/// A rig on the shared stack's own facilitator and anvil.
 async fn rig() -> Rig {
-    let stack = DevStack::start();
-    let facilitator = stack.field("facilitator_url");
-    let rpc = stack.field("rpc_url");
-    rig_with(stack, &facilitator, &rpc).await
+    let stack = shared_stack();
+    rig_with(&stack.field("facilitator_url"), &stack.field("rpc_url")).await
 }
 
 impl Rig {
@@ -82,19 +95,38 @@ impl Rig {
     }
 
     fn buyer(&self) -> String {
-        self.stack.field("buyer_address")
+        self.buyer.address.clone()
     }
 
     /// The VM02 body most tests pay for: the buyer's USDC allowance for our payee.
     fn payee_allowance_body(&self) -> Value {
-        vm02_request(&self.buyer(), USDC, &self.stack.field("pay_to"))
+        vm02_request(&self.buyer.address, USDC, &self.pay_to)
     }
 
+    /// The official client paying for one VM02 call as this rig's buyer.
+    fn pay(&self, body: &Value) -> Value {
+        self.stack.pay_as(&self.buyer, &self.url(VM02), body)
+    }
+
+    /// A PAYMENT-SIGNATURE from this rig's buyer (see [`DevStack::sign`]).
+    fn sign(&self, required: &str, mutations: &[&str]) -> Value {
+        self.stack.sign_as(&self.buyer, required, mutations)
+    }
+
+    /// The header value of [`Rig::sign`].
+    fn payment_header(&self, required: &str, mutations: &[&str]) -> String {
+        self.sign(required, mutations)["header"]
+            .as_str()
+            .expect("sign.mjs gives a header")
+            .to_string()
+    }
+
+    /// USDC balances of (buyer, payee).
     fn balances(&self) -> (u128, u128) {
         let parse = |s: String| s.trim_matches('"').parse::<u128>().expect("balance");
         (
-            parse(self.stack.usdc_balance(&self.buyer())),
-            parse(self.stack.usdc_balance(&self.stack.field("pay_to"))),
+            parse(self.stack.usdc_balance(&self.buyer.address)),
+            parse(self.stack.usdc_balance(&self.pay_to)),
         )
     }
 
@@ -214,9 +246,7 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
         cases.iter().enumerate()
     {
         let (buyer_before, payee_before) = rig.balances();
-        let answer = rig
-            .stack
-            .pay(&rig.url(VM02), &vm02_request(&owner, &token, spender));
+        let answer = rig.pay(&vm02_request(&owner, &token, spender));
         assert_eq!(answer["status"], 200, "case {i}: {answer}");
         let settlement = &answer["payment_response"];
         assert_eq!(settlement["success"], true, "case {i}");
@@ -298,7 +328,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     let required = rig.challenge(&body).await;
     let (buyer_start, _) = rig.balances();
 
-    let signed = rig.stack.sign(&required, &[]);
+    let signed = rig.sign(&required, &[]);
     let header = signed["header"].as_str().expect("header").to_string();
     let first = rig.send_paid(&body, &header).await;
     assert_eq!(first.status().as_u16(), 200);
@@ -318,7 +348,7 @@ async fn a_signature_runs_the_work_once_even_when_50_copies_race() {
     assert_eq!(replay.status().as_u16(), 402);
     assert_eq!(reason_of(&replay), "payment_nonce_already_presented");
 
-    let raced = rig.stack.sign(&required, &[]);
+    let raced = rig.sign(&required, &[]);
     let header = raced["header"].as_str().expect("header").to_string();
     let attempts = (0..50).map(|_| rig.send_paid(&body, &header));
     let responses = futures_util::future::join_all(attempts).await;
@@ -412,7 +442,7 @@ async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
         ),
     ];
     for (name, mutations, reason) in cases {
-        let header = rig.stack.sign(&required, &mutations)["header"]
+        let header = rig.sign(&required, &mutations)["header"]
             .as_str()
             .expect("header")
             .to_string();
@@ -441,14 +471,14 @@ async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
 }
 
 async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let failing = proxied_facilitator(stack.field("facilitator_url"), Settle::Fail).await;
     let rpc = stack.field("rpc_url");
-    let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
+    let rig = rig_with(&format!("http://{failing}"), &rpc).await;
     let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let balances = rig.balances();
-    let header = rig.stack.payment_header(&required, &[]);
+    let header = rig.payment_header(&required, &[]);
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 402);
     assert_eq!(
@@ -480,18 +510,18 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
 }
 
 async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let slow = proxied_facilitator(
         stack.field("facilitator_url"),
         Settle::After(std::time::Duration::from_secs(3)),
     )
     .await;
     let rpc = stack.field("rpc_url");
-    let rig = rig_with(stack, &format!("http://{slow}"), &rpc).await;
+    let rig = rig_with(&format!("http://{slow}"), &rpc).await;
     let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
-    let header = rig.stack.payment_header(&required, &[]);
+    let header = rig.payment_header(&required, &[]);
     // The buyer gives up while /settle is still pending, closing the connection.
     let impatient = reqwest::Client::builder()
         .no_proxy()
@@ -526,7 +556,6 @@ async fn a_buyer_who_disconnects_during_settlement_is_still_settled_and_recorded
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
-    let stack = DevStack::start();
     // An RPC tripwire: any request reaching it would mean paid work ran.
     let (tripwire, rpc_hits) = rpc_tripwire().await;
     let closed = closed_port();
@@ -541,10 +570,10 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
         }
     });
     let rpc = format!("http://{tripwire}");
-    let down = rig_with(stack, &format!("http://{}", closed.addr), &rpc).await;
+    let down = rig_with(&format!("http://{}", closed.addr), &rpc).await;
     let body = down.payee_allowance_body();
     let required = down.challenge(&body).await;
-    let header = down.stack.payment_header(&required, &[]);
+    let header = down.payment_header(&required, &[]);
     let balances = down.balances();
     let response = down.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 503);
@@ -555,17 +584,12 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
     let error: Value = response.json().await.expect("json");
     assert_eq!(error["error"]["code"], "facilitator_unavailable");
 
-    let hanging = rig_with_timeout(
-        DevStack::start(),
-        &format!("http://{silent_addr}"),
-        &rpc,
-        "1500",
-    )
-    .await;
+    let hanging = rig_with_timeout(&format!("http://{silent_addr}"), &rpc, "1500").await;
     // Signed now: the window check refuses an authorization that would expire before this
-    // call could be settled, and starting the second stack takes a while.
+    // call could be settled, and making the second rig's buyer takes a while.
+    let body = hanging.payee_allowance_body();
     let required = hanging.challenge(&body).await;
-    let header = hanging.stack.payment_header(&required, &[]);
+    let header = hanging.payment_header(&required, &[]);
     let started = std::time::Instant::now();
     let response = hanging.send_paid(&body, &header).await;
     let status = response.status().as_u16();
@@ -593,16 +617,16 @@ async fn an_unreachable_or_silent_facilitator_means_503_and_no_work() {
 /// answered 503 (two CI runs met that instant).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_facilitator_closing_an_idle_connection_as_we_write_costs_the_buyer_nothing() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let idle = std::time::Duration::from_millis(100);
     let facilitator = closing_idle_connections(&stack.field("facilitator_url"), idle).await;
     let rpc = stack.field("rpc_url");
-    let rig = rig_with(stack, &facilitator.url, &rpc).await;
+    let rig = rig_with(&facilitator.url, &rpc).await;
     let body = rig.payee_allowance_body();
     let (buyer_before, _) = rig.balances();
     for call in 0..2 {
         tokio::time::sleep(3 * idle).await;
-        let answer = rig.stack.pay(&rig.url(VM02), &body);
+        let answer = rig.pay(&body);
         assert_eq!(answer["status"], 200, "call {call}: {answer}");
         assert_eq!(answer["payment_response"]["success"], true, "call {call}");
     }
@@ -619,13 +643,13 @@ async fn a_facilitator_closing_an_idle_connection_as_we_write_costs_the_buyer_no
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let facilitator = stack.field("facilitator_url");
     let closed = closed_port();
     let secret_rpc = format!("http://{}/v2/SECRETKEY-do-not-leak-4242", closed.addr);
-    let rig = rig_with(stack, &facilitator, &secret_rpc).await;
+    let rig = rig_with(&facilitator, &secret_rpc).await;
     let body = rig.payee_allowance_body();
-    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    let answer = rig.pay(&body);
     assert_eq!(answer["status"], 200, "{answer}");
     assert_eq!(answer["payment_response"]["success"], true);
     let result = &answer["body"];
@@ -661,9 +685,9 @@ async fn a_dead_rpc_node_gives_a_paid_truthful_hold_and_never_leaks_its_url() {
 async fn a_token_without_code_fails_each_batched_read_on_its_own_and_holds() {
     let rig = rig().await;
     // The payee is an account without code: every eth_call in the batch answers empty data.
-    let not_a_token = rig.stack.field("pay_to");
+    let not_a_token = rig.pay_to.clone();
     let body = vm02_request(&rig.buyer(), &not_a_token, &rig.buyer());
-    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    let answer = rig.pay(&body);
     assert_eq!(answer["status"], 200, "{answer}");
     let result = &answer["body"];
     assert_eq!(result["status"], "HOLD", "{result}");
@@ -698,7 +722,7 @@ async fn a_token_without_code_fails_each_batched_read_on_its_own_and_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let facilitator = stack.field("facilitator_url");
     // Single requests reach anvil; a batch gets one error object, as from an endpoint
     // without batch support.
@@ -712,9 +736,9 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
         }
     })
     .await;
-    let rig = rig_with(stack, &facilitator, &format!("http://{proxy}")).await;
+    let rig = rig_with(&facilitator, &format!("http://{proxy}")).await;
     let body = rig.payee_allowance_body();
-    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    let answer = rig.pay(&body);
     assert_eq!(answer["status"], 200, "{answer}");
     let result = &answer["body"];
     assert_eq!(result["status"], "HOLD", "{result}");
@@ -749,7 +773,7 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
 async fn each_row_keeps_the_nonce_that_reconciles_it_on_chain() {
     let rig = rig().await;
     let body = rig.payee_allowance_body();
-    let answer = rig.stack.pay(&rig.url(VM02), &body);
+    let answer = rig.pay(&body);
     assert_eq!(answer["status"], 200, "{answer}");
     let authorization = &answer["payment_payload"]["payload"]["authorization"];
     let nonce = authorization["nonce"]
@@ -774,7 +798,7 @@ async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
     let body = rig.payee_allowance_body();
     let mut secrets = Vec::new();
     for _ in 0..2 {
-        let answer = rig.stack.pay(&rig.url(VM02), &body);
+        let answer = rig.pay(&body);
         assert_eq!(answer["status"], 200, "{answer}");
         let signature = answer["payment_payload"]["payload"]["signature"]
             .as_str()
@@ -944,15 +968,15 @@ fn attempt(payer: &str, nonce_byte: &str, valid_before: u64) -> factomat::pay::l
 }
 
 async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
     let failing =
         proxied_facilitator(stack.field("facilitator_url"), Settle::ForwardThenFail).await;
     let rpc = stack.field("rpc_url");
-    let rig = rig_with(stack, &format!("http://{failing}"), &rpc).await;
+    let rig = rig_with(&format!("http://{failing}"), &rpc).await;
     let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let (buyer_before, payee_before) = rig.balances();
-    let header = rig.stack.payment_header(&required, &[]);
+    let header = rig.payment_header(&required, &[]);
     let response = rig.send_paid(&body, &header).await;
     assert_eq!(response.status().as_u16(), 200, "the buyer paid: deliver");
     assert_eq!(

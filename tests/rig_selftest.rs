@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::devstack::{Buyer, DevStack, shared_stack};
+use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, anvil_rpc, facilitator_proxy};
 use common::rpc_proxy::{LogLimit, RpcLimits, range_limited_rpc, rpc_proxy};
 use common::{TestServer, decode_header};
@@ -106,7 +106,7 @@ async fn one_transaction_burns_one_nonce_and_executes_another_payment() {
     let stack = shared_stack();
     let (burner, payer) = (stack.fresh_buyer("0"), stack.fresh_buyer("1000000"));
     // A payee of its own: other tests of this binary pay the stack's payee meanwhile.
-    let pay_to = stack.fresh_buyer("0").address;
+    let pay_to = fresh_payee();
     let signed = stack.sign_as(&payer, &required(&pay_to), &[]);
     let burn_nonce = common::devstack::random_hex32();
     let execute = signed["payload"]["payload"].to_string();

@@ -40,12 +40,25 @@ pub fn random_hex32() -> String {
     alloy::primitives::hex::encode_prefixed(alloy::primitives::keccak256(seed.as_bytes()))
 }
 
-/// Serializes chain.mjs runs within a test binary: each sends from the same admin account,
-/// and two processes picking the account's next nonce at once would collide.
+/// A fresh address nobody else pays: a payee whose balance moves only with one test's
+/// payments, on a stack other tests share.
+pub fn fresh_payee() -> String {
+    let seed = random_hex32();
+    let hash = alloy::primitives::keccak256(seed.as_bytes());
+    alloy::primitives::Address::from_slice(&hash[12..]).to_checksum(None)
+}
+
+/// Serializes the chain.mjs runs that send transactions within a test binary: each sends
+/// from the same admin account (or a fixed `--from-key`), and two processes picking the
+/// account's next nonce at once would collide.
 static ADMIN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The chain.mjs commands that only read, which need not wait for the admin account.
+const CHAIN_READS: [&str; 5] = ["balance", "allowance", "auth-state", "block", "receipt"];
+
 fn node(script: &str, args: &[&str]) -> Value {
-    let _admin = (script == "chain.mjs").then(|| ADMIN.lock().unwrap_or_else(|e| e.into_inner()));
+    let sends = script == "chain.mjs" && !args.iter().any(|a| CHAIN_READS.contains(a));
+    let _admin = sends.then(|| ADMIN.lock().unwrap_or_else(|e| e.into_inner()));
     one_json_line("node", script, args)
 }
 
