@@ -1158,6 +1158,11 @@ async fn machine_specific_rules_reject_before_payment() {
         let context = format!("case {i} {id} {code}");
         let error = expect_400(server.post_json(&path(id), body).await, code, &context).await;
         assert_eq!(error["field"], *field, "{context}: {error}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.contains("\"^"),
+            "{context}: a 400 says what is wanted, never a regular expression: {message}"
+        );
     }
     assert_eq!(server.outbound(), 0, "no 400 sends anything outbound");
 }

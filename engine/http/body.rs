@@ -87,19 +87,16 @@ impl RequestValidator {
     }
 
     fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> ApiError {
-        let at = error.instance_path().as_str().to_string();
-        let field = if at.is_empty() {
-            "/".to_string()
-        } else {
-            at.clone()
-        };
+        let at = error.instance_path().as_str();
+        let field = if at.is_empty() { "/" } else { at }.to_string();
         let last = at.rsplit('/').next().unwrap_or("");
         let parent_is = |name: &str| {
             let mut segments = at.rsplit('/');
             segments.next();
             segments.next() == Some(name)
         };
-        let message = shorten(&error.to_string());
+        // jsonschema's own wording, formatted only for the kinds that report it.
+        let message = || shorten(&error.to_string());
         match error.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 let name = unexpected.first().cloned().unwrap_or_default();
@@ -130,7 +127,7 @@ impl RequestValidator {
                 )
             }
             ValidationErrorKind::Type { .. } => {
-                ApiError::invalid_field("invalid_type", field, message)
+                ApiError::invalid_field("invalid_type", field, message())
             }
             ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
                 let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains")
@@ -143,44 +140,59 @@ impl RequestValidator {
                 } else {
                     "invalid_value"
                 };
-                ApiError::invalid_field(code, field, message)
+                ApiError::invalid_field(code, field, message())
             }
-            ValidationErrorKind::Pattern { pattern } => {
-                let code = match pattern.as_str() {
-                    ADDRESS_PATTERN => "invalid_address",
-                    UINT_PATTERN => "invalid_integer_string",
-                    SHA256_PATTERN => "invalid_sha256",
-                    HEX_PATTERN => "invalid_hex",
-                    _ => "invalid_format",
-                };
-                ApiError::invalid_field(code, field, message)
-            }
+            ValidationErrorKind::Pattern { pattern } => match known_pattern(pattern) {
+                Some((code, wanted)) => {
+                    let message = [field.as_str(), " must be ", wanted].concat();
+                    ApiError::invalid_field(code, field, message)
+                }
+                None => ApiError::invalid_field("invalid_format", field, message()),
+            },
             ValidationErrorKind::MaxLength { .. } if last == "data" => {
-                ApiError::invalid_field("calldata_too_large", field, message)
+                ApiError::invalid_field("calldata_too_large", field, message())
             }
             ValidationErrorKind::MaxLength { .. } => {
-                ApiError::invalid_field("too_long", field, message)
+                ApiError::invalid_field("too_long", field, message())
             }
             ValidationErrorKind::MinLength { .. } => {
-                ApiError::invalid_field("too_short", field, message)
+                ApiError::invalid_field("too_short", field, message())
             }
             ValidationErrorKind::MaxItems { .. } => {
-                ApiError::invalid_field("too_many_items", field, message)
+                ApiError::invalid_field("too_many_items", field, message())
             }
             ValidationErrorKind::MinItems { .. } => {
-                ApiError::invalid_field("too_few_items", field, message)
+                ApiError::invalid_field("too_few_items", field, message())
             }
             ValidationErrorKind::UniqueItems => {
-                ApiError::invalid_field("duplicate_items", field, message)
+                ApiError::invalid_field("duplicate_items", field, message())
             }
             ValidationErrorKind::Minimum { .. }
             | ValidationErrorKind::Maximum { .. }
             | ValidationErrorKind::ExclusiveMinimum { .. }
             | ValidationErrorKind::ExclusiveMaximum { .. } => {
-                ApiError::invalid_field("out_of_range", field, message)
+                ApiError::invalid_field("out_of_range", field, message())
             }
-            _ => ApiError::invalid_field("invalid_value", field, message),
+            _ => ApiError::invalid_field("invalid_value", field, message()),
         }
+    }
+}
+
+/// The code and plain description of a pattern the manifest's schemas share, so that its 400
+/// says what is wanted rather than quoting a regular expression.
+fn known_pattern(pattern: &str) -> Option<(&'static str, &'static str)> {
+    match pattern {
+        ADDRESS_PATTERN => Some(("invalid_address", "0x followed by 40 hexadecimal digits")),
+        UINT_PATTERN => Some((
+            "invalid_integer_string",
+            "a non-negative integer in decimal digits, without leading zeros",
+        )),
+        SHA256_PATTERN => Some(("invalid_sha256", "64 lowercase hexadecimal digits")),
+        HEX_PATTERN => Some((
+            "invalid_hex",
+            "0x followed by an even number of hexadecimal digits",
+        )),
+        _ => None,
     }
 }
 

@@ -17,6 +17,9 @@ pub(crate) struct ApiError {
     pub field: Option<String>,
 }
 
+/// The bytes of `{"error":{"code":"","message":"","field":""}}` around the three strings.
+const BODY_FRAME: usize = 44;
+
 #[derive(Serialize)]
 struct Body<'a> {
     error: Inner<'a>,
@@ -75,8 +78,14 @@ impl ApiError {
                 field: self.field.as_deref(),
             },
         };
-        serde_json::to_vec(&body)
-            .unwrap_or_else(|_| b"{\"error\":{\"code\":\"internal\"}}".to_vec())
+        // Sized for the common case (nothing to escape), so the writer never grows it.
+        let field = self.field.as_deref().map_or(0, str::len);
+        let mut bytes =
+            Vec::with_capacity(BODY_FRAME + self.code.len() + self.message.len() + field);
+        match serde_json::to_writer(&mut bytes, &body) {
+            Ok(()) => bytes,
+            Err(_) => b"{\"error\":{\"code\":\"internal\"}}".to_vec(),
+        }
     }
 }
 

@@ -38,21 +38,24 @@ pub(crate) fn parse_address(text: &str) -> Result<Address, EvmValueError> {
     if hex.len() != 40 {
         return Err(EvmValueError::AddressFormat);
     }
-    // One pass: the digits are hex, and which letter cases they use.
-    let (mut has_lower, mut has_upper) = (false, false);
-    for byte in hex.bytes() {
-        match byte {
-            b'0'..=b'9' => {}
-            b'a'..=b'f' => has_lower = true,
-            b'A'..=b'F' => has_upper = true,
-            _ => return Err(EvmValueError::AddressFormat),
-        }
-    }
+    // The decoder refuses any digit that is not hex.
     let address = Address::from_str(text).map_err(|_| EvmValueError::AddressFormat)?;
-    if has_lower && has_upper && !CHECKSUMS.valid(&address, hex.as_bytes()) {
+    if mixes_letter_cases(hex.as_bytes()) && !CHECKSUMS.valid(&address, hex.as_bytes()) {
         return Err(EvmValueError::AddressChecksum);
     }
     Ok(address)
+}
+
+/// Whether hex digits use both lower- and uppercase letters (an EIP-55 checksummed spelling).
+/// It never stops early, so the compiler checks the digits a vector at a time.
+fn mixes_letter_cases(digits: &[u8]) -> bool {
+    let (lower, upper) = digits.iter().fold((false, false), |(lower, upper), digit| {
+        (
+            lower | digit.is_ascii_lowercase(),
+            upper | digit.is_ascii_uppercase(),
+        )
+    });
+    lower && upper
 }
 
 /// The EIP-55 checksummed spellings found valid lately, one slot per address prefix.
@@ -205,6 +208,13 @@ mod tests {
         assert_eq!(parse_address(&broken), Err(EvmValueError::AddressChecksum));
         assert_eq!(parse_address("0x1234"), Err(EvmValueError::AddressFormat));
         assert_eq!(parse_address(&usdc[2..]), Err(EvmValueError::AddressFormat));
+        let not_hex = format!("{}g", &usdc[..41]);
+        assert_eq!(parse_address(&not_hex), Err(EvmValueError::AddressFormat));
+        let mixed_not_hex = format!("0x{}", "aG".repeat(20));
+        assert_eq!(
+            parse_address(&mixed_not_hex),
+            Err(EvmValueError::AddressFormat)
+        );
     }
 
     #[test]
