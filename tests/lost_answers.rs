@@ -77,6 +77,16 @@ impl Received {
     }
 }
 
+/// A rig on the shared stack whose facilitator forwards every call, started with `env`; a
+/// buyer holding [`FUNDS`]; and that buyer's VM02 request.
+async fn forwarding_rig(env: &[(&str, &str)]) -> (Rig<'static>, Buyer, Value) {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let rig = Rig::start(stack, Settle::Forward, env).await;
+    let body = rig.request(&buyer);
+    (rig, buyer, body)
+}
+
 /// The answer to one paid call with this header.
 async fn paid(rig: &Rig<'_>, body: &Value, header: &str) -> Received {
     Received::of(rig.send(body, header).await).await
@@ -145,12 +155,9 @@ async fn every_402_declares_the_payment_identifier_extension_as_optional() {
 /// byte for byte — body, PAYMENT-RESPONSE, evidence seal and content digest — with one
 /// /verify, one /settle, one ledger row and one transfer.
 async fn a_settled_answer_is_collected_again_with_the_same_payment() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
     let signing_key = key_file("evidence.pem").display().to_string();
     let signing = [("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str())];
-    let rig = Rig::start(stack, Settle::Forward, &signing).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&signing).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let first = paid(&rig, &body, &header).await;
     assert_eq!(first.status, 200, "{first:?}");
@@ -176,10 +183,7 @@ async fn a_settled_answer_is_collected_again_with_the_same_payment() {
 /// presented, and no /verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     assert_eq!(paid(&rig, &body, &header).await.status, 200);
 
@@ -208,11 +212,8 @@ async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
 /// retention, the same bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_id_an_answer_is_collected_briefly_and_with_one_for_the_retention() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
     let brief = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "2")];
-    let rig = Rig::start(stack, Settle::Forward, &brief).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&brief).await;
     // Bought first: it is the older of the two when the other's window closes.
     let (with_id, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
     let kept = paid(&rig, &body, &with_id).await;
@@ -259,10 +260,7 @@ async fn without_an_id_an_answer_is_collected_briefly_and_with_one_for_the_reten
 /// None reaches /verify, and nothing more is charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     let id = fresh_id();
     let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
     assert_eq!(paid(&rig, &body, &header).await.status, 200);
@@ -296,11 +294,8 @@ async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused()
 /// `payment_answer_expired`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
     let short = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "2")];
-    let rig = Rig::start(stack, Settle::Forward, &short).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&short).await;
     let (header, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
     let first = paid(&rig, &body, &header).await;
     let answered = Instant::now();
@@ -331,11 +326,8 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
 /// the recorded transfer, the same bytes again on a third resend — with one ledger row, one
 /// /settle and one transfer.
 async fn a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     rig.rpc.set_delay("eth_call", Duration::from_secs(2));
-    let body = rig.request(&buyer);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
 
     let addr = rig.server.server.addr;
@@ -388,10 +380,7 @@ async fn a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment() {
 /// original has answered, the payment collects the same bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     // One call's reads, counted on a first purchase.
     let (first, _) = rig.sign(&buyer, &body, &[]).await;
     assert_eq!(paid(&rig, &body, &first).await.status, 200);
@@ -451,7 +440,7 @@ async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
 /// /settle of its own, one ledger row and one transfer.
 async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
     let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
     let late = Settle::After(Duration::from_secs(4));
     let signing_key = key_file("evidence.pem").display().to_string();
     let short = [
@@ -548,7 +537,7 @@ fn files_in(dir: &Path, except: &Path) -> Vec<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retained_answer_is_unreadable_at_rest_and_the_database_holds_no_key() {
     let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
     let ledger_url = fresh_ledger_url();
     let ledger = sqlite_file(&ledger_url);
     // Where a SQLite deployment's generated key lives: beside the ledger.
@@ -632,13 +621,10 @@ async fn a_retained_answer_is_unreadable_at_rest_and_the_database_holds_no_key()
 /// official client reusing that `id` on another body is a 409, and never reaches /verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reuse() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     rig.rpc.set_delay("eth_call", Duration::from_secs(3));
     let cut = ["--payment-id", "auto", "--timeout-ms", "1500"];
-    let bought = stack.pay_with(&buyer, &rig.url(), &body, &cut);
+    let bought = rig.stack.pay_with(&buyer, &rig.url(), &body, &cut);
     assert!(bought["error"].is_string(), "the client gave up: {bought}");
     let id = bought["id"].as_str().expect("the payment carried an id");
     assert_eq!(
@@ -668,7 +654,9 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     assert_eq!(third, again, "the same bytes again");
 
     let reuse = ["--payment-id", id];
-    let reused = stack.pay_with(&buyer, &rig.url(), &another_request(&buyer), &reuse);
+    let reused = rig
+        .stack
+        .pay_with(&buyer, &rig.url(), &another_request(&buyer), &reuse);
     assert_eq!(reused["id"], id, "{reused}");
     assert_eq!(reused["signed"], 1, "a new payment: {reused}");
     assert_eq!(reused["status"], 409, "{reused}");
@@ -685,10 +673,7 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
 /// payment with the same `id` is then processed and paid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_refused_before_the_reserve_may_be_signed_again() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
-    let rig = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
     let id = fresh_id();
     let info = format!(
         "payment-identifier={}",
@@ -760,11 +745,8 @@ fn forget_retained_answers(ledger_url: &str) {
 /// same resend is refused as expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
     let short = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "4")];
-    let rig = Rig::start(stack, Settle::Forward, &short).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = forwarding_rig(&short).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let first = paid(&rig, &body, &header).await;
     assert_eq!(first.status, 200, "{first:?}");
@@ -813,7 +795,7 @@ async fn replicas_on_postgres_hand_back_each_others_answers() {
     BACKEND
         .scope(Backend::Postgres, async {
             let stack = shared_stack();
-            let buyer = stack.fresh_buyer("1000000");
+            let buyer = stack.fresh_buyer(&FUNDS.to_string());
             let ledger = fresh_ledger_url();
             let mut replicas = Vec::new();
             for _ in 0..3 {
@@ -842,7 +824,7 @@ async fn replicas_on_postgres_hand_back_each_others_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
     let stack = shared_stack();
-    let buyer = stack.fresh_buyer("1000000");
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
     let before = Rig::start(stack, Settle::Forward, &[]).await;
     let body = before.request(&buyer);
     let (header, _) = before.sign(&buyer, &body, &[]).await;

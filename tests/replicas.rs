@@ -51,6 +51,16 @@ fn env_for<'a>(
     ]
 }
 
+/// A replica's environment on a fresh database, whose facilitator settles `delay` late; and
+/// that database's URL.
+async fn slow_settling(stack: &DevStack, delay: Duration) -> (Vec<(&'static str, String)>, String) {
+    let slow = proxied_facilitator(stack.field("facilitator_url"), Settle::After(delay)).await;
+    let database = postgres::fresh_database();
+    let facilitator = format!("http://{slow}");
+    let env = env_for(stack, &facilitator, &stack.field("rpc_url"), &database);
+    (env, database)
+}
+
 fn pairs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
@@ -262,18 +272,7 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
     let stack = DevStack::start();
-    let slow = proxied_facilitator(
-        stack.field("facilitator_url"),
-        Settle::After(Duration::from_secs(31)),
-    )
-    .await;
-    let database = postgres::fresh_database();
-    let mut env = env_for(
-        &stack,
-        &format!("http://{slow}"),
-        &stack.field("rpc_url"),
-        &database,
-    );
+    let (mut env, database) = slow_settling(&stack, Duration::from_secs(31)).await;
     // The default settle timeout (60 s) and the default drain: nothing shortened here.
     env.retain(|(name, _)| *name != "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS");
     let mut replica = Replica::spawn(&pairs(&env)).await;
@@ -524,18 +523,7 @@ async fn an_unreachable_database_is_unavailable_within_the_connect_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
     let stack = DevStack::start();
-    let slow = proxied_facilitator(
-        stack.field("facilitator_url"),
-        Settle::After(Duration::from_secs(4)),
-    )
-    .await;
-    let database = postgres::fresh_database();
-    let mut env = env_for(
-        &stack,
-        &format!("http://{slow}"),
-        &stack.field("rpc_url"),
-        &database,
-    );
+    let (mut env, database) = slow_settling(&stack, Duration::from_secs(4)).await;
     env.push(("FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS", "500".into()));
     env.push(("FACTOMAT_LOG_FORMAT", "json".into()));
     let mut replica = Replica::spawn(&pairs(&env)).await;

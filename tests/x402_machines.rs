@@ -582,44 +582,28 @@ async fn vm09_ready_and_each_non_ready_reason() {
         moved["baseline_evidence"]["changed_fields"],
         json!(["amount"])
     );
-    code_of(
-        &vm09_request("/redirect", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "REDIRECT_REFUSED",
-    );
-    code_of(
-        &vm09_request("/big", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "CHALLENGE_UNREADABLE",
-    );
     // A 20 KiB PAYMENT-REQUIRED is read (the cap is 32 KiB); 40 KiB stays unreadable.
-    code_of(
-        &vm09_request("/wide20", &buyer, "10000", &[MERCHANT]),
-        "READY",
-        "BALANCE_SUFFICIENT",
-    );
-    code_of(
-        &vm09_request("/wide40", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "CHALLENGE_UNREADABLE",
-    );
-    code_of(
-        &vm09_request("/slow", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "PROBE_FAILED",
-    );
-    rig.set(|t| t.mode = "free");
-    code_of(
-        &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "NO_PAYMENT_CHALLENGE",
-    );
-    rig.set(|t| t.mode = "broken");
-    code_of(
-        &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
-        "HOLD",
-        "NO_PAYMENT_CHALLENGE",
-    );
+    for (path, status, code) in [
+        ("/redirect", "HOLD", "REDIRECT_REFUSED"),
+        ("/big", "HOLD", "CHALLENGE_UNREADABLE"),
+        ("/wide20", "READY", "BALANCE_SUFFICIENT"),
+        ("/wide40", "HOLD", "CHALLENGE_UNREADABLE"),
+        ("/slow", "HOLD", "PROBE_FAILED"),
+    ] {
+        code_of(
+            &vm09_request(path, &buyer, "10000", &[MERCHANT]),
+            status,
+            code,
+        );
+    }
+    for mode in ["free", "broken"] {
+        rig.set(|t| t.mode = mode);
+        code_of(
+            &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
+            "HOLD",
+            "NO_PAYMENT_CHALLENGE",
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
