@@ -122,8 +122,9 @@ async function spawnAndWait(name, cmd, args, readyRe, { timeoutMs = 15_000, env 
 }
 
 async function startAnvil(name, chainId, port) {
+  // --block-time is applied once the stack's contracts are placed (startInterval): deploying
+  // at one block per interval made a stack take seconds per transaction to start.
   const args = ['--host', '127.0.0.1', '--port', String(port), '--chain-id', String(chainId)];
-  if (opt['block-time']) args.push('--block-time', opt['block-time']);
   const { proc, match, logPath } = await spawnAndWait(name, anvilBinary(), args, /Listening on 127\.0\.0\.1:(\d+)/);
   const rpcUrl = `http://127.0.0.1:${match[1]}`;
   const pub = createPublicClient({ chain: localChain(chainId, rpcUrl), transport: http(rpcUrl) });
@@ -131,6 +132,14 @@ async function startAnvil(name, chainId, port) {
   if (got !== chainId) throw new Error(`${name}: eth_chainId ${got}, expected ${chainId}`);
   say(`${name} pid ${proc.pid} on ${rpcUrl} (chain ${chainId})`);
   return { proc, rpcUrl, logPath, pub };
+}
+
+// --block-time S: from now on anvil mines one block every S seconds instead of one per transaction.
+async function startInterval(pub) {
+  if (!opt['block-time']) return;
+  const seconds = Number(opt['block-time']);
+  if (!Number.isInteger(seconds) || seconds <= 0) throw new Error('--block-time must be a positive integer of seconds');
+  await pub.request({ method: 'evm_setIntervalMining', params: [seconds] });
 }
 
 // Deploy normally (constructor runs), read the runtime code back, place it at `target`.
@@ -202,6 +211,7 @@ async function main() {
   });
   if (mc[0]?.result !== 'USDC') throw new Error(`Multicall3Shim self-check failed: ${JSON.stringify(mc)}`);
   say(`LocalUSDC at ${USDC_ADDRESS}, Multicall3Shim at ${MULTICALL3_ADDRESS}, buyer ${buyer.address} holds ${bal}`);
+  await startInterval(base.pub);
 
   // 4. facilitator
   const facArgs = [path.join(DEVSTACK_DIR, 'facilitator.mjs'), '--rpc-url', base.rpcUrl, '--port', opt['facilitator-port']];
@@ -219,6 +229,7 @@ async function main() {
     main1 = await startAnvil('anvil-mainnet', MAINNET_CHAIN_ID, opt['mainnet-port']);
     const w1 = createWalletClient({ account: admin, chain: localChain(MAINNET_CHAIN_ID, main1.rpcUrl), transport: http(main1.rpcUrl) });
     await placeContract(main1.pub, w1, 'Multicall3Shim', MULTICALL3_ADDRESS);
+    await startInterval(main1.pub);
   }
 
   const state = {
