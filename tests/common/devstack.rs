@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::str::FromStr as _;
 use std::sync::LazyLock;
 
 use serde_json::Value;
@@ -43,9 +44,8 @@ pub fn random_hex32() -> String {
 /// A fresh address nobody else pays: a payee whose balance moves only with one test's
 /// payments, on a stack other tests share.
 pub fn fresh_payee() -> String {
-    let seed = random_hex32();
-    let hash = alloy::primitives::keccak256(seed.as_bytes());
-    alloy::primitives::Address::from_slice(&hash[12..]).to_checksum(None)
+    let bytes = alloy::primitives::B256::from_str(&random_hex32()).expect("32 bytes of hex");
+    alloy::primitives::Address::from_word(bytes).to_checksum(None)
 }
 
 /// Serializes the chain.mjs runs that send transactions within a test binary: each sends
