@@ -566,7 +566,12 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
     entry
         .readiness(machine, config)
         .map_err(|e| e.to_string())?;
-    let work = entry.accept(machine, &request).map_err(|e| e.to_string())?;
+    let work = entry
+        .accept(
+            machine,
+            &factomat::support::json_doc::Doc::from_value(&request),
+        )
+        .map_err(|e| e.to_string())?;
     let context = machines::WorkContext {
         gateway: factomat::net::gateway::Gateway::new().map_err(|e| e.to_string())?,
         config: config.clone(),

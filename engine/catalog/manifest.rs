@@ -609,7 +609,14 @@ fn display_path(pointer: &str) -> &str {
 pub fn compile_schema(
     schema: &Value,
 ) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
-    jsonschema::options()
+    compile_schema_for(schema)
+}
+
+/// [`compile_schema`] for instances held in another representation than `serde_json::Value`.
+pub(crate) fn compile_schema_for<F: jsonschema::json::Json>(
+    schema: &Value,
+) -> Result<jsonschema::Validator<F>, jsonschema::ValidationError<'static>> {
+    jsonschema::options_for::<F>()
         .with_draft(jsonschema::Draft::Draft202012)
         .should_validate_formats(false)
         .build(schema)

@@ -6,10 +6,10 @@
 //! wrong type, then value rules.
 
 use jsonschema::error::ValidationErrorKind;
-use serde_json::Value;
 
-use crate::catalog::manifest::{Machine, compile_schema};
+use crate::catalog::manifest::{Machine, compile_schema_for};
 use crate::http::error::ApiError;
+use crate::support::json_doc::{Doc, DocJson};
 
 const ADDRESS_PATTERN: &str = "^0x[0-9a-fA-F]{40}$";
 const UINT_PATTERN: &str = "^(0|[1-9][0-9]*)$";
@@ -27,14 +27,14 @@ pub(crate) struct SchemaError {
 
 /// A machine's compiled input validator.
 pub(crate) struct RequestValidator {
-    validator: jsonschema::Validator,
+    validator: jsonschema::Validator<DocJson>,
     unsupported: Vec<(String, String)>,
 }
 
 impl RequestValidator {
     /// Compiles the machine's input schema.
     pub(crate) fn new(machine: &Machine) -> Result<RequestValidator, SchemaError> {
-        let validator = compile_schema(&machine.input_schema).map_err(|error| SchemaError {
+        let validator = compile_schema_for(&machine.input_schema).map_err(|error| SchemaError {
             machine: machine.machine.clone(),
             message: error.to_string(),
         })?;
@@ -54,14 +54,14 @@ impl RequestValidator {
     /// asset kind's fields, a chain's symbols, the zero address, a baseline's methodology)
     /// gives `Ok(Some(error))`: the machine's checks name those rules precisely, so the caller
     /// runs them first and reports this error only when they pass.
-    pub(crate) fn validate(&self, request: &Value) -> Result<Option<ApiError>, ApiError> {
-        if !request.is_object() {
+    pub(crate) fn validate(&self, request: &Doc<'_>) -> Result<Option<ApiError>, ApiError> {
+        let Some(members) = request.as_object() else {
             return Err(ApiError::bad_request(
                 "invalid_body",
                 "the request body must be a JSON object",
             ));
-        }
-        if request.as_object().is_some_and(|o| o.is_empty()) {
+        };
+        if members.is_empty() {
             return Err(ApiError::bad_request(
                 "empty_request",
                 "the request object is empty; see the machine's input_example in /v1/catalog",
@@ -227,7 +227,7 @@ fn rank(kind: &ValidationErrorKind) -> u8 {
 const DEFERRED_RANK: u8 = 6;
 
 /// Parses a request body. An empty body and malformed JSON are distinct codes.
-pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_json(body: &[u8]) -> Result<Doc<'_>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "empty_body",
@@ -241,7 +241,7 @@ pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
             format!("the request body is not valid JSON: it is not UTF-8 ({e})"),
         )
     })?;
-    serde_json::from_str(text).map_err(|e| {
+    Doc::parse(text).map_err(|e| {
         ApiError::bad_request(
             "invalid_json",
             format!("the request body is not valid JSON: {e}"),

@@ -12,6 +12,8 @@ use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETR
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
+
+use crate::support::json_doc::Doc;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
@@ -276,8 +278,11 @@ async fn paid(
     let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
     let signature = headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
+    // Outlives the request parsed from it, which borrows its strings.
+    let bytes: Bytes;
     let accepted = match read_paid_body(route, headers, body, body_deadline).await {
-        Ok(bytes) => {
+        Ok(read) => {
+            bytes = read;
             let parsed = body::parse_json(&bytes);
             if signature.is_none()
                 && state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge
@@ -322,7 +327,8 @@ async fn paid(
     // its client disconnects, and a call cut between /settle and the ledger record would leave
     // a payment that may have moved with no record of its outcome.
     // The ledger row, the retained answer's key and the seal all name the request by this.
-    let request_sha256 = crate::support::canonical::canonical_sha256(&request);
+    let request_sha256 = crate::support::canonical::canonical_sha256(&request.to_value());
+    drop(request);
     let call = PaidCall {
         state: Arc::clone(state),
         machine: route.machine,
@@ -423,8 +429,8 @@ fn probed(
 }
 
 /// Whether a body is the Bazaar crawler's probe: no bytes at all, or exactly `{}`.
-fn is_probe(bytes: &[u8], parsed: &Result<Value, ApiError>) -> bool {
-    bytes.is_empty() || matches!(parsed, Ok(Value::Object(map)) if map.is_empty())
+fn is_probe(bytes: &[u8], parsed: &Result<Doc<'_>, ApiError>) -> bool {
+    bytes.is_empty() || matches!(parsed, Ok(Doc::Object(members)) if members.is_empty())
 }
 
 /// Everything a paid call needs, owned, so it can outlive its request.
@@ -651,7 +657,10 @@ async fn read_paid_body(
 /// Schema → typed request → semantic checks of the parsed body. Pure: no I/O. Returns the
 /// request as received (for the ledger's hash) and the machine's paid work on its typed
 /// request, not yet started.
-fn validate_paid_request(route: &PaidRoute, request: Value) -> Result<(Value, Work), ApiError> {
+fn validate_paid_request<'a>(
+    route: &PaidRoute,
+    request: Doc<'a>,
+) -> Result<(Doc<'a>, Work), ApiError> {
     let combined_rule = route.validator.validate(&request)?;
     let work = route.entry.accept(route.machine, &request)?;
     if let Some(error) = combined_rule {

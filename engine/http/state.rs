@@ -79,13 +79,18 @@ pub struct AppState {
     /// The evidence signing identity; None when no signing key is configured.
     pub evidence: Option<Arc<Identity>>,
     pub(super) work: WorkContext,
-    pub(super) free: HashMap<String, FreeDoc>,
-    pub(super) paid: HashMap<String, PaidRoute>,
+    pub(super) free: Routes<FreeDoc>,
+    pub(super) paid: Routes<PaidRoute>,
     /// Requests for the free documents, counted under `machine="free"`.
     pub(super) free_counters: RouteCounters,
     /// Requests for no known path, counted under `machine="none"`.
     pub(super) unknown_counters: RouteCounters,
 }
+
+/// What each path serves. The keys are our own paths, so a hash keyed per process and
+/// cheaper than SipHash (foldhash's, as hashbrown's default) is enough; every request looks
+/// its path up here.
+pub(super) type Routes<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +115,7 @@ impl AppState {
         let rail = payment_rail(&config, &gateway)?;
         let evidence = signing_identity(&config, &base_url)?;
         let free = free_documents(manifest, &base_url, &config, evidence.as_deref())?;
-        let mut paid = HashMap::new();
+        let mut paid = Routes::default();
         for machine in &manifest.machines {
             let route =
                 PaidRoute::prepare(manifest, machine, &base_url, &config, evidence.as_deref())?;
@@ -472,8 +477,8 @@ fn free_documents(
     base_url: &str,
     config: &Config,
     evidence: Option<&Identity>,
-) -> Result<HashMap<String, FreeDoc>, StartError> {
-    let mut docs = HashMap::new();
+) -> Result<Routes<FreeDoc>, StartError> {
+    let mut docs = Routes::default();
     let max_age = manifest.service.free_document_max_age_seconds;
     let mut add = |path: String, content_type: &'static str, body: Bytes| {
         let doc = FreeDoc::prepare(content_type, body, max_age)

@@ -15,13 +15,13 @@ use std::sync::Arc;
 use serde::Deserialize as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::catalog::manifest::Machine as Spec;
 use crate::chain::endpoints::EndpointSet;
 use crate::chain::networks;
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
+use crate::support::json_doc::Doc;
 use crate::support::ttl_cache::TtlCache;
 
 pub(crate) mod checks;
@@ -97,7 +97,7 @@ pub trait Entry: Sync {
     fn chain_checks(&self, config: &Config) -> ChainChecks;
     /// Reads a schema-valid request into the machine's typed request, runs the pre-payment
     /// checks, and returns the paid work, not yet started.
-    fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure>;
+    fn accept(&self, spec: &'static Spec, request: &Doc<'_>) -> Result<Work, CheckFailure>;
 }
 
 struct Registered<M>(PhantomData<fn() -> M>);
@@ -115,7 +115,7 @@ impl<M: Machine> Entry for Registered<M> {
         ChainChecks::of(M::NEEDS, config)
     }
 
-    fn accept(&self, spec: &'static Spec, request: &Value) -> Result<Work, CheckFailure> {
+    fn accept(&self, spec: &'static Spec, request: &Doc<'_>) -> Result<Work, CheckFailure> {
         let request = M::Request::deserialize(request).map_err(|e| {
             CheckFailure::new(
                 "invalid_body",

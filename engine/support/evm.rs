@@ -107,38 +107,76 @@ impl ChecksumMemo {
 /// checksummed) once, when the request is read: the pre-payment check reports the verdict and
 /// the paid work uses the address, without a second EIP-55 keccak.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AddressText {
-    text: String,
-    parsed: Result<Address, EvmValueError>,
+pub(crate) struct AddressText(Spelled);
+
+/// A well-formed address keeps its 42 characters inline: reading a request allocates nothing
+/// for it, and dropping one frees nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Spelled {
+    Address { address: Address, text: [u8; 42] },
+    Other { text: String, error: EvmValueError },
 }
 
 impl AddressText {
     /// Parses `text` with [`parse_address`], keeping both.
-    pub(crate) fn new(text: String) -> AddressText {
-        let parsed = parse_address(&text);
-        AddressText { text, parsed }
+    pub(crate) fn new(text: &str) -> AddressText {
+        let spelled = parse_address(text)
+            .and_then(|address| {
+                let spelling = <[u8; 42]>::try_from(text.as_bytes())
+                    .map_err(|_| EvmValueError::AddressFormat)?;
+                Ok(Spelled::Address {
+                    address,
+                    text: spelling,
+                })
+            })
+            .unwrap_or_else(|error| Spelled::Other {
+                text: text.to_owned(),
+                error,
+            });
+        AddressText(spelled)
     }
 
     /// The text as the caller wrote it.
     pub(crate) fn as_str(&self) -> &str {
-        &self.text
+        match &self.0 {
+            // ASCII: "0x" and 40 hex digits.
+            Spelled::Address { text, .. } => std::str::from_utf8(text).unwrap_or_default(),
+            Spelled::Other { text, .. } => text,
+        }
     }
 
     /// The address, or why the text is not one.
     pub(crate) fn parsed(&self) -> Result<Address, EvmValueError> {
-        self.parsed.clone()
+        match &self.0 {
+            Spelled::Address { address, .. } => Ok(*address),
+            Spelled::Other { error, .. } => Err(error.clone()),
+        }
     }
 }
 
 impl<'de> serde::Deserialize<'de> for AddressText {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        <String as serde::Deserialize>::deserialize(deserializer).map(AddressText::new)
+        deserializer.deserialize_str(AddressTextVisitor)
+    }
+}
+
+struct AddressTextVisitor;
+
+impl serde::de::Visitor<'_> for AddressTextVisitor {
+    type Value = AddressText;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<AddressText, E> {
+        Ok(AddressText::new(text))
     }
 }
 
 impl serde::Serialize for AddressText {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text)
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -253,12 +291,19 @@ mod tests {
         assert_eq!(field.as_str(), usdc);
         assert_eq!(field.parsed(), parse_address(usdc));
         assert_eq!(serde_json::json!(field), serde_json::json!(usdc));
-        let broken = AddressText::new(usdc.replace("fCD6", "fcD6"));
+        let broken = AddressText::new(&usdc.replace("fCD6", "fcD6"));
         assert_eq!(broken.parsed(), Err(EvmValueError::AddressChecksum));
         assert_eq!(
-            AddressText::new("0x1234".into()).parsed(),
+            AddressText::new("0x1234").parsed(),
             Err(EvmValueError::AddressFormat)
         );
+        // Text that is no address is kept as written too, and read from a borrowed request.
+        let request = format!(r#"["{usdc}","0x1234","0x{}"]"#, "g".repeat(40));
+        let doc = crate::support::json_doc::Doc::parse(&request).expect("JSON");
+        let fields: Vec<AddressText> = serde::Deserialize::deserialize(&doc).expect("read");
+        let texts: Vec<&str> = fields.iter().map(AddressText::as_str).collect();
+        assert_eq!(texts, [usdc, "0x1234", &format!("0x{}", "g".repeat(40))]);
+        assert_eq!(fields[2].parsed(), Err(EvmValueError::AddressFormat));
     }
 
     #[test]
