@@ -1,5 +1,6 @@
 //! Hostile clients on real loopback sockets: partial heads, a flood beyond the connection cap,
-//! a dripping paid body, idle keep-alive connections, and forged payments that must never
+//! a dripping paid body, idle keep-alive connections (at their deadline and at a stop), and
+//! forged payments that must never
 //! reach the facilitator. Counts and deadlines are lowered so each test stays short.
 
 mod common;
@@ -267,17 +268,9 @@ async fn a_dripping_paid_body_is_cut_at_its_deadline_and_nothing_is_verified() {
     assert_eq!(counter(&server.server.state.connections.body_timeouts), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
-    capture();
-    let server = TestServer::with_env(&[
-        ("FACTOMAT_IDLE_TIMEOUT_MS", "1000"),
-        ("FACTOMAT_HEADER_READ_TIMEOUT_MS", "5000"),
-    ])
-    .await;
-    let mut stream = TcpStream::connect(server.server.addr)
-        .await
-        .expect("connect");
+/// A keep-alive connection that has been answered `GET /health` and is now idle.
+async fn kept_alive_after_health(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
     stream
         .write_all(b"GET /health HTTP/1.1\r\nHost: factomat.test\r\n\r\n")
         .await
@@ -293,6 +286,45 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
         answer.extend_from_slice(&buffer[..n]);
     }
     assert!(answer.starts_with(b"HTTP/1.1 200 "));
+    stream
+}
+
+/// The stop signal reaches a connection that has served requests and sits idle: the server
+/// closes it and stops at once, not at the idle deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_closes_idle_keep_alive_connections_at_once() {
+    let server = TestServer::with_env(&[("FACTOMAT_IDLE_TIMEOUT_MS", "60000")]).await;
+    let mut first = kept_alive_after_health(server.server.addr).await;
+    let mut second = kept_alive_after_health(server.server.addr).await;
+    let stopping = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), server.server.stop())
+        .await
+        .expect("the server stops while connections sit idle");
+    let soon = tokio::time::Instant::now() + Duration::from_secs(2);
+    assert!(
+        closed_by(&mut first, soon).await,
+        "the first idle connection is closed"
+    );
+    assert!(
+        closed_by(&mut second, soon).await,
+        "the second idle connection is closed"
+    );
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopping.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    capture();
+    let server = TestServer::with_env(&[
+        ("FACTOMAT_IDLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_HEADER_READ_TIMEOUT_MS", "5000"),
+    ])
+    .await;
+    let mut stream = kept_alive_after_health(server.server.addr).await;
     let served = Instant::now();
     let closed = closed_by(
         &mut stream,

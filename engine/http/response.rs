@@ -45,8 +45,8 @@ pub(crate) fn base_response(
 /// `x-request-id` placeholder).
 static JSON_HEADERS: LazyLock<HeaderMap> = LazyLock::new(|| {
     let mut headers = HeaderMap::with_capacity(PREPARED_HEADER_ROOM);
+    request_id::hold_slot(&mut headers);
     headers.extend(base_headers(const { HeaderValue::from_static(JSON) }));
-    headers.insert(request_id::HEADER, HeaderValue::from_static(""));
     headers
 });
 
@@ -97,8 +97,8 @@ impl PreparedChallenge {
     pub(crate) fn new(challenge: &Challenge) -> PreparedChallenge {
         let (parts, body) = payment_required(challenge).into_parts();
         let mut headers = HeaderMap::with_capacity(PREPARED_HEADER_ROOM);
+        request_id::hold_slot(&mut headers);
         headers.extend(parts.headers);
-        headers.insert(request_id::HEADER, HeaderValue::from_static(""));
         PreparedChallenge { headers, body }
     }
 
@@ -173,10 +173,16 @@ mod tests {
         let mut prepared = PreparedChallenge::new(&challenge).response();
         let id = HeaderValue::from_static("req-1");
         for response in [&mut built, &mut prepared] {
-            response
-                .headers_mut()
-                .insert(request_id::HEADER, id.clone());
+            request_id::write(response.headers_mut(), id.clone());
         }
+        assert_eq!(
+            prepared
+                .headers()
+                .get_all(request_id::HEADER)
+                .iter()
+                .count(),
+            1
+        );
         assert_eq!(prepared.status(), built.status());
         assert_eq!(prepared.headers(), built.headers());
         assert!(prepared.headers().capacity() > prepared.headers().len());

@@ -199,9 +199,7 @@ async fn handle(
     let (mut response, counters) = dispatch(&state, &request, body).await;
     counters.request(response.status().as_u16());
     log_request(&request, &response, started);
-    response
-        .headers_mut()
-        .insert(request_id::HEADER, request_id.into_header());
+    request_id::write(response.headers_mut(), request_id.into_header());
     response.map(Full::new)
 }
 
@@ -651,7 +649,7 @@ async fn read_paid_body(
     body_deadline: Duration,
 ) -> Result<Bytes, ApiError> {
     check_content_type(headers)?;
-    read_within(body_deadline, read_limited(headers, body, route.max_body)).await
+    read_within(body_deadline, read_limited(body, route.max_body)).await
 }
 
 /// Schema → typed request → semantic checks of the parsed body. Pure: no I/O. Returns the
@@ -740,22 +738,15 @@ fn is_json_media_type(media: &str) -> bool {
 
 /// Reads at most `limit` bytes; a larger body is refused without reading the rest. A body
 /// that comes in one frame (the common case) is kept as it came, not copied.
-async fn read_limited(
-    headers: &HeaderMap,
-    mut body: RequestBody,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
+async fn read_limited(mut body: RequestBody, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::bad_request(
             "body_too_large",
             format!("the request body exceeds this machine's limit of {limit} bytes"),
         )
     };
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    // hyper read the declared Content-Length into the body's size hint.
+    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
         return Err(too_large());
     }
     let mut first: Option<Bytes> = None;
