@@ -420,6 +420,7 @@ impl Connection {
             closing: false,
             timer: std::pin::pin!(tokio::time::sleep_until(far_future())),
             armed: far_future(),
+            timer_waiting: false,
         };
         match std::future::poll_fn(|cx| watch.poll(cx, &progress, &self.limits)).await {
             Ok(result) => self.ended(result),
@@ -465,6 +466,8 @@ struct DeadlineWatch<'a, C, W> {
     closing: bool,
     timer: Pin<&'a mut tokio::time::Sleep>,
     armed: Instant,
+    /// Whether `timer` has been polled since it was armed at `armed`.
+    timer_waiting: bool,
 }
 
 impl<C: ServedConnection, W: Future> DeadlineWatch<'_, C, W> {
@@ -492,9 +495,15 @@ impl<C: ServedConnection, W: Future> DeadlineWatch<'_, C, W> {
         if at < self.armed {
             self.rearm(at);
         }
+        // A timer polled since it was armed wakes this task when it fires (never before its
+        // instant); until then another poll would only leave the same waker again.
+        if self.timer_waiting && Instant::now() < self.armed {
+            return Poll::Pending;
+        }
         // At most twice: a timer that fired for an earlier deadline is re-armed once.
         for _ in 0..2 {
             if self.timer.as_mut().poll(cx).is_pending() {
+                self.timer_waiting = true;
                 return Poll::Pending;
             }
             if at <= Instant::now() {
@@ -524,6 +533,7 @@ impl<C: ServedConnection, W: Future> DeadlineWatch<'_, C, W> {
     fn rearm(&mut self, at: Instant) {
         self.timer.as_mut().reset(at);
         self.armed = at;
+        self.timer_waiting = false;
     }
 }
 

@@ -17,8 +17,10 @@ pub(crate) struct ApiError {
     pub field: Option<String>,
 }
 
-/// The bytes of `{"error":{"code":"","message":"","field":""}}` around the three strings.
-const BODY_FRAME: usize = 44;
+/// The bytes of `{"error":{"code":"","message":""}}` around the two strings.
+const BODY_FRAME: usize = r#"{"error":{"code":"","message":""}}"#.len();
+/// The bytes `,"field":""` adds around the field.
+const FIELD_FRAME: usize = r#","field":"""#.len();
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -79,7 +81,7 @@ impl ApiError {
             },
         };
         // Sized for the common case (nothing to escape), so the writer never grows it.
-        let field = self.field.as_deref().map_or(0, str::len);
+        let field = self.field.as_deref().map_or(0, |f| FIELD_FRAME + f.len());
         let mut bytes =
             Vec::with_capacity(BODY_FRAME + self.code.len() + self.message.len() + field);
         match serde_json::to_writer(&mut bytes, &body) {
@@ -122,5 +124,26 @@ impl From<&Refusal> for ApiError {
             Refusal::IdentifierConflict => StatusCode::CONFLICT,
         };
         ApiError::new(status, refusal.code(), refusal.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+
+    /// The body is written into a buffer sized for it: it never grows when nothing needs escaping.
+    #[test]
+    fn an_error_body_fills_the_buffer_sized_for_it() {
+        let with_field =
+            ApiError::invalid_field("invalid_address", "/owner", "/owner must be 0x and 40 digits");
+        let without_field = ApiError::bad_request("empty_body", "the request body is empty");
+        for (error, field) in [(with_field, Some("/owner")), (without_field, None)] {
+            let body = error.body();
+            assert_eq!(body.len(), body.capacity(), "{}", String::from_utf8_lossy(&body));
+            let parsed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+            assert_eq!(parsed["error"]["code"], error.code.as_str());
+            assert_eq!(parsed["error"]["message"], error.message.as_str());
+            assert_eq!(parsed["error"]["field"].as_str(), field);
+        }
     }
 }

@@ -751,7 +751,10 @@ async fn read_limited(mut body: RequestBody, limit: usize) -> Result<Bytes, ApiE
     }
     let mut first: Option<Bytes> = None;
     let mut rest = BytesMut::new();
-    while let Some(frame) = body.frame().await {
+    // A body of declared length ends with its last byte: no poll waits for its end.
+    while !hyper::body::Body::is_end_stream(&body)
+        && let Some(frame) = body.frame().await
+    {
         let frame = frame.map_err(|e| {
             ApiError::bad_request(
                 "invalid_body",
