@@ -134,12 +134,20 @@ mod tests {
     /// The body is written into a buffer sized for it: it never grows when nothing needs escaping.
     #[test]
     fn an_error_body_fills_the_buffer_sized_for_it() {
-        let with_field =
-            ApiError::invalid_field("invalid_address", "/owner", "/owner must be 0x and 40 digits");
+        let with_field = ApiError::invalid_field(
+            "invalid_address",
+            "/owner",
+            "/owner must be 0x and 40 digits",
+        );
         let without_field = ApiError::bad_request("empty_body", "the request body is empty");
         for (error, field) in [(with_field, Some("/owner")), (without_field, None)] {
             let body = error.body();
-            assert_eq!(body.len(), body.capacity(), "{}", String::from_utf8_lossy(&body));
+            assert_eq!(
+                body.len(),
+                body.capacity(),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
             let parsed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
             assert_eq!(parsed["error"]["code"], error.code.as_str());
             assert_eq!(parsed["error"]["message"], error.message.as_str());
