@@ -10,6 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, anvil_rpc, facilitator_proxy};
+use common::paid_rig::wait_for;
 use common::rpc_proxy::{LogLimit, RpcLimits, range_limited_rpc, rpc_proxy};
 use common::{TestServer, decode_header};
 use serde_json::{Value, json};
@@ -216,10 +217,10 @@ async fn hang_never_answers() {
     assert!(answer.is_err_and(|e| e.is_timeout()));
     // The proxy records once it has read the body, which a loaded machine may do after our
     // timeout fired.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while proxy.recorder.settles() == 0 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for("the proxy recorded the settle", async || {
+        proxy.recorder.settles() > 0
+    })
+    .await;
     assert_eq!(proxy.recorder.settles(), 1);
     assert_eq!(proxy.recorder.forwarded_settles(), 0);
 }

@@ -89,7 +89,7 @@ impl RequestValidator {
     fn to_api_error(&self, error: &jsonschema::ValidationError<'_>) -> ApiError {
         let at = error.instance_path().as_str();
         let field = if at.is_empty() { "/" } else { at }.to_string();
-        let last = at.rsplit('/').next().unwrap_or("");
+        let last = || at.rsplit('/').next().unwrap_or("");
         let parent_is = |name: &str| {
             let mut segments = at.rsplit('/');
             segments.next();
@@ -130,6 +130,7 @@ impl RequestValidator {
                 ApiError::invalid_field("invalid_type", field, message())
             }
             ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
+                let last = last();
                 let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains")
                 {
                     "unsupported_chain"
@@ -149,7 +150,7 @@ impl RequestValidator {
                 }
                 None => ApiError::invalid_field("invalid_format", field, message()),
             },
-            ValidationErrorKind::MaxLength { .. } if last == "data" => {
+            ValidationErrorKind::MaxLength { .. } if last() == "data" => {
                 ApiError::invalid_field("calldata_too_large", field, message())
             }
             ValidationErrorKind::MaxLength { .. } => {

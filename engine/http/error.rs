@@ -1,6 +1,8 @@
 //! The JSON error body every non-2xx answer of ours carries:
 //! `{"error":{"code":"...","message":"...","field":"..."}}`.
 
+use std::borrow::Cow;
+
 use http::StatusCode;
 use serde::Serialize;
 
@@ -12,7 +14,8 @@ use crate::pay::call::Refusal;
 #[error("{status} {code}: {message}")]
 pub(crate) struct ApiError {
     pub status: StatusCode,
-    pub code: String,
+    /// Nearly always one of our fixed codes: borrowed, not copied per answer.
+    pub code: Cow<'static, str>,
     pub message: String,
     pub field: Option<String>,
 }
@@ -38,7 +41,7 @@ struct Inner<'a> {
 impl ApiError {
     pub(crate) fn new(
         status: StatusCode,
-        code: impl Into<String>,
+        code: impl Into<Cow<'static, str>>,
         message: impl Into<String>,
     ) -> Self {
         ApiError {
@@ -50,20 +53,26 @@ impl ApiError {
     }
 
     /// HTTP 400: the request is invalid; no payment contract is issued.
-    pub(crate) fn bad_request(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(
+        code: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     /// HTTP 400 naming the offending field (a JSON pointer such as `/asset/symbol`).
     pub(crate) fn invalid_field(
-        code: impl Into<String>,
+        code: impl Into<Cow<'static, str>>,
         field: impl Into<String>,
         message: impl Into<String>,
     ) -> Self {
         ApiError::bad_request(code, message).with_field(field)
     }
 
-    pub(crate) fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(
+        code: impl Into<Cow<'static, str>>,
+        message: impl Into<String>,
+    ) -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
     }
 
@@ -96,7 +105,7 @@ impl From<CheckFailure> for ApiError {
     fn from(failure: CheckFailure) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            code: failure.code,
+            code: failure.code.into(),
             message: failure.message,
             field: failure.field,
         }
@@ -149,7 +158,7 @@ mod tests {
                 String::from_utf8_lossy(&body)
             );
             let parsed: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
-            assert_eq!(parsed["error"]["code"], error.code.as_str());
+            assert_eq!(parsed["error"]["code"], &*error.code);
             assert_eq!(parsed["error"]["message"], error.message.as_str());
             assert_eq!(parsed["error"]["field"].as_str(), field);
         }
