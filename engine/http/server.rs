@@ -12,8 +12,6 @@ use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETR
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use serde_json::Value;
-
-use crate::support::json_doc::Doc;
 use tokio::sync::{oneshot, watch};
 use tracing::Instrument;
 
@@ -40,6 +38,7 @@ use crate::pay::call::{self, PaidOutcome};
 use crate::pay::echo::Declared;
 use crate::pay::gate;
 use crate::pay::retained::{Answer, Finisher};
+use crate::support::json_doc::Doc;
 use crate::support::metrics::{RouteCounters, metrics};
 
 /// A server running in the background, for the binary and for tests.
@@ -326,6 +325,7 @@ async fn paid(
     // a payment that may have moved with no record of its outcome.
     // The ledger row, the retained answer's key and the seal all name the request by this.
     let request_sha256 = crate::support::canonical::canonical_sha256(&request.to_value());
+    // The parsed body is not carried through the paid call.
     drop(request);
     let call = PaidCall {
         state: Arc::clone(state),

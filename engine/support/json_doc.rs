@@ -519,6 +519,11 @@ mod tests {
             assert!(Doc::parse(text).is_err(), "{text:?}");
             assert!(serde_json::from_str::<Value>(text).is_err(), "{text:?}");
         }
+        // serde_json's nesting limit (128) holds for a document as for a `Value`.
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(Doc::parse(&nested(100)).is_ok());
+        assert!(Doc::parse(&nested(200)).is_err());
+        assert!(serde_json::from_str::<Value>(&nested(200)).is_err());
     }
 
     #[test]

@@ -56,8 +56,22 @@ static ADMIN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The chain.mjs commands that only read, which need not wait for the admin account.
 const CHAIN_READS: [&str; 5] = ["balance", "allowance", "auth-state", "block", "receipt"];
 
+/// A chain.mjs run's command: the first argument after its leading options (`--state`,
+/// `--chain-id`, `--rpc-url`), each of which takes a value.
+fn chain_command<'a>(args: &[&'a str]) -> Option<&'a str> {
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if !arg.starts_with("--") {
+            return Some(arg);
+        }
+        rest.next();
+    }
+    None
+}
+
 fn node(script: &str, args: &[&str]) -> Value {
-    let sends = script == "chain.mjs" && !args.iter().any(|a| CHAIN_READS.contains(a));
+    let reads = chain_command(args).is_some_and(|command| CHAIN_READS.contains(&command));
+    let sends = script == "chain.mjs" && !reads;
     let _admin = sends.then(|| ADMIN.lock().unwrap_or_else(|e| e.into_inner()));
     one_json_line("node", script, args)
 }
