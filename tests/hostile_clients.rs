@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::devstack::DevStack;
 use common::logs::{capture, logs};
 use common::onchain::serve;
+use common::paid_rig::reason_of;
 use common::{TestServer, decode_header, temp_path};
 use factomat::pay::ledger::{Ledger, PoolOptions};
 use serde_json::{Value, json};
@@ -374,17 +375,6 @@ fn forged_payment(accepted: &Value, seed: u64) -> String {
         &base64::engine::general_purpose::STANDARD,
         payload.to_string(),
     )
-}
-
-fn reason_of(response: &reqwest::Response) -> String {
-    let header = response
-        .headers()
-        .get("payment-required")
-        .expect("a fresh challenge");
-    decode_header(header.to_str().expect("ascii"))["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

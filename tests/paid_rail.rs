@@ -10,6 +10,7 @@ use common::idle_timer::closing_idle_connections;
 use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
 use common::logs::{capture, logs};
 use common::onchain::rpc_tripwire;
+use common::paid_rig::reason_of;
 use common::{TestServer, closed_port, decode_header};
 use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
 use serde_json::{Value, json};
@@ -155,18 +156,6 @@ impl Rig {
 
 fn vm02_request(owner: &str, token: &str, spender: &str) -> Value {
     json!({"owner": owner, "token": token, "spender": spender})
-}
-
-/// The rejection reason of a 402 (the `error` of its fresh PAYMENT-REQUIRED).
-fn reason_of(response: &reqwest::Response) -> String {
-    let header = response
-        .headers()
-        .get("payment-required")
-        .expect("a fresh challenge");
-    decode_header(header.to_str().expect("ascii"))["error"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {

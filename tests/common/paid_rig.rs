@@ -160,12 +160,13 @@ impl<'a> Rig<'a> {
     }
 }
 
-/// The `error` of a 402's fresh PAYMENT-REQUIRED.
+/// The rejection reason of a 402: the `error` of its fresh PAYMENT-REQUIRED.
 pub fn reason_of(response: &reqwest::Response) -> String {
-    let header = response.headers()["payment-required"]
-        .to_str()
-        .expect("ascii");
-    decode_header(header)["error"]
+    let header = response
+        .headers()
+        .get("payment-required")
+        .expect("a fresh challenge");
+    decode_header(header.to_str().expect("ascii"))["error"]
         .as_str()
         .unwrap_or_default()
         .to_string()
