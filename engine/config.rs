@@ -302,7 +302,8 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
 
 /// The default drain: a paid call ends by its authorization's deadline, at most the
 /// payment's `maxTimeoutSeconds` (60, machines.yaml) after it arrives, so the drain is that
-/// plus a 10 s margin for the ledger record. A start-up warning names a shorter drain.
+/// plus a 10 s margin for the ledger record. A start-up warning names a shorter drain; a
+/// unit test in `http::server` holds this figure to the manifest's.
 pub const DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 70_000;
 
 /// The margin of the drain over `maxTimeoutSeconds`.

@@ -98,9 +98,14 @@ impl RunningServer {
 }
 
 /// The drain must outlast the longest paid call: its authorization's deadline, at most
-/// `maxTimeoutSeconds` after it arrives.
+/// `maxTimeoutSeconds` after it arrives, plus the margin for the ledger record.
+fn drain_needed_ms() -> u64 {
+    MANIFEST.payment.max_timeout_seconds * 1000 + crate::config::DRAIN_MARGIN_MS
+}
+
+/// Warns at start-up about a configured drain shorter than [`drain_needed_ms`].
 fn warn_about_a_short_drain(config: &Config) {
-    let needed = MANIFEST.payment.max_timeout_seconds * 1000 + crate::config::DRAIN_MARGIN_MS;
+    let needed = drain_needed_ms();
     if config.shutdown_drain_timeout_ms < needed {
         tracing::warn!(
             shutdown_drain_timeout_ms = config.shutdown_drain_timeout_ms,
@@ -810,6 +815,16 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// config cannot read the manifest (it sits below it), so its default drain is a number
+    /// held here to the payment window it stands for.
+    #[test]
+    fn the_default_drain_is_the_payment_window_plus_the_margin() {
+        assert_eq!(
+            crate::config::DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS,
+            drain_needed_ms()
+        );
+    }
 
     #[test]
     fn json_media_types_are_recognised_in_any_letter_case() {
