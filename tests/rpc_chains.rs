@@ -21,7 +21,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
-    let stack = common::devstack::DevStack::start_with_mainnet();
+    let stack = common::devstack::shared_stack_with_mainnet();
     let base = stack.field("rpc_url");
     // eip155:1 is configured with an endpoint that serves Base.
     let (wrong_chain, _) = rpc_proxy(base.clone(), |method| match method {
@@ -58,15 +58,12 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
         format!("http://{first}/v2/SECRET-first"),
         format!("http://{second}/v2/SECRET-second"),
     );
-    let rig = ChainRig::with_stack(
-        stack,
-        &[
-            ("FACTOMAT_RPC_URL_EIP155_1", wrong.as_str()),
-            ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
-            ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
-            ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
-        ],
-    )
+    let rig = ChainRig::start(&[
+        ("FACTOMAT_RPC_URL_EIP155_1", wrong.as_str()),
+        ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
+        ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
+        ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
+    ])
     .await;
 
     // The wrong chain: VM06 and VM04 are not ready, /health and the log say why.
@@ -169,7 +166,7 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
 /// to the next endpoint, which knows the block.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_endpoint() {
-    let stack = common::devstack::DevStack::start_with_mainnet();
+    let stack = common::devstack::shared_stack_with_mainnet();
     let base = stack.field("rpc_url");
     let (behind, behind_seen) = rpc_proxy(base.clone(), |method| match method {
         "batch" => RpcAction::Error(json!({"code": -32000, "message": "header not found"})),
@@ -178,13 +175,10 @@ async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_
     .await;
     let (ahead, ahead_seen) = rpc_proxy(base, |_| RpcAction::Forward).await;
     let (one, two) = (format!("http://{behind}"), format!("http://{ahead}"));
-    let rig = ChainRig::with_stack(
-        stack,
-        &[
-            ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
-            ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
-        ],
-    )
+    let rig = ChainRig::start(&[
+        ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
+        ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
+    ])
     .await;
     let request = json!({"owner": OWNER, "token": rig.stack.field("usdc"), "spender": SPENDER});
 

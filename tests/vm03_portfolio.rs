@@ -1104,8 +1104,8 @@ async fn a_missing_inventory_credential_is_503_before_any_charge() {
     ])
     .await;
     let before = rig.buyer_balance();
-    let answer = rig.stack.pay(
-        &rig.url(VM03),
+    let answer = rig.pay_unchecked(
+        VM03,
         &json!({"address": fresh_address(6), "chains": ["eip155:8453"]}),
     );
     assert_eq!(answer["status"], 503, "{answer}");

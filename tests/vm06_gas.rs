@@ -177,12 +177,12 @@ async fn a_successful_call_on_base_gets_the_nodes_estimate_and_fee_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ethereum_is_read_on_its_own_chain_and_a_keyed_url_never_leaks() {
-    let stack = common::devstack::DevStack::start_with_mainnet();
+    let stack = common::devstack::shared_stack_with_mainnet();
     let keyed = format!(
         "{}/?apikey=SECRETKEY-vm06-4242",
         stack.field("rpc_url_eip155_1")
     );
-    let rig = ChainRig::with_stack(stack, &[("FACTOMAT_RPC_URL_EIP155_1", keyed.as_str())]).await;
+    let rig = ChainRig::start(&[("FACTOMAT_RPC_URL_EIP155_1", keyed.as_str())]).await;
     let body = rig.pay(
         VM06,
         &json!({"chain": "eip155:1", "to": "0x00000000000000000000000000000000000000a1",
@@ -263,7 +263,7 @@ async fn reverting_calls_are_unestimable_with_the_nodes_reason_or_data() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
-    let stack = common::devstack::DevStack::start_with_mainnet();
+    let stack = common::devstack::shared_stack_with_mainnet();
     let anvil = stack.field("rpc_url");
     let (history_down, _) = rpc_proxy(anvil.clone(), |method| match method {
         "eth_feeHistory" => RpcAction::Status(503),
@@ -278,13 +278,10 @@ async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
     let closed = closed_port();
     let dead = format!("http://user:SECRETPASS-vm06@{}/", closed.addr);
     let history_url = format!("http://{history_down}/");
-    let rig = ChainRig::with_stack(
-        stack,
-        &[
-            ("FACTOMAT_RPC_URL_EIP155_8453", history_url.as_str()),
-            ("FACTOMAT_RPC_URL_EIP155_1", dead.as_str()),
-        ],
-    )
+    let rig = ChainRig::start(&[
+        ("FACTOMAT_RPC_URL_EIP155_8453", history_url.as_str()),
+        ("FACTOMAT_RPC_URL_EIP155_1", dead.as_str()),
+    ])
     .await;
     let transfer =
         |chain: &str| json!({"chain": chain, "to": "0x00000000000000000000000000000000000000a2"});
@@ -318,11 +315,7 @@ async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
     );
 
     let estimate_url = format!("http://{estimate_down}/");
-    let other = ChainRig::with_stack(
-        common::devstack::DevStack::start_with_mainnet(),
-        &[("FACTOMAT_RPC_URL_EIP155_8453", estimate_url.as_str())],
-    )
-    .await;
+    let other = ChainRig::start(&[("FACTOMAT_RPC_URL_EIP155_8453", estimate_url.as_str())]).await;
     let body = other.pay(VM06, &transfer("eip155:8453"));
     assert_output_valid("VM06", &body);
     assert_eq!(body["status"], "PARTIAL", "{body:#}");
@@ -352,14 +345,14 @@ async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_is_cut_by_the_response_timeout() {
-    let stack = common::devstack::DevStack::start_with_mainnet();
+    let stack = common::devstack::shared_stack_with_mainnet();
     let (silent, _) = rpc_proxy(stack.field("rpc_url"), |method| match method {
         "eth_feeHistory" => RpcAction::Hang,
         _ => RpcAction::Forward,
     })
     .await;
     let url = format!("http://{silent}/");
-    let rig = ChainRig::with_stack(stack, &[("FACTOMAT_RPC_URL_EIP155_8453", url.as_str())]).await;
+    let rig = ChainRig::start(&[("FACTOMAT_RPC_URL_EIP155_8453", url.as_str())]).await;
     let started = std::time::Instant::now();
     let body = rig.pay(
         VM06,
@@ -380,8 +373,8 @@ async fn a_silent_node_is_cut_by_the_response_timeout() {
 async fn a_missing_chain_endpoint_is_503_before_any_charge() {
     let rig = ChainRig::start(&[("FACTOMAT_RPC_URL_EIP155_1", "")]).await;
     let before = rig.buyer_balance();
-    let answer = rig.stack.pay(
-        &rig.url(VM06),
+    let answer = rig.pay_unchecked(
+        VM06,
         &json!({"chain": "eip155:8453", "to": "0x00000000000000000000000000000000000000a4"}),
     );
     assert_eq!(answer["status"], 503, "{answer}");

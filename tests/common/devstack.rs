@@ -289,6 +289,18 @@ pub fn shared_stack() -> &'static DevStack {
     &SHARED
 }
 
+static SHARED_WITH_MAINNET: LazyLock<DevStack> = LazyLock::new(|| {
+    let stack = DevStack::start_with_mainnet();
+    stack.stop_with_this_process();
+    stack
+});
+
+/// [`shared_stack`] with the second anvil (chain id 1) as well: one per test binary, under
+/// the same rules (a fresh buyer per test, the clocks left alone).
+pub fn shared_stack_with_mainnet() -> &'static DevStack {
+    &SHARED_WITH_MAINNET
+}
+
 impl DevStack {
     /// Spawns devstack/watchdog.mjs, which stops this stack's processes once this test
     /// process has exited.

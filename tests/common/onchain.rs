@@ -4,28 +4,57 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use warp::Filter;
 
-use super::devstack::DevStack;
+use super::devstack::{Buyer, DevStack, shared_stack_with_mainnet};
 use super::logs::capture;
 use super::{TestServer, machine};
 
+/// USDC each rig's buyer starts with: far more than any test spends.
+const BUYER_USDC: &str = "100000000";
+
+/// The stack a rig pays on: the test binary's shared one, or a test's own when it changes
+/// state other tests read (a contract at a fixed address).
+pub enum RigStack {
+    Shared(&'static DevStack),
+    Own(DevStack),
+}
+
+impl Deref for RigStack {
+    type Target = DevStack;
+
+    fn deref(&self) -> &DevStack {
+        match self {
+            RigStack::Shared(stack) => stack,
+            RigStack::Own(stack) => stack,
+        }
+    }
+}
+
 pub struct ChainRig {
-    pub stack: DevStack,
+    pub stack: RigStack,
     pub server: TestServer,
+    /// A fresh buyer of this rig's own, so rigs sharing a stack never share a balance.
+    pub buyer: Buyer,
 }
 
 impl ChainRig {
-    /// The stack with both anvils and a server whose RPC URLs point at them; `env` adds or
-    /// overrides configuration (later pairs win).
+    /// A server on the binary's shared stack (both anvils) with its RPC URLs pointing at
+    /// them; `env` adds or overrides configuration (later pairs win).
     pub async fn start(env: &[(&str, &str)]) -> ChainRig {
-        ChainRig::with_stack(DevStack::start_with_mainnet(), env).await
+        ChainRig::on(RigStack::Shared(shared_stack_with_mainnet()), env).await
     }
 
-    pub async fn with_stack(stack: DevStack, env: &[(&str, &str)]) -> ChainRig {
+    /// [`ChainRig::start`] on a stack of the test's own.
+    pub async fn with_own_stack(stack: DevStack, env: &[(&str, &str)]) -> ChainRig {
+        ChainRig::on(RigStack::Own(stack), env).await
+    }
+
+    async fn on(stack: RigStack, env: &[(&str, &str)]) -> ChainRig {
         capture();
         let pay_to = stack.field("pay_to");
         let facilitator = stack.field("facilitator_url");
@@ -40,16 +69,26 @@ impl ChainRig {
         ];
         all.extend_from_slice(env);
         let server = TestServer::with_env(&all).await;
-        ChainRig { stack, server }
+        let buyer = stack.fresh_buyer(BUYER_USDC);
+        ChainRig {
+            stack,
+            server,
+            buyer,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.url)
     }
 
+    /// One paid call by the rig's buyer through the official client, not yet checked.
+    pub fn pay_unchecked(&self, path: &str, body: &Value) -> Value {
+        self.stack.pay_as(&self.buyer, &self.url(path), body)
+    }
+
     /// One paid call through the official client; asserts it was delivered and settled.
     pub fn pay(&self, path: &str, body: &Value) -> Value {
-        let answer = self.stack.pay(&self.url(path), body);
+        let answer = self.pay_unchecked(path, body);
         assert_eq!(
             answer["status"], 200,
             "paid call to {path}: {} {}",
@@ -64,7 +103,7 @@ impl ChainRig {
     }
 
     pub fn buyer_balance(&self) -> String {
-        self.stack.usdc_balance(&self.stack.field("buyer_address"))
+        self.stack.usdc_balance(&self.buyer.address)
     }
 }
 
