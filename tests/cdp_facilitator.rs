@@ -6,7 +6,7 @@
 mod common;
 
 use common::cdp::{self, ApiKey, CdpFacilitator};
-use common::devstack::DevStack;
+use common::devstack::{Buyer, DevStack, shared_stack};
 use common::logs::{capture, logs};
 use common::{TestServer, temp_path};
 use factomat::pay::ledger::{Ledger, PoolOptions};
@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 
 const VM02: &str = "/v1/allowance-exposure";
 const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+/// USDC each test's buyer starts with.
+const BUYER_USDC: &str = "1000000";
 
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -101,17 +103,16 @@ fn usdc(stack: &DevStack, address: &str) -> u128 {
 }
 
 /// factomat's own tokens get a paid call through the verifier, settled on anvil.
-async fn a_paid_call_settles_through_the_verifier(stack: &DevStack, key: &ApiKey) {
+async fn a_paid_call_settles_through_the_verifier(stack: &DevStack, buyer: &Buyer, key: &ApiKey) {
     let facilitator = CdpFacilitator::start(key, &stack.field("facilitator_url"));
     let ledger = format!("sqlite:{}", temp_path("ledger.db").display());
     let server = factomat_with(stack, &facilitator.url, key, &ledger).await;
-    let buyer = stack.field("buyer_address");
-    let before = usdc(stack, &buyer);
-    let request = json!({"owner": buyer, "token": USDC, "spender": stack.field("pay_to")});
-    let answer = stack.pay(&format!("{}{VM02}", server.url), &request);
+    let before = usdc(stack, &buyer.address);
+    let request = json!({"owner": buyer.address, "token": USDC, "spender": stack.field("pay_to")});
+    let answer = stack.pay_as(buyer, &format!("{}{VM02}", server.url), &request);
     assert_eq!(answer["status"], 200, "{answer}");
     assert_eq!(answer["payment_response"]["success"], true, "{answer}");
-    assert_eq!(before - usdc(stack, &buyer), 10_000, "charged once");
+    assert_eq!(before - usdc(stack, &buyer.address), 10_000, "charged once");
     let rows = Ledger::open(&ledger, PoolOptions::default())
         .expect("ledger")
         .rows()
@@ -128,20 +129,20 @@ async fn a_paid_call_settles_through_the_verifier(stack: &DevStack, key: &ApiKey
 /// A key the facilitator does not know: 401, a clear 503, nothing charged, the key in no log.
 async fn a_wrong_key_means_503_and_nothing_charged(
     stack: &DevStack,
+    buyer: &Buyer,
     known: &ApiKey,
     wrong: &ApiKey,
 ) {
     let facilitator = CdpFacilitator::start(known, &stack.field("facilitator_url"));
     let ledger = format!("sqlite:{}", temp_path("ledger.db").display());
     let server = factomat_with(stack, &facilitator.url, wrong, &ledger).await;
-    let buyer = stack.field("buyer_address");
-    let before = usdc(stack, &buyer);
-    let request = json!({"owner": buyer, "token": USDC, "spender": stack.field("pay_to")});
-    let answer = stack.pay(&format!("{}{VM02}", server.url), &request);
+    let before = usdc(stack, &buyer.address);
+    let request = json!({"owner": buyer.address, "token": USDC, "spender": stack.field("pay_to")});
+    let answer = stack.pay_as(buyer, &format!("{}{VM02}", server.url), &request);
     assert_eq!(answer["status"], 503, "{answer}");
     let body: &Value = &answer["body"];
     assert_eq!(body["error"]["code"], "facilitator_unavailable", "{answer}");
-    assert_eq!(usdc(stack, &buyer), before, "nothing charged");
+    assert_eq!(usdc(stack, &buyer.address), before, "nothing charged");
     let rows = Ledger::open(&ledger, PoolOptions::default())
         .expect("ledger")
         .rows()
@@ -174,29 +175,31 @@ fn assert_no_secret_logged(keys: &[&ApiKey]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn es256_keys_from_pkcs8_and_sec1_pem() {
     capture();
-    let stack = DevStack::start();
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(BUYER_USDC);
     let (pkcs8, sec1, _) = cdp::keys();
     let (other, _, _) = cdp::keys();
     let verifier = CdpFacilitator::start(&pkcs8, &stack.field("facilitator_url"));
     the_verifier_follows_the_sdk(&pkcs8, &other, &verifier).await;
     drop(verifier);
-    a_paid_call_settles_through_the_verifier(&stack, &pkcs8).await;
-    a_paid_call_settles_through_the_verifier(&stack, &sec1).await;
-    a_wrong_key_means_503_and_nothing_charged(&stack, &pkcs8, &other).await;
+    a_paid_call_settles_through_the_verifier(stack, &buyer, &pkcs8).await;
+    a_paid_call_settles_through_the_verifier(stack, &buyer, &sec1).await;
+    a_wrong_key_means_503_and_nothing_charged(stack, &buyer, &pkcs8, &other).await;
     assert_no_secret_logged(&[&pkcs8, &other]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eddsa_keys_from_base64() {
     capture();
-    let stack = DevStack::start();
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(BUYER_USDC);
     let (_, _, ed25519) = cdp::keys();
     let (_, _, other) = cdp::keys();
     let verifier = CdpFacilitator::start(&ed25519, &stack.field("facilitator_url"));
     the_verifier_follows_the_sdk(&ed25519, &other, &verifier).await;
     drop(verifier);
-    a_paid_call_settles_through_the_verifier(&stack, &ed25519).await;
-    a_wrong_key_means_503_and_nothing_charged(&stack, &ed25519, &other).await;
+    a_paid_call_settles_through_the_verifier(stack, &buyer, &ed25519).await;
+    a_wrong_key_means_503_and_nothing_charged(stack, &buyer, &ed25519, &other).await;
     assert_no_secret_logged(&[&ed25519, &other]);
 }
 

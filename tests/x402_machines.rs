@@ -8,12 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::devstack::DevStack;
+use common::devstack::{Buyer, DevStack, shared_stack};
 use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
 use common::{TestServer, closed_port};
 use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
+/// USDC each buyer starts with: far more than any test spends.
+const BUYER_USDC: &str = "100000000";
 const HOST: &str = "seller.example.com";
 const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
 const MERCHANT: &str = "0x90F79bf6EB2c4f870365E785982E1f101E93b906";
@@ -134,7 +136,9 @@ fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
 }
 
 struct Rig {
-    stack: DevStack,
+    stack: &'static DevStack,
+    /// A fresh buyer of this rig's own: tests share the binary's stack, never a balance.
+    buyer: Buyer,
     server: TestServer,
     site: Site,
     terms: Arc<Mutex<Terms>>,
@@ -142,13 +146,12 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
-    let stack = DevStack::start();
-    let rpc = stack.field("rpc_url");
-    rig_on(stack, &rpc).await
+    rig_on(&shared_stack().field("rpc_url")).await
 }
 
 /// A rig whose eip155:8453 RPC endpoint is `rpc` (the stack's anvil, or a dead address).
-async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
+async fn rig_on(rpc: &str) -> Rig {
+    let stack = shared_stack();
     let terms = Arc::new(Mutex::new(Terms {
         amount: "10000".into(),
         pay_to: MERCHANT.into(),
@@ -175,6 +178,7 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
     let server = TestServer::with_env(&pairs).await;
     Rig {
         stack,
+        buyer: stack.fresh_buyer(BUYER_USDC),
         server,
         site,
         terms,
@@ -185,7 +189,9 @@ async fn rig_on(stack: DevStack, rpc: &str) -> Rig {
 impl Rig {
     /// One paid call through the official client; returns the 200 body.
     fn pay(&self, path: &str, body: &Value) -> Value {
-        let answer = self.stack.pay(&format!("{}{path}", self.server.url), body);
+        let answer = self
+            .stack
+            .pay_as(&self.buyer, &format!("{}{path}", self.server.url), body);
         assert_eq!(answer["status"], 200, "paid call failed: {answer}");
         assert_eq!(answer["payment_response"]["success"], true, "{answer}");
         answer["body"].clone()
@@ -430,12 +436,12 @@ async fn vm08_binds_the_post_body_and_compares_a_listing_it_never_fetches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm09_holds_when_the_balance_cannot_be_read() {
-    let stack = DevStack::start();
     let closed = closed_port();
     let rpc = format!("http://{}/v2/SECRET-rpc-key-77", closed.addr);
-    let rig = rig_on(stack, &rpc).await;
-    let buyer = rig.stack.field("buyer_address");
-    let answer = rig.stack.pay(
+    let rig = rig_on(&rpc).await;
+    let buyer = rig.buyer.address.clone();
+    let answer = rig.stack.pay_as(
+        &rig.buyer,
         &format!("{}{VM09}", rig.server.url),
         &vm09_request("/quote", &buyer, "10000", &[MERCHANT]),
     );
@@ -460,7 +466,7 @@ fn vm09_request(path: &str, payer: &str, max: &str, allowed: &[&str]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm09_ready_and_each_non_ready_reason() {
     let rig = rig().await;
-    let buyer = rig.stack.field("buyer_address");
+    let buyer = rig.buyer.address.clone();
     let ready = rig.pay(VM09, &vm09_request("/quote", &buyer, "10000", &[MERCHANT]));
     assert_eq!(ready["decision"], "READY", "{ready}");
     assert_eq!(
@@ -609,7 +615,7 @@ async fn vm09_ready_and_each_non_ready_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm10_states_paths_and_baselines() {
     let rig = rig().await;
-    let buyer = rig.stack.field("buyer_address");
+    let buyer = rig.buyer.address.clone();
     let request = |path: &str, payer: &str| json!({"resource_url": url(path), "method": "GET", "payer_address": payer});
     let ready = rig.pay(VM10, &request("/quote", &buyer));
     assert_eq!(ready["state"], "READY_EXISTING", "{ready}");
@@ -650,7 +656,7 @@ async fn vm10_states_paths_and_baselines() {
         permit["identities"]["signed_proxy"],
         "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
     );
-    let key = rig.stack.field("buyer_private_key");
+    let key = rig.buyer.key.clone();
     rig.stack
         .chain(&["approve", "--from-key", &key, "usdc", PERMIT2, "1000000"]);
     let mut again = request("/permit2", &buyer);
@@ -753,7 +759,8 @@ impl Drop for RealSeller {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_express_seller_through_vm08_to_vm10() {
-    let stack = DevStack::start();
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(BUYER_USDC);
     let ca = TestCa::new();
     let mut seller = RealSeller::start(&ca.leaf(&[HOST]), &stack.field("facilitator_url"));
     let mut env: Vec<(String, String)> = vec![
@@ -776,7 +783,7 @@ async fn official_express_seller_through_vm08_to_vm10() {
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let server = TestServer::with_env(&pairs).await;
     let pay = |path: &str, body: &Value| {
-        let answer = stack.pay(&format!("{}{path}", server.url), body);
+        let answer = stack.pay_as(&buyer, &format!("{}{path}", server.url), body);
         assert_eq!(answer["status"], 200, "{answer}");
         answer["body"].clone()
     };
@@ -817,10 +824,9 @@ async fn official_express_seller_through_vm08_to_vm10() {
         "{moved}"
     );
 
-    let buyer = stack.field("buyer_address");
     let packet = pay(
         VM09,
-        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer,
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer.address,
             "max_amount_atomic": "50000", "allowed_pay_to": [OTHER_MERCHANT]}),
     );
     assert_eq!(packet["decision"], "READY", "{packet}");
@@ -828,7 +834,7 @@ async fn official_express_seller_through_vm08_to_vm10() {
 
     let snapshot = pay(
         VM10,
-        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer}),
+        &json!({"resource_url": url("/quote"), "method": "POST", "payer_address": buyer.address}),
     );
     assert_eq!(snapshot["state"], "READY_EXISTING", "{snapshot}");
     assert_eq!(snapshot["identities"]["merchant"], OTHER_MERCHANT);
