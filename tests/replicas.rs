@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::devstack::DevStack;
+use common::devstack::{Buyer, DevStack, shared_stack};
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::onchain::{rpc_tripwire, serve};
 use common::postgres;
@@ -65,13 +65,27 @@ fn pairs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> 
     env.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
-fn vm02_body(stack: &DevStack) -> Value {
-    json!({"owner": stack.field("buyer_address"), "token": USDC, "spender": stack.field("pay_to")})
+fn vm02_body(stack: &DevStack, buyer: &Buyer) -> Value {
+    json!({"owner": buyer.address, "token": USDC, "spender": stack.field("pay_to")})
 }
 
-fn buyer_balance(stack: &DevStack) -> u128 {
+/// A test's buyer on the binary's shared stack: its balance is the test's alone.
+fn fresh_buyer() -> (&'static DevStack, Buyer) {
+    let stack = shared_stack();
+    (stack, stack.fresh_buyer("1000000"))
+}
+
+/// The PAYMENT-SIGNATURE `buyer` signs for a PAYMENT-REQUIRED, optionally deliberately wrong.
+fn header_as(stack: &DevStack, buyer: &Buyer, required: &str, mutations: &[&str]) -> String {
+    stack.sign_as(buyer, required, mutations)["header"]
+        .as_str()
+        .expect("sign.mjs gives a header")
+        .to_string()
+}
+
+fn buyer_balance(stack: &DevStack, buyer: &Buyer) -> u128 {
     stack
-        .usdc_balance(&stack.field("buyer_address"))
+        .usdc_balance(&buyer.address)
         .trim_matches('"')
         .parse()
         .expect("balance")
@@ -110,10 +124,10 @@ async fn paid(url: &str, body: &Value, header: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_run_one_payment_once_when_50_copies_race() {
-    let stack = DevStack::start();
+    let (stack, buyer) = fresh_buyer();
     let database = postgres::fresh_database();
     let env = env_for(
-        &stack,
+        stack,
         &stack.field("facilitator_url"),
         &stack.field("rpc_url"),
         &database,
@@ -122,14 +136,14 @@ async fn three_replicas_run_one_payment_once_when_50_copies_race() {
     for _ in 0..3 {
         replicas.push(TestServer::with_env(&pairs(&env)).await);
     }
-    let body = vm02_body(&stack);
+    let body = vm02_body(stack, &buyer);
     let required = challenge(&replicas[0].url, &body).await;
-    let header = stack.payment_header(&required, &[]);
-    let before = buyer_balance(&stack);
+    let header = header_as(stack, &buyer, &required, &[]);
+    let before = buyer_balance(stack, &buyer);
     let calls = (0..50).map(|n| paid(&replicas[n % 3].url, &body, &header));
     let responses = futures_util::future::join_all(calls).await;
     common::assert_one_answer(responses).await;
-    assert_eq!(before - buyer_balance(&stack), PRICE, "charged once");
+    assert_eq!(before - buyer_balance(stack, &buyer), PRICE, "charged once");
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].state, "settled");
@@ -188,11 +202,11 @@ fn ledger_rows(exposition: &str, state: &str) -> Option<f64> {
 /// follow the database down and back up. One cluster for all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart() {
-    let stack = DevStack::start();
+    let (stack, buyer) = fresh_buyer();
     let cluster = postgres::start_cluster();
     let database = postgres::fresh_database_on(&cluster.url);
     let env = env_for(
-        &stack,
+        stack,
         &stack.field("facilitator_url"),
         &stack.field("rpc_url"),
         &database,
@@ -208,9 +222,9 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     let (status, ready) = fresh_readiness(&admin).await;
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["ledger"], "ok");
-    let body = vm02_body(&stack);
+    let body = vm02_body(stack, &buyer);
     let required = challenge(&server.url, &body).await;
-    let first = stack.payment_header(&required, &[]);
+    let first = header_as(stack, &buyer, &required, &[]);
     let first_paid = client()
         .post(format!("{}{VM02}", server.url))
         .header("PAYMENT-SIGNATURE", &first)
@@ -245,23 +259,23 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     assert_eq!(status, 503, "not ready while PostgreSQL is down: {ready}");
     assert_eq!(ready["ledger"], "not_writable");
     assert_eq!(ready["facilitator"], "ok");
-    let before = buyer_balance(&stack);
+    let before = buyer_balance(stack, &buyer);
     let outbound = server.outbound();
-    let header = stack.payment_header(&required, &[]);
+    let header = header_as(stack, &buyer, &required, &[]);
     let refused = paid(&server.url, &body, &header).await;
     assert_eq!(refused.status().as_u16(), 503);
     assert!(refused.headers().get("payment-response").is_none());
     let error: Value = refused.json().await.expect("json");
     assert_eq!(error["error"]["code"], "ledger_unavailable", "{error}");
     assert_eq!(server.outbound(), outbound, "no verify, no work, no settle");
-    assert_eq!(buyer_balance(&stack), before, "nothing charged");
+    assert_eq!(buyer_balance(stack, &buyer), before, "nothing charged");
 
     cluster.resume();
     let (status, ready) = fresh_readiness(&admin).await;
     assert_eq!(status, 200, "ready again once PostgreSQL is back: {ready}");
     let healed = paid(&server.url, &body, &header).await;
     assert_eq!(healed.status().as_u16(), 200, "the same payment now runs");
-    assert_eq!(before - buyer_balance(&stack), PRICE);
+    assert_eq!(before - buyer_balance(stack, &buyer), PRICE);
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.state == "settled"), "{rows:?}");
@@ -273,15 +287,15 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
 /// a unit test in `http::server`; the settle here is slow by seconds, not by that much.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
-    let stack = DevStack::start();
-    let (mut env, database) = slow_settling(&stack, Duration::from_secs(4)).await;
+    let (stack, buyer) = fresh_buyer();
+    let (mut env, database) = slow_settling(stack, Duration::from_secs(4)).await;
     // The default settle timeout (60 s) and the default drain: nothing shortened here.
     env.retain(|(name, _)| *name != "FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS");
     let mut replica = Replica::spawn(&pairs(&env)).await;
-    let body = vm02_body(&stack);
+    let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = stack.payment_header(&required, &[]);
-    let before = buyer_balance(&stack);
+    let header = header_as(stack, &buyer, &required, &[]);
+    let before = buyer_balance(stack, &buyer);
     let url = replica.url.clone();
     let call = tokio::spawn(async move { paid(&url, &body, &header).await.status().as_u16() });
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -296,7 +310,7 @@ async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "settled");
-    assert_eq!(before - buyer_balance(&stack), PRICE);
+    assert_eq!(before - buyer_balance(stack, &buyer), PRICE);
 }
 
 /// Advances anvil's clock past `valid_before` and mines a block.
@@ -330,7 +344,12 @@ async fn advance_chain_past(rpc: &str, valid_before: u64) {
 /// (unused past `validBefore`: expired, 402) and nothing was charged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
+    // Its own stack: the test moves anvil's clock past validBefore.
     let stack = DevStack::start();
+    let buyer = Buyer {
+        key: stack.field("buyer_private_key"),
+        address: stack.field("buyer_address"),
+    };
     let rpc = stack.field("rpc_url");
     // An RPC endpoint that never answers: the paid call sits inside VM02's work.
     let stalled = serve(warp::any().then(|| async {
@@ -349,14 +368,19 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     // goes stale (validBefore + 10 s) within the test.
     env.push(("FACTOMAT_FACILITATOR_VERIFY_TIMEOUT_MS", "2000".into()));
     let mut doomed = Replica::spawn(&pairs(&env)).await;
-    let body = vm02_body(&stack);
+    let body = vm02_body(&stack, &buyer);
     let required = challenge(&doomed.url, &body).await;
-    let before = buyer_balance(&stack);
+    let before = buyer_balance(&stack, &buyer);
     // The window check asks for verify (2 s) + VM02's work (10 s) + 10 s after the 6 s
     // margin: 28 s. Ten more cover signing and sending on a busy machine.
     let valid_before = unix_now() + 38;
     let signed_before = valid_before.to_string();
-    let header = stack.payment_header(&required, &["--valid-before", &signed_before]);
+    let header = header_as(
+        &stack,
+        &buyer,
+        &required,
+        &["--valid-before", &signed_before],
+    );
     let (url, sent_body, sent_header) = (doomed.url.clone(), body.clone(), header.clone());
     let call = tokio::spawn(async move {
         client()
@@ -381,7 +405,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     let rows = rows_of(&database).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].state, "reserved");
-    assert_eq!(buyer_balance(&stack), before, "not charged");
+    assert_eq!(buyer_balance(&stack, &buyer), before, "not charged");
 
     // Another replica, whose RPC endpoint counts every request: the work would read it.
     let (tripwire, hits) = rpc_tripwire().await;
@@ -431,7 +455,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     assert_eq!(required["error"], "settlement_failed", "{required}");
     assert_eq!(rows_of(&database).await[0].state, "expired");
     assert_eq!(reconcile(), json!([]), "nothing left to reconcile");
-    assert_eq!(buyer_balance(&stack), before);
+    assert_eq!(buyer_balance(&stack, &buyer), before);
 }
 
 fn unix_now() -> u64 {
@@ -524,14 +548,14 @@ async fn an_unreachable_database_is_unavailable_within_the_connect_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
-    let stack = DevStack::start();
-    let (mut env, database) = slow_settling(&stack, Duration::from_secs(4)).await;
+    let (stack, buyer) = fresh_buyer();
+    let (mut env, database) = slow_settling(stack, Duration::from_secs(4)).await;
     env.push(("FACTOMAT_SHUTDOWN_DRAIN_TIMEOUT_MS", "500".into()));
     env.push(("FACTOMAT_LOG_FORMAT", "json".into()));
     let mut replica = Replica::spawn(&pairs(&env)).await;
-    let body = vm02_body(&stack);
+    let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = stack.payment_header(&required, &[]);
+    let header = header_as(stack, &buyer, &required, &[]);
     let url = replica.url.clone();
     let call = tokio::spawn(async move {
         client()
@@ -566,15 +590,15 @@ async fn a_ledger_over_verified_tls_serves_paid_calls_and_what_fails_the_check_s
     let cluster = postgres::start_tls_cluster(&leaf.cert_pem(), &leaf.key_pem());
     let database = postgres::fresh_database_on(&cluster.url);
     let ca_file = ca.pem_path.display().to_string();
-    let stack = DevStack::start();
+    let (stack, buyer) = fresh_buyer();
     let (facilitator, rpc) = (stack.field("facilitator_url"), stack.field("rpc_url"));
 
     let verified = format!("{database}?sslmode=verify-full&sslrootcert={ca_file}");
-    let env = env_for(&stack, &facilitator, &rpc, &verified);
+    let env = env_for(stack, &facilitator, &rpc, &verified);
     let replica = Replica::spawn(&pairs(&env)).await;
-    let body = vm02_body(&stack);
+    let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = stack.payment_header(&required, &[]);
+    let header = header_as(stack, &buyer, &required, &[]);
     assert_eq!(
         paid(&replica.url, &body, &header).await.status().as_u16(),
         200
@@ -606,7 +630,7 @@ async fn a_ledger_over_verified_tls_serves_paid_calls_and_what_fails_the_check_s
             vec!["sslmode=disable", "no pg_hba.conf entry", "no encryption"],
         ),
     ] {
-        let env = env_for(&stack, &facilitator, &rpc, &url);
+        let env = env_for(stack, &facilitator, &rpc, &url);
         let (status, log) = common::replica::failed_start(&pairs(&env)).await;
         assert!(!status.success(), "{url}: {log}");
         for text in says {
