@@ -116,10 +116,8 @@ impl Rig {
 
     /// The header value of [`Rig::sign`].
     fn payment_header(&self, required: &str, mutations: &[&str]) -> String {
-        self.sign(required, mutations)["header"]
-            .as_str()
-            .expect("sign.mjs gives a header")
-            .to_string()
+        self.stack
+            .payment_header_as(&self.buyer, required, mutations)
     }
 
     /// USDC balances of (buyer, payee).

@@ -75,14 +75,6 @@ fn fresh_buyer() -> (&'static DevStack, Buyer) {
     (stack, stack.fresh_buyer("1000000"))
 }
 
-/// The PAYMENT-SIGNATURE `buyer` signs for a PAYMENT-REQUIRED, optionally deliberately wrong.
-fn header_as(stack: &DevStack, buyer: &Buyer, required: &str, mutations: &[&str]) -> String {
-    stack.sign_as(buyer, required, mutations)["header"]
-        .as_str()
-        .expect("sign.mjs gives a header")
-        .to_string()
-}
-
 fn buyer_balance(stack: &DevStack, buyer: &Buyer) -> u128 {
     stack
         .usdc_balance(&buyer.address)
@@ -138,7 +130,7 @@ async fn three_replicas_run_one_payment_once_when_50_copies_race() {
     }
     let body = vm02_body(stack, &buyer);
     let required = challenge(&replicas[0].url, &body).await;
-    let header = header_as(stack, &buyer, &required, &[]);
+    let header = stack.payment_header_as(&buyer, &required, &[]);
     let before = buyer_balance(stack, &buyer);
     let calls = (0..50).map(|n| paid(&replicas[n % 3].url, &body, &header));
     let responses = futures_util::future::join_all(calls).await;
@@ -224,7 +216,7 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     assert_eq!(ready["ledger"], "ok");
     let body = vm02_body(stack, &buyer);
     let required = challenge(&server.url, &body).await;
-    let first = header_as(stack, &buyer, &required, &[]);
+    let first = stack.payment_header_as(&buyer, &required, &[]);
     let first_paid = client()
         .post(format!("{}{VM02}", server.url))
         .header("PAYMENT-SIGNATURE", &first)
@@ -261,7 +253,7 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     assert_eq!(ready["facilitator"], "ok");
     let before = buyer_balance(stack, &buyer);
     let outbound = server.outbound();
-    let header = header_as(stack, &buyer, &required, &[]);
+    let header = stack.payment_header_as(&buyer, &required, &[]);
     let refused = paid(&server.url, &body, &header).await;
     assert_eq!(refused.status().as_u16(), 503);
     assert!(refused.headers().get("payment-response").is_none());
@@ -294,7 +286,7 @@ async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
     let mut replica = Replica::spawn(&pairs(&env)).await;
     let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = header_as(stack, &buyer, &required, &[]);
+    let header = stack.payment_header_as(&buyer, &required, &[]);
     let before = buyer_balance(stack, &buyer);
     let url = replica.url.clone();
     let call = tokio::spawn(async move { paid(&url, &body, &header).await.status().as_u16() });
@@ -375,12 +367,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     // margin: 28 s. Ten more cover signing and sending on a busy machine.
     let valid_before = unix_now() + 38;
     let signed_before = valid_before.to_string();
-    let header = header_as(
-        &stack,
-        &buyer,
-        &required,
-        &["--valid-before", &signed_before],
-    );
+    let header = stack.payment_header_as(&buyer, &required, &["--valid-before", &signed_before]);
     let (url, sent_body, sent_header) = (doomed.url.clone(), body.clone(), header.clone());
     let call = tokio::spawn(async move {
         client()
@@ -555,7 +542,7 @@ async fn a_drain_timeout_leaves_the_open_call_reserved_and_says_so() {
     let mut replica = Replica::spawn(&pairs(&env)).await;
     let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = header_as(stack, &buyer, &required, &[]);
+    let header = stack.payment_header_as(&buyer, &required, &[]);
     let url = replica.url.clone();
     let call = tokio::spawn(async move {
         client()
@@ -598,7 +585,7 @@ async fn a_ledger_over_verified_tls_serves_paid_calls_and_what_fails_the_check_s
     let replica = Replica::spawn(&pairs(&env)).await;
     let body = vm02_body(stack, &buyer);
     let required = challenge(&replica.url, &body).await;
-    let header = header_as(stack, &buyer, &required, &[]);
+    let header = stack.payment_header_as(&buyer, &required, &[]);
     assert_eq!(
         paid(&replica.url, &body, &header).await.status().as_u16(),
         200

@@ -135,6 +135,19 @@ fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
     })
 }
 
+/// A VM08 baseline's `baseline_sha256` is the canonical hash of the rest of it.
+fn assert_sealed_whole(baseline: &Value) {
+    let mut unsealed = baseline.clone();
+    unsealed
+        .as_object_mut()
+        .map(|b| b.shift_remove("baseline_sha256"));
+    assert_eq!(
+        baseline["baseline_sha256"],
+        canonical_sha256(&unsealed),
+        "the baseline is sealed whole"
+    );
+}
+
 struct Rig {
     stack: &'static DevStack,
     /// A fresh buyer of this rig's own: tests share the binary's stack, never a balance.
@@ -234,17 +247,7 @@ async fn vm08_baseline_continue_changed_and_hold() {
     assert_eq!(first["observation_kind"], "first");
     assert_eq!(first["baseline"]["reusable"], true);
     assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
-    assert_eq!(
-        first["baseline"]["baseline_sha256"],
-        canonical_sha256(&{
-            let mut sealed = first["baseline"].clone();
-            sealed
-                .as_object_mut()
-                .map(|b| b.shift_remove("baseline_sha256"));
-            sealed
-        }),
-        "the baseline is sealed whole"
-    );
+    assert_sealed_whole(&first["baseline"]);
     assert_eq!(
         first["fingerprint_sha256"],
         canonical_sha256(&first["fingerprint"])
@@ -791,17 +794,7 @@ async fn official_express_seller_through_vm08_to_vm10() {
     let first = pay(VM08, &request);
     assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
     assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
-    assert_eq!(
-        first["baseline"]["baseline_sha256"],
-        canonical_sha256(&{
-            let mut sealed = first["baseline"].clone();
-            sealed
-                .as_object_mut()
-                .map(|b| b.shift_remove("baseline_sha256"));
-            sealed
-        }),
-        "the baseline is sealed whole"
-    );
+    assert_sealed_whole(&first["baseline"]);
     assert_eq!(
         first["fingerprint"]["requirements"][0]["resource_url"],
         url("/quote")

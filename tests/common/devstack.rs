@@ -178,10 +178,12 @@ impl DevStack {
 
     /// The PAYMENT-SIGNATURE header value of [`DevStack::sign`].
     pub fn payment_header(&self, required: &str, mutations: &[&str]) -> String {
-        self.sign(required, mutations)["header"]
-            .as_str()
-            .expect("sign.mjs gives a header")
-            .to_string()
+        header_of(&self.sign(required, mutations))
+    }
+
+    /// The PAYMENT-SIGNATURE header value of [`DevStack::sign_as`].
+    pub fn payment_header_as(&self, buyer: &Buyer, required: &str, mutations: &[&str]) -> String {
+        header_of(&self.sign_as(buyer, required, mutations))
     }
 
     /// A chain.mjs command against this stack's anvil.
@@ -267,6 +269,14 @@ impl DevStack {
             .map(str::to_string)
             .unwrap_or_else(|| answer["balance"].to_string())
     }
+}
+
+/// The header value in sign.mjs's output.
+fn header_of(signed: &Value) -> String {
+    signed["header"]
+        .as_str()
+        .expect("sign.mjs gives a header")
+        .to_string()
 }
 
 /// A buyer of a shared stack (see [`DevStack::fresh_buyer`]).
