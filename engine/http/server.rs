@@ -816,8 +816,8 @@ fn document(doc: &FreeDoc, head: bool, request: &HeaderMap) -> Response<Bytes> {
 mod tests {
     use super::*;
 
-    /// config cannot read the manifest (it sits below it), so its default drain is a number
-    /// held here to the payment window it stands for.
+    /// config cannot read the manifest (catalog is a sibling layer), so its default drain is
+    /// a number, held here to the payment window it stands for.
     #[test]
     fn the_default_drain_is_the_payment_window_plus_the_margin() {
         assert_eq!(
