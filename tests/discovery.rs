@@ -760,12 +760,7 @@ fn assert_sealed(baseline: &Value) {
         baseline["observation_sha256"],
         canonical_sha256(&baseline["observation"])
     );
-    let mut unsealed = baseline.clone();
-    unsealed
-        .as_object_mut()
-        .expect("object")
-        .shift_remove("baseline_sha256");
-    assert_eq!(baseline["baseline_sha256"], canonical_sha256(&unsealed));
+    common::assert_sealed_by(baseline, "baseline_sha256");
 }
 
 /// (class, path, baseline_value, current_value) of every delta.

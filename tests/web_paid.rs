@@ -489,15 +489,8 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
     let baseline = first["baseline"].clone();
     assert_eq!(baseline["extraction_complete"], true);
     assert_eq!(baseline["content_truncated"], false);
-    let mut sealed = baseline.clone();
-    sealed
-        .as_object_mut()
-        .map(|b| b.shift_remove("page_sha256"));
-    assert_eq!(
-        baseline["page_sha256"],
-        factomat::support::canonical::canonical_sha256(&sealed),
-        "page_sha256 seals the component hashes, both completeness flags and the methodology"
-    );
+    // page_sha256 seals the component hashes, both completeness flags and the methodology.
+    common::assert_sealed_by(&baseline, "page_sha256");
 
     let same = web.vm07(url, Some(&baseline)).await;
     assert_eq!(same["comparison_status"], "UNCHANGED", "{same:#}");

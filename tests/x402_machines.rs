@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use common::devstack::{Buyer, DevStack, shared_stack};
 use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
-use common::{TestServer, closed_port};
+use common::{TestServer, assert_sealed_by, closed_port};
 use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
@@ -135,19 +135,6 @@ fn seller(terms: Arc<Mutex<Terms>>) -> Handler {
     })
 }
 
-/// A VM08 baseline's `baseline_sha256` is the canonical hash of the rest of it.
-fn assert_sealed_whole(baseline: &Value) {
-    let mut unsealed = baseline.clone();
-    unsealed
-        .as_object_mut()
-        .map(|b| b.shift_remove("baseline_sha256"));
-    assert_eq!(
-        baseline["baseline_sha256"],
-        canonical_sha256(&unsealed),
-        "the baseline is sealed whole"
-    );
-}
-
 struct Rig {
     stack: &'static DevStack,
     /// A fresh buyer of this rig's own: tests share the binary's stack, never a balance.
@@ -247,7 +234,7 @@ async fn vm08_baseline_continue_changed_and_hold() {
     assert_eq!(first["observation_kind"], "first");
     assert_eq!(first["baseline"]["reusable"], true);
     assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
-    assert_sealed_whole(&first["baseline"]);
+    assert_sealed_by(&first["baseline"], "baseline_sha256");
     assert_eq!(
         first["fingerprint_sha256"],
         canonical_sha256(&first["fingerprint"])
@@ -531,12 +518,7 @@ async fn vm09_ready_and_each_non_ready_reason() {
         ready["payer_balance"]["balance_raw"],
         json!((now + 10_000).to_string())
     );
-    let mut unsealed = ready.clone();
-    unsealed
-        .as_object_mut()
-        .expect("object")
-        .remove("handoff_sha256");
-    assert_eq!(ready["handoff_sha256"], canonical_sha256(&unsealed));
+    assert_sealed_by(&ready, "handoff_sha256");
     assert_clean_probe(&rig.probes_of("/quote")[0], "POST", "{\"symbol\":\"ETH\"}");
 
     let code_of = |request: &Value, expected_decision: &str, code: &str| {
@@ -639,12 +621,7 @@ async fn vm10_states_paths_and_baselines() {
     ] {
         assert_eq!(ready[flag], false);
     }
-    let mut unsealed = ready.clone();
-    unsealed
-        .as_object_mut()
-        .expect("object")
-        .remove("snapshot_sha256");
-    assert_eq!(ready["snapshot_sha256"], canonical_sha256(&unsealed));
+    assert_sealed_by(&ready, "snapshot_sha256");
     assert_clean_probe(&rig.probes_of("/quote")[0], "GET", "");
 
     let poor = rig.pay(VM10, &request("/quote", EMPTY_PAYER));
@@ -794,7 +771,7 @@ async fn official_express_seller_through_vm08_to_vm10() {
     let first = pay(VM08, &request);
     assert_eq!(first["decision"], "BASELINE_CREATED", "{first}");
     assert_eq!(first["fingerprint"]["requirements"][0]["amount"], "10000");
-    assert_sealed_whole(&first["baseline"]);
+    assert_sealed_by(&first["baseline"], "baseline_sha256");
     assert_eq!(
         first["fingerprint"]["requirements"][0]["resource_url"],
         url("/quote")

@@ -286,11 +286,7 @@ pub struct Buyer {
     pub address: String,
 }
 
-static SHARED: LazyLock<DevStack> = LazyLock::new(|| {
-    let stack = DevStack::start();
-    stack.stop_with_this_process();
-    stack
-});
+static SHARED: LazyLock<DevStack> = LazyLock::new(|| DevStack::start().kept_until_exit());
 
 /// One dev stack for the whole test binary, started on first use and stopped when the binary
 /// exits (a static is never dropped, so a watchdog process does it). Give each test its own
@@ -299,11 +295,8 @@ pub fn shared_stack() -> &'static DevStack {
     &SHARED
 }
 
-static SHARED_WITH_MAINNET: LazyLock<DevStack> = LazyLock::new(|| {
-    let stack = DevStack::start_with_mainnet();
-    stack.stop_with_this_process();
-    stack
-});
+static SHARED_WITH_MAINNET: LazyLock<DevStack> =
+    LazyLock::new(|| DevStack::start_with_mainnet().kept_until_exit());
 
 /// [`shared_stack`] with the second anvil (chain id 1) as well: one per test binary, under
 /// the same rules (a fresh buyer per test, the clocks left alone).
@@ -312,6 +305,13 @@ pub fn shared_stack_with_mainnet() -> &'static DevStack {
 }
 
 impl DevStack {
+    /// The stack, stopped by devstack/watchdog.mjs once this test process has exited (a
+    /// static is never dropped).
+    fn kept_until_exit(self) -> DevStack {
+        self.stop_with_this_process();
+        self
+    }
+
     /// Spawns devstack/watchdog.mjs, which stops this stack's processes once this test
     /// process has exited.
     fn stop_with_this_process(&self) {

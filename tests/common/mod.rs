@@ -127,6 +127,21 @@ impl TestServer {
     }
 }
 
+/// A sealed answer as a caller checks it: `value[key]` is the canonical hash of the rest of
+/// `value` (docs/hashing.md).
+pub fn assert_sealed_by(value: &Value, key: &str) {
+    let mut unsealed = value.clone();
+    unsealed
+        .as_object_mut()
+        .expect("a sealed value is an object")
+        .shift_remove(key);
+    assert_eq!(
+        value[key],
+        factomat::support::canonical::canonical_sha256(&unsealed),
+        "{key} seals the rest of {value}"
+    );
+}
+
 /// Decodes a PAYMENT-REQUIRED header (standard padded base64 of JSON).
 pub fn decode_header(value: &str) -> Value {
     assert!(
