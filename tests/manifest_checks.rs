@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use factomat::catalog::Manifest;
-use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
 
 fn committed() -> Value {
@@ -51,13 +50,7 @@ fn the_committed_manifest_is_consistent() {
 fn the_vm09_example_packet_holds_its_own_seal() {
     let mut manifest = committed();
     let example = &machine_mut(&mut manifest, "VM09")["output_example"];
-    let mut rest = example.as_object().expect("an object").clone();
-    let seal = rest.remove("handoff_sha256").expect("handoff_sha256");
-    assert_eq!(
-        seal,
-        Value::String(canonical_sha256(&Value::Object(rest))),
-        "VM09 output_example.handoff_sha256"
-    );
+    common::assert_sealed_by(example, "handoff_sha256");
 }
 
 /// What the CDP Bazaar refuses or drops fails the build (issue 27): a description over 500
