@@ -80,8 +80,8 @@ impl RequestValidator {
             ));
         }
         // A valid request takes the validator's fast path: no error value is built (its
-        // `validate` costs more on a valid request). An invalid one builds its first error;
-        // all of them are built and ranked only when another could outrank that one.
+        // `validate` costs more on a valid request). An invalid one builds its first error,
+        // and all of them are built and ranked unless that one is known to be the answer.
         if self.validator.is_valid(request) {
             return Ok(None);
         }
@@ -105,10 +105,11 @@ impl RequestValidator {
     /// Whether `first`, the first error in the validator's order, is the one ranking would
     /// report: it breaks a value rule and the request breaks no structural rule, so every
     /// other error ranks with it or after it, and ranking keeps the first of the lowest rank.
-    /// (jsonschema's `validate` and `iter_errors` walk a request in the same order; a unit
-    /// test holds this answer to the full ranking's on faulty bodies of every machine.) This
-    /// spares the common invalid request, one bad value, the building and ranking of every
-    /// error.
+    /// (jsonschema's `validate` returns the first error `iter_errors` gives, except that an
+    /// unknown field's error comes where the field is rather than after its object's other
+    /// errors: the structural check rules that error out. A unit test holds this answer to
+    /// the full ranking's on faulty bodies of every machine.) This spares the common invalid
+    /// request, one bad value, the building and ranking of every error.
     fn is_most_useful(&self, first: &jsonschema::ValidationError<'_>, request: &Doc<'_>) -> bool {
         rank(first.kind()) == VALUE_RULE_RANK
             && self
@@ -277,8 +278,8 @@ fn rank(kind: &ValidationErrorKind) -> u8 {
     }
 }
 
-/// The rank of errors from rules on a value of the right type (pattern, enumeration, length,
-/// bounds): after every structural error.
+/// The rank of errors from rules on a value (pattern, enumeration, length, bounds): after
+/// every structural error.
 const VALUE_RULE_RANK: u8 = 4;
 
 /// The rank of errors from rules stated as combinations; reported after the machine's checks.
@@ -286,11 +287,12 @@ const DEFERRED_RANK: u8 = 6;
 
 /// The schema's structural rules alone: which fields an object accepts and requires, and
 /// each value's type, through `properties`, `additionalProperties`, `items` and `allOf`.
-/// A request that passes them cannot give an error that ranks before a value rule's: those
-/// are the only keywords whose errors rank before one (`AdditionalProperties`, `Required`,
-/// `Type`), and these the only paths along which jsonschema reports its errors one by one
-/// (`not`, `oneOf` and `anyOf` each report one error of their own, ranked last). `None` for a
-/// keyword outside this list, so that such a schema always ranks every error.
+/// A request that passes them cannot give an error that ranks before a value rule's: only
+/// `additionalProperties`, `required` and `type` give the kinds that do
+/// (`AdditionalProperties`, `Required`, `Type`), and these are the only paths along which
+/// jsonschema reports errors one by one (`not`, `oneOf` and `anyOf` each report one error of
+/// their own, ranked last). `None` for a keyword outside this list, so that such a schema
+/// always ranks every error.
 fn structural_rules(schema: &Value) -> Option<Value> {
     let Value::Object(keywords) = schema else {
         return Some(schema.clone());
@@ -436,7 +438,9 @@ mod tests {
     }
 
     /// Bodies with one fault anywhere in the example, and with two faults of a smaller set
-    /// at any two positions (so that faults of every rank meet in either order).
+    /// at any two positions (so that structural faults and bad values meet in either order).
+    /// The examples leave optional subtrees out (VM03's `declared_holdings`, the baselines,
+    /// VM08's `price_policy`); [`valid_bodies`] adds those the output example carries.
     fn faulty_bodies(example: &Value) -> Vec<Value> {
         let mut at = Vec::new();
         positions(example, "", &mut at);
@@ -464,6 +468,30 @@ mod tests {
         bodies
     }
 
+    /// The input example, and the example with each optional field that the output example
+    /// carries (a baseline or a price policy a caller sends back), when that is valid.
+    fn valid_bodies(machine: &Machine, validator: &RequestValidator) -> Vec<Value> {
+        let example = &machine.input_example;
+        let mut bodies = vec![example.clone()];
+        let fields = machine.input_schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten();
+        for (name, _) in fields.filter(|(name, _)| example.get(name.as_str()).is_none()) {
+            let (mut body, Some(value)) = (example.clone(), machine.output_example.get(name))
+            else {
+                continue;
+            };
+            body[name.as_str()] = value.clone();
+            let text = body.to_string();
+            let request = Doc::parse(&text).expect("a serialized value parses");
+            if validator.validator.is_valid(&request) {
+                bodies.push(body);
+            }
+        }
+        bodies
+    }
+
     #[test]
     fn every_machine_schema_has_structural_rules() {
         for machine in &MANIFEST.machines {
@@ -478,7 +506,8 @@ mod tests {
         for machine in &MANIFEST.machines {
             let validator = RequestValidator::new(machine).expect("the manifest's schema compiles");
             let (mut taken, mut ranked) = (0, 0);
-            for body in faulty_bodies(&machine.input_example) {
+            let bodies = valid_bodies(machine, &validator).into_iter();
+            for body in bodies.flat_map(|valid| faulty_bodies(&valid)) {
                 let text = body.to_string();
                 let request = Doc::parse(&text).expect("a serialized value parses");
                 assert_eq!(
