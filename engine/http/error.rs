@@ -105,7 +105,7 @@ fn write_string(out: &mut Vec<u8>, text: &str) {
     }
 }
 
-/// No byte JSON must escape (RFC 8259 §7: `"`, `\\` and U+0000 to U+001F). Eight bytes are
+/// No byte JSON must escape (RFC 8259 §7: `"`, `\` and U+0000 to U+001F). Eight bytes are
 /// checked at a time: an error's strings are short, and a byte loop (or a vectorized one,
 /// whose vectors such strings rarely fill) cost about seven instructions a byte.
 fn needs_no_escape(bytes: &[u8]) -> bool {
@@ -120,7 +120,7 @@ fn needs_no_escape(bytes: &[u8]) -> bool {
     !(found || word_needs_escape(tail))
 }
 
-/// Whether any of eight bytes is below 0x20, `"` or `\\`, with the bit tests for "some
+/// Whether any of eight bytes is below 0x20, `"` or `\`, with the bit tests for "some
 /// byte is zero" and "some byte is below n" (exact for n ≤ 0x80; bytes from 0x80 never match).
 fn word_needs_escape(bytes: [u8; 8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
