@@ -256,6 +256,9 @@ fn serve(config_path: Option<&Path>) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async move {
+        // Listened for before the server starts: a SIGTERM between its "listening" line and
+        // the wait would otherwise take the default action and end the process undrained.
+        let shutdown = shutdown_signal();
         let running = match server::start(config).await {
             Ok(running) => running,
             Err(error) => {
@@ -266,7 +269,7 @@ fn serve(config_path: Option<&Path>) -> ExitCode {
         };
         let drain =
             std::time::Duration::from_millis(running.state.config.shutdown_drain_timeout_ms);
-        wait_for_signal().await;
+        shutdown.await;
         tracing::info!(
             drain_timeout_ms = drain.as_millis() as u64,
             "shutting down: no new connections; draining paid calls"
@@ -279,25 +282,32 @@ fn serve(config_path: Option<&Path>) -> ExitCode {
     })
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when it is first
+/// awaited; call it inside the runtime.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = interrupt.recv() => {}
+                    }
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn init_logging(config: &Config) {
