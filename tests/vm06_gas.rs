@@ -4,6 +4,7 @@
 mod common;
 
 use common::closed_port;
+use common::devstack::DevStack;
 use common::logs::logs;
 use common::onchain::{ChainRig, RpcAction, assert_output_valid, rpc_call, rpc_proxy, selector};
 use serde_json::{Value, json};
@@ -80,7 +81,9 @@ fn assert_scenarios_follow_the_rule(body: &Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successful_call_on_base_gets_the_nodes_estimate_and_fee_history() {
-    let rig = ChainRig::start(&[]).await;
+    // A stack of its own: the node's fee history is read before the call and compared with
+    // the answer's, and another test's settlement on a shared chain would mine a block between.
+    let rig = ChainRig::with_own_stack(DevStack::start_with_mainnet(), &[]).await;
     let probe = deploy_probe(&rig);
     let data = selector("bump()");
     let rpc = rig.stack.field("rpc_url");
