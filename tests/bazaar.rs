@@ -9,23 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine as _;
-use common::{ALL_PROVIDERS, BASE_URL, PAY_TO, TestServer, decode_header, expect_400, manifest};
+use common::{
+    ALL_PROVIDERS, BASE_URL, PAY_TO, TestServer, decode_header, expect_400, machine_routes,
+    manifest,
+};
 use serde_json::{Value, json};
 use warp::Filter;
-
-fn machines() -> Vec<(String, String)> {
-    manifest()["machines"]
-        .as_array()
-        .expect("machines")
-        .iter()
-        .map(|m| {
-            (
-                m["machine"].as_str().expect("id").to_string(),
-                m["path"].as_str().expect("path").to_string(),
-            )
-        })
-        .collect()
-}
 
 /// A loopback facilitator that answers `/supported` and counts every other request
 /// (`/verify`, `/settle`), accepting every payment.
@@ -136,7 +125,7 @@ async fn in_challenge_mode_every_probe_of_every_machine_gets_its_402_and_nothing
     let outbound = settled_outbound(&server).await;
     let health: Value = server.get("/health").await.json().await.expect("json");
     assert_eq!(health["payment"]["unpaid_empty_body"], "challenge");
-    for (id, path) in machines() {
+    for (id, path, _) in machine_routes() {
         let mut terms = None;
         for (what, method, content_type, body) in PROBES {
             let response = send(&server, &path, (method, content_type, body), None).await;
@@ -191,7 +180,7 @@ async fn by_default_the_probes_keep_their_400s_and_start_up_says_what_that_costs
     let outbound = settled_outbound(&server).await;
     let health: Value = server.get("/health").await.json().await.expect("json");
     assert_eq!(health["payment"]["unpaid_empty_body"], "reject");
-    for (id, path) in machines() {
+    for (id, path, _) in machine_routes() {
         let response = send(&server, &path, ("POST", None, b""), None).await;
         expect_400(response, "empty_body", &id).await;
         let response = send(
@@ -257,15 +246,10 @@ fn official_bazaar_check(bodies: &[Value]) -> Vec<Value> {
 async fn every_machine_declaration_passes_the_official_bazaar_validator() {
     let server = TestServer::start().await;
     let mut bodies = Vec::new();
-    for (id, path) in machines() {
-        let example = common::machine(&id)["input_example"].clone();
+    for (id, path, example) in machine_routes() {
         let response = server.post_json(&path, &example).await;
         assert_eq!(response.status().as_u16(), 402, "{id}");
-        let header = decode_header(
-            response.headers()["payment-required"]
-                .to_str()
-                .expect("ascii"),
-        );
+        let header = common::payment_required(&response);
         let body: Value = response.json().await.expect("json");
         assert_eq!(header["resource"], body["resource"], "{id}");
         bodies.push(body);
@@ -273,7 +257,7 @@ async fn every_machine_declaration_passes_the_official_bazaar_validator() {
     let listing = &manifest()["service"]["listing"];
     let results = official_bazaar_check(&bodies);
     assert_eq!(results.len(), bodies.len());
-    for ((id, _), (result, body)) in machines().iter().zip(results.iter().zip(&bodies)) {
+    for ((id, _, _), (result, body)) in machine_routes().iter().zip(results.iter().zip(&bodies)) {
         assert_eq!(result["valid"], true, "{id}: {result}");
         assert_eq!(result["spec"], true, "{id}: {result}");
         let info = &result["extracted"]["discoveryInfo"];
@@ -377,7 +361,11 @@ async fn the_discovery_check_passes_in_challenge_mode_and_fails_by_default_with_
         .iter()
         .filter(|c| c["check"] == "returns_402_no_body")
         .count();
-    assert_eq!(probes, machines().len(), "every paid resource is probed");
+    assert_eq!(
+        probes,
+        machine_routes().len(),
+        "every paid resource is probed"
+    );
     assert!(
         checks.iter().all(|c| c["passed"] == true),
         "advisory checks pass on our own deployment too: {report:#}"
@@ -639,8 +627,7 @@ async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_mach
     let (facilitator, verified) = recording_facilitator().await;
     let server = server_in(None, &facilitator).await;
     let mut quoted = Vec::new();
-    for (id, path) in machines() {
-        let example = common::machine(&id)["input_example"].clone();
+    for (id, path, example) in machine_routes() {
         let quote = server.post_json(&path, &example).await;
         assert_eq!(quote.status().as_u16(), 402, "{id}");
         let required = quote.headers()["payment-required"]
@@ -670,7 +657,7 @@ async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_mach
         .collect();
     assert_eq!(sent.len(), quoted.len(), "one /verify per machine");
     let results = official_bazaar_check(&sent);
-    for (((id, _), result), (payload, body)) in machines()
+    for (((id, _, _), result), (payload, body)) in machine_routes()
         .iter()
         .zip(&results)
         .zip(sent.iter().zip(&quoted))

@@ -11,24 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::devstack::DevStack;
-use common::{ALL_PROVIDERS, TestServer, manifest, repo_root, temp_path};
+use common::{ALL_PROVIDERS, TestServer, machine_routes, manifest, repo_root, temp_path};
 use serde_json::{Value, json};
-
-/// Every machine's id, path and input example, from the manifest.
-fn machines() -> Vec<(String, String, Value)> {
-    manifest()["machines"]
-        .as_array()
-        .expect("machines")
-        .iter()
-        .map(|m| {
-            (
-                m["machine"].as_str().expect("id").to_string(),
-                m["path"].as_str().expect("path").to_string(),
-                m["input_example"].clone(),
-            )
-        })
-        .collect()
-}
 
 fn tool(relative: &str) -> PathBuf {
     let path = repo_root().join(relative);
@@ -73,7 +57,7 @@ async fn the_discovery_checker_finds_every_route_with_no_warning_or_notice() {
         found["warnings"]
     );
     let resources = found["resources"].as_array().expect("resources");
-    for (id, path, _) in machines() {
+    for (id, path, _) in machine_routes() {
         let resource = resources
             .iter()
             .find(|r| r["path"] == path.as_str())
@@ -252,13 +236,13 @@ async fn behind_a_default_nginx_every_402_decodes_and_a_paid_call_settles() {
     let server = TestServer::with_env(&env).await;
     let nginx = Nginx::start(&server.url);
 
-    let requests: Vec<Value> = machines()
+    let requests: Vec<Value> = machine_routes()
         .iter()
         .map(|(_, path, body)| json!({"url": format!("{}{path}", nginx.url), "body": body}))
         .collect();
     let results = decode_402s(&Value::Array(requests));
     let catalog = manifest();
-    for ((id, _, _), result) in machines().iter().zip(&results) {
+    for ((id, _, _), result) in machine_routes().iter().zip(&results) {
         assert_eq!(result["status"], 402, "{id} through nginx: {result}");
         assert_eq!(result["error"], Value::Null, "{id}: {result}");
         assert_eq!(result["signed"], true, "{id}: the client signs for it");

@@ -9,10 +9,8 @@ use std::process::Command;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::evidence::{
-    key_file, official_verify, paid_routes, pyjwt_verify, signing_server, tampered,
-};
-use common::{TestServer, decode_header, temp_path};
+use common::evidence::{key_file, official_verify, pyjwt_verify, signing_server, tampered};
+use common::{TestServer, machine_routes, temp_path};
 use factomat::evidence::{AnswerFacts, Identity, PaidEvidence};
 use serde_json::{Value, json};
 
@@ -63,7 +61,7 @@ async fn without_a_key_nothing_is_signed_and_health_says_so() {
     assert_eq!(server.get("/.well-known/did.json").await.status(), 404);
     let health: Value = server.get("/health").await.json().await.expect("JSON");
     assert_eq!(health["evidence"], json!({"signing": "off"}));
-    let (_, path, body) = &paid_routes()[0];
+    let (_, path, body) = &machine_routes()[0];
     let response = server.post_json(path, body).await;
     assert_eq!(response.status(), 402);
     let exposed = response.headers()["access-control-expose-headers"]
@@ -73,11 +71,7 @@ async fn without_a_key_nothing_is_signed_and_health_says_so() {
         exposed.contains("Evidence-Seal") && exposed.contains("Content-Digest"),
         "{exposed}"
     );
-    let header = decode_header(
-        response.headers()["payment-required"]
-            .to_str()
-            .expect("ascii"),
-    );
+    let header = common::payment_required(&response);
     let body: Value = response.json().await.expect("JSON");
     assert!(header["extensions"].get("offer-receipt").is_none());
     assert!(body["extensions"].get("offer-receipt").is_none());
@@ -138,7 +132,7 @@ async fn the_did_document_is_free_cacheable_and_names_every_key_by_the_base_url(
 async fn every_402_offer_and_the_receipt_verify_with_the_official_implementation() {
     let key = key_file("evidence.pem");
     let server = signing_server(&[&key], &[]).await;
-    let routes = paid_routes();
+    let routes = machine_routes();
     let requests: Vec<Value> = routes
         .iter()
         .map(|(_, path, body)| json!({"url": format!("{}{path}", server.url), "body": body}))
@@ -199,7 +193,7 @@ async fn pyjwt_verifies_offers_receipts_and_seals_and_refuses_any_tampering_or_s
     let key = key_file("evidence.pem");
     let server = signing_server(&[&key], &[]).await;
     let document = did_document(&server).await;
-    let (_, path, request) = &paid_routes()[1];
+    let (_, path, request) = &machine_routes()[1];
     let challenge: Value = server
         .post_json(path, request)
         .await

@@ -351,11 +351,7 @@ fn forged_payment(accepted: &Value, seed: u64) -> String {
     let mut signature = pseudo_random(seed, "r").to_vec();
     signature.extend_from_slice(&pseudo_random(seed, "s"));
     signature.push(27);
-    let valid_before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        + 60;
+    let valid_before = common::unix_now() + 60;
     let payload = json!({
         "x402Version": 2,
         "payload": {
@@ -432,12 +428,7 @@ async fn forged_payments_never_reach_the_facilitator_and_real_ones_still_settle(
     for worker in workers {
         worker.await.expect("forged payments answered");
     }
-    let past = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        - 100)
-        .to_string();
+    let past = (common::unix_now() - 100).to_string();
     for (mutation, reason) in [
         (
             vec!["--to", "0x90F79bf6EB2c4f870365E785982E1f101E93b906"],

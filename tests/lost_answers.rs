@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::devstack::{Buyer, payment_identifier_declaration, random_hex32, shared_stack};
-use common::evidence::{key_file, paid_routes};
+use common::evidence::key_file;
 use common::facilitator_proxy::Settle;
 use common::ledgers::{fresh_ledger_url, sqlite_count, sqlite_file};
 use common::paid_rig::{PRICE, Rig, USDC, VM02, payment_response, reason_of, wait_for};
-use common::{TestServer, decode_header, expect_400};
+use common::{TestServer, decode_header, expect_400, machine_routes};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
@@ -130,14 +130,10 @@ async fn every_402_declares_the_payment_identifier_extension_as_optional() {
     let server = TestServer::start().await;
     let official = payment_identifier_declaration();
     assert_eq!(official["info"], json!({"required": false}), "{official}");
-    for (id, path, example) in paid_routes() {
+    for (id, path, example) in machine_routes() {
         let response = server.post_json(&path, &example).await;
         assert_eq!(response.status().as_u16(), 402, "{id}");
-        let header = decode_header(
-            response.headers()["payment-required"]
-                .to_str()
-                .expect("ascii"),
-        );
+        let header = common::payment_required(&response);
         assert_eq!(
             header["extensions"]["payment-identifier"],
             json!({"info": {"required": false}}),
@@ -190,11 +186,7 @@ async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
     let response = rig.send(&another_request(&buyer), &header).await;
     assert_eq!(response.status().as_u16(), 402);
     assert_eq!(reason_of(&response), "payment_nonce_already_presented");
-    let challenge = decode_header(
-        response.headers()["payment-required"]
-            .to_str()
-            .expect("ascii"),
-    );
+    let challenge = common::payment_required(&response);
     assert_eq!(
         challenge["extensions"]["payment-identifier"],
         json!({"info": {"required": false}})

@@ -7,18 +7,17 @@ mod common;
 use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, proxied_facilitator};
 use common::idle_timer::closing_idle_connections;
-use common::ledgers::{Backend, backend, fresh_ledger_url, rows_of};
+use common::ledgers::{
+    Backend, backend, execute_sql, fresh_ledger_url, ledger_cli, report_entry, rows_of,
+    vm02_attempt,
+};
 use common::logs::{capture, logs};
-use common::onchain::rpc_tripwire;
-use common::paid_rig::reason_of;
+use common::onchain::{calls_after_start_up, rpc_tripwire};
+use common::paid_rig::{PRICE, USDC, VM02, reason_of};
 use common::{TestServer, closed_port, decode_header};
-use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
+use factomat::pay::ledger::{AttemptRow, Ledger, NewAttempt, PoolOptions};
 use serde_json::{Value, json};
 
-const VM02: &str = "/v1/allowance-exposure";
-/// The asset (USDC on Base, as the dev stack deploys it).
-const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
-const PRICE: u128 = 10_000;
 const OWNER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
 const UINT256_MAX: &str =
     "115792089237316195423570985008687907853269984665640564039457584007913129639935";
@@ -158,12 +157,7 @@ fn vm02_request(owner: &str, token: &str, spender: &str) -> Value {
 
 async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
     let rig = rig().await;
-    let token = rig
-        .stack
-        .chain(&["deploy-erc20", "Test Token", "TST", "18"])["address"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let token = rig.stack.deploy_erc20("Test Token", "TST", "18");
     let owner = rig.stack.chain(&[
         "approve",
         "--from-key",
@@ -371,12 +365,7 @@ async fn wrong_payments_get_402_with_their_reason_and_charge_nothing() {
     let body = rig.payee_allowance_body();
     let required = rig.challenge(&body).await;
     let balances = rig.balances();
-    let past = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs()
-        - 100)
-        .to_string();
+    let past = (common::unix_now() - 100).to_string();
     let empty_key = "0x1b9f1c3a8c2b8f2e5d6c7b8a9f0e1d2c3b4a5968778695a4b3c2d1e0f1a2b3c4";
     let cases: Vec<(&str, Vec<&str>, &str)> = vec![
         (
@@ -744,13 +733,7 @@ async fn an_rpc_that_refuses_batches_gives_one_limitation_and_a_hold() {
         ))),
         "{limitations:?}"
     );
-    let reads: Vec<String> = seen
-        .lock()
-        .expect("seen")
-        .iter()
-        .filter(|method| *method != "eth_chainId")
-        .cloned()
-        .collect();
+    let reads = calls_after_start_up(&seen);
     assert_eq!(
         reads,
         vec!["eth_blockNumber".to_string(), "batch".to_string()]
@@ -827,39 +810,15 @@ async fn the_ledger_keeps_no_signature_or_response_and_reports_per_family() {
             "the ledger holds response or payload content: {fragment}"
         );
     }
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-        .args(["ledger", "report", "--json"])
-        .env("FACTOMAT_DATABASE_URL", &rig.ledger_url)
-        .output()
-        .expect("report runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("json report");
-    let family = |name: &str| {
-        report["families"]
-            .as_array()
-            .expect("families")
-            .iter()
-            .find(|f| f["family"] == name)
-            .cloned()
-            .expect("family")
-    };
+    let report = ledger_cli(&rig.ledger_url, None, &["report"]);
+    let family = |name: &str| report_entry(&report, "families", "family", name);
     assert_eq!(
         family("ONCHAIN_PREFLIGHT")["unique_paying_wallets"],
         1,
         "one wallet, two calls: counted once"
     );
     assert_eq!(family("WEB_INTELLIGENCE")["unique_paying_wallets"], 0);
-    let vm02 = report["machines"]
-        .as_array()
-        .expect("machines")
-        .iter()
-        .find(|m| m["machine"] == "VM02")
-        .cloned()
-        .expect("vm02");
+    let vm02 = report_entry(&report, "machines", "machine", "VM02");
     assert_eq!(vm02["paid_calls"], 2);
     assert_eq!(vm02["usdc"], "0.02");
 }
@@ -869,19 +828,15 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
     let ledger_url = fresh_ledger_url();
     let ledger = Ledger::open(&ledger_url, PoolOptions::default()).expect("ledger");
     ledger
-        .reserve(&factomat::pay::ledger::NewAttempt {
-            machine: "VM02".into(),
-            family: "ONCHAIN_PREFLIGHT".into(),
-            payer: "0x00000000000000000000000000000000000c4a54".into(),
-            amount_atomic: "10000".into(),
-            asset: USDC.into(),
-            network: "eip155:8453".into(),
-            pay_to: common::PAY_TO.into(),
-            nonce_sha256: "ab".repeat(32),
+        .reserve(&NewAttempt {
+            // The nonce apart from its hash: the start-up report names the nonce itself.
             nonce: format!("0x{}", "ef".repeat(32)),
-            valid_before: "1795000000".into(),
-            request_sha256: "cd".repeat(32),
             request_id: "crashed-request-1".into(),
+            ..vm02_attempt(
+                "0x00000000000000000000000000000000000c4a54",
+                "ab",
+                1_795_000_000,
+            )
         })
         .await
         .expect("reserve");
@@ -907,51 +862,14 @@ async fn rows_left_reserved_by_a_crash_are_reported_at_start_up() {
     assert_eq!(still[0].state, "reserved");
 }
 
-/// Runs SQL on a ledger of either backend (to shape rows as an older build left them).
-fn execute_sql(url: &str, sql: &str) {
-    match url.strip_prefix("sqlite:") {
-        Some(path) => {
-            rusqlite::Connection::open(path)
-                .and_then(|c| c.execute_batch(sql))
-                .expect("sqlite");
-        }
-        None => {
-            common::postgres::psql(url, sql);
-        }
-    }
-}
-
+/// `factomat ledger reconcile` on the rig's ledger against the shared stack's chain.
 fn reconcile_json(rig: &Rig) -> Vec<Value> {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-        .args(["ledger", "reconcile", "--json"])
-        .env("FACTOMAT_DATABASE_URL", &rig.ledger_url)
-        .env("FACTOMAT_RPC_URL_EIP155_8453", rig.stack.field("rpc_url"))
-        .output()
-        .expect("reconcile runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let entries = ledger_cli(
+        &rig.ledger_url,
+        Some(&rig.stack.field("rpc_url")),
+        &["reconcile"],
     );
-    let entries: Value = serde_json::from_slice(&output.stdout).expect("json");
     entries.as_array().expect("entries").clone()
-}
-
-fn attempt(payer: &str, nonce_byte: &str, valid_before: u64) -> factomat::pay::ledger::NewAttempt {
-    factomat::pay::ledger::NewAttempt {
-        machine: "VM02".into(),
-        family: "ONCHAIN_PREFLIGHT".into(),
-        payer: payer.into(),
-        amount_atomic: "10000".into(),
-        asset: USDC.into(),
-        network: "eip155:8453".into(),
-        pay_to: common::PAY_TO.into(),
-        nonce_sha256: nonce_byte.repeat(32),
-        nonce: format!("0x{}", nonce_byte.repeat(32)),
-        valid_before: valid_before.to_string(),
-        request_sha256: "cd".repeat(32),
-        request_id: format!("reconcile-{nonce_byte}"),
-    }
 }
 
 async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
@@ -1009,12 +927,12 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
     let ledger = Ledger::open(&rig.ledger_url, PoolOptions::default()).expect("ledger");
     let buyer = rig.buyer();
     ledger
-        .reserve(&attempt(&buyer, "a1", 1_000))
+        .reserve(&vm02_attempt(&buyer, "a1", 1_000))
         .await
         .expect("reserve");
-    let far = u64::try_from(chrono_now() + 3600).expect("time");
+    let far = common::unix_now() + 3600;
     ledger
-        .reserve(&attempt(&buyer, "a2", far))
+        .reserve(&vm02_attempt(&buyer, "a2", far))
         .await
         .expect("reserve");
     drop(ledger);
@@ -1070,10 +988,4 @@ async fn a_settlement_the_facilitator_fails_but_that_landed_is_delivered() {
     assert_eq!(again.len(), 1, "a second run changes nothing: {again:?}");
     assert_eq!(again[0]["state_after"], "reserved");
     assert_eq!(rig.balances().0, buyer_after, "reconcile never moves money");
-}
-
-fn chrono_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
 }

@@ -166,11 +166,7 @@ async fn the_prices_are_the_specified_ones() {
             "{id}"
         );
         let response = server.post_json(route, &m["input_example"]).await;
-        let required = decode_header(
-            response.headers()["payment-required"]
-                .to_str()
-                .expect("ascii"),
-        );
+        let required = common::payment_required(&response);
         assert_eq!(required["accepts"][0]["amount"], atomic, "{id}");
     }
 }

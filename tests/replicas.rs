@@ -7,26 +7,16 @@ mod common;
 use std::time::Duration;
 
 use common::devstack::{Buyer, DevStack, shared_stack};
-use common::facilitator_proxy::{Settle, proxied_facilitator};
+use common::facilitator_proxy::{Settle, advance_past, proxied_facilitator};
+use common::ledgers::{ledger_cli, report_entry, rows_of, vm02_attempt};
 use common::onchain::{rpc_tripwire, serve};
+use common::paid_rig::{PRICE, USDC, VM02};
 use common::postgres;
 use common::replica::Replica;
-use common::{TestServer, closed_port, decode_header};
-use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
+use common::{TestServer, closed_port, unix_now};
+use factomat::pay::ledger::{Ledger, PoolOptions};
 use serde_json::{Value, json};
 use warp::Filter;
-
-const VM02: &str = "/v1/allowance-exposure";
-const PRICE: u128 = 10_000;
-const USDC: &str = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
-
-async fn rows_of(url: &str) -> Vec<AttemptRow> {
-    Ledger::open(url, PoolOptions::default())
-        .expect("ledger")
-        .rows()
-        .await
-        .expect("rows")
-}
 
 fn env_for<'a>(
     stack: &'a DevStack,
@@ -145,20 +135,8 @@ async fn three_replicas_run_one_payment_once_when_50_copies_race() {
     assert!(work_ran >= 3, "the winning call went outbound: {work_ran}");
 
     // The report over all replicas' rows: one wallet for the family.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-        .args(["ledger", "report", "--json"])
-        .env("FACTOMAT_DATABASE_URL", &database)
-        .output()
-        .expect("report runs");
-    assert!(output.status.success());
-    let report: Value = serde_json::from_slice(&output.stdout).expect("json");
-    let family = report["families"]
-        .as_array()
-        .expect("families")
-        .iter()
-        .find(|f| f["family"] == "ONCHAIN_PREFLIGHT")
-        .cloned()
-        .expect("family");
+    let report = ledger_cli(&database, None, &["report"]);
+    let family = report_entry(&report, "families", "family", "ONCHAIN_PREFLIGHT");
     assert_eq!(family["unique_paying_wallets"], 1);
 }
 
@@ -305,30 +283,6 @@ async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
     assert_eq!(before - buyer_balance(stack, &buyer), PRICE);
 }
 
-/// Advances anvil's clock past `valid_before` and mines a block.
-async fn advance_chain_past(rpc: &str, valid_before: u64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("time")
-        .as_secs();
-    let seconds = valid_before.saturating_sub(now) + 60;
-    for (method, params) in [
-        ("evm_increaseTime", json!([seconds])),
-        ("evm_mine", json!([])),
-    ] {
-        let answer: Value = client()
-            .post(rpc)
-            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-            .send()
-            .await
-            .expect("anvil")
-            .json()
-            .await
-            .expect("json");
-        assert!(answer.get("error").is_none(), "{method}: {answer}");
-    }
-}
-
 /// A replica killed inside the work leaves a `reserved` row whose outcome nobody knows: the
 /// identical resend on another replica hears "in progress" (never a fresh challenge) and runs
 /// nothing; reconcile leaves it while the authorization is valid; once the row is past
@@ -417,16 +371,7 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     );
 
     assert_eq!(rows[0].valid_before, Some(signed_before));
-    let reconcile = || {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-            .args(["ledger", "reconcile", "--json"])
-            .env("FACTOMAT_DATABASE_URL", &database)
-            .env("FACTOMAT_RPC_URL_EIP155_8453", &rpc)
-            .output()
-            .expect("reconcile runs");
-        assert!(output.status.success());
-        serde_json::from_slice::<Value>(&output.stdout).expect("json")
-    };
+    let reconcile = || ledger_cli(&database, Some(&rpc), &["reconcile"]);
     let early = reconcile();
     assert_eq!(early[0]["state_after"], "reserved", "still valid: {early}");
 
@@ -435,38 +380,14 @@ async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     while unix_now() <= valid_before + 10 {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    advance_chain_past(&rpc, valid_before).await;
+    advance_past(&rpc, valid_before + 60).await;
     let stale = paid(&judge.url, &body, &header).await;
     assert_eq!(stale.status().as_u16(), 402, "decided, not waited on");
-    let required = decode_header(stale.headers()["payment-required"].to_str().expect("ascii"));
+    let required = common::payment_required(&stale);
     assert_eq!(required["error"], "settlement_failed", "{required}");
     assert_eq!(rows_of(&database).await[0].state, "expired");
     assert_eq!(reconcile(), json!([]), "nothing left to reconcile");
     assert_eq!(buyer_balance(&stack, &buyer), before);
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("time")
-        .as_secs()
-}
-
-fn attempt(nonce_byte: &str) -> factomat::pay::ledger::NewAttempt {
-    factomat::pay::ledger::NewAttempt {
-        machine: "VM02".into(),
-        family: "ONCHAIN_PREFLIGHT".into(),
-        payer: "0x00000000000000000000000000000000000c4a54".into(),
-        amount_atomic: "10000".into(),
-        asset: USDC.into(),
-        network: "eip155:8453".into(),
-        pay_to: common::PAY_TO.into(),
-        nonce_sha256: nonce_byte.repeat(32),
-        nonce: format!("0x{}", nonce_byte.repeat(32)),
-        valid_before: "1795000000".into(),
-        request_sha256: "cd".repeat(32),
-        request_id: format!("replica-{nonce_byte}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -480,7 +401,11 @@ async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
         migrations.iter().all(Result::is_ok),
         "concurrent migrations: {migrations:?}"
     );
-    let contested = attempt("e1");
+    let contested = vm02_attempt(
+        "0x00000000000000000000000000000000000c4a54",
+        "e1",
+        1_795_000_000,
+    );
     let reserves =
         futures_util::future::join_all(ledgers.iter().map(|l| l.reserve(&contested))).await;
     assert_eq!(

@@ -103,12 +103,7 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
 
     // Base: #1 answers 429 with Retry-After, the read moves to #2, whose lagging node is
     // asked again; both reads are at one block.
-    let token = rig
-        .stack
-        .chain(&["deploy-erc20", "Test Token", "TST", "18"])["address"]
-        .as_str()
-        .expect("token")
-        .to_string();
+    let token = rig.stack.deploy_erc20("Test Token", "TST", "18");
     rig.stack
         .chain(&["mint", OWNER, "100000000000000000000", "--token", &token]);
     let request = json!({"owner": OWNER, "token": token, "spender": SPENDER});

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use common::devstack::{Buyer, DevStack, shared_stack};
 use common::facilitator_proxy::Settle;
-use common::paid_rig::{PRICE, Rig, payment_response, reason_of, unix_now, wait_for};
+use common::paid_rig::{PRICE, Rig, payment_response, reason_of, wait_for};
+use common::unix_now;
 use serde_json::Value;
 
 on_both_ledgers!(

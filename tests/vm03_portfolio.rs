@@ -287,11 +287,7 @@ async fn portfolio(env: &[(&str, &str)]) -> Portfolio {
 }
 
 fn deploy(stack: &DevStack, symbol: &str, decimals: &str, holder: &str, amount: &str) -> String {
-    let token =
-        stack.chain(&["deploy-erc20", &format!("{symbol} Token"), symbol, decimals])["address"]
-            .as_str()
-            .expect("token")
-            .to_string();
+    let token = stack.deploy_erc20(&format!("{symbol} Token"), symbol, decimals);
     if amount != "0" {
         stack.chain(&["mint", holder, amount, "--token", &token]);
     }

@@ -6,7 +6,9 @@ mod common;
 use common::closed_port;
 use common::devstack::DevStack;
 use common::logs::logs;
-use common::onchain::{ChainRig, RpcAction, assert_output_valid, rpc_call, rpc_proxy, selector};
+use common::onchain::{
+    ChainRig, RpcAction, assert_output_valid, calls_after_start_up, rpc_call, rpc_proxy, selector,
+};
 use serde_json::{Value, json};
 
 const VM06: &str = "/v1/transaction-gas-preflight";
@@ -331,13 +333,7 @@ async fn one_failing_method_is_partial_and_a_dead_node_is_hold() {
         "{body:#}"
     );
     // The start-up chain check (eth_chainId) is configuration work, not the call's.
-    let mut methods: Vec<String> = seen
-        .lock()
-        .expect("seen")
-        .iter()
-        .filter(|method| *method != "eth_chainId")
-        .cloned()
-        .collect();
+    let mut methods = calls_after_start_up(&seen);
     methods.sort();
     assert_eq!(
         methods,

@@ -187,6 +187,14 @@ impl DevStack {
     }
 
     /// A chain.mjs command against this stack's anvil.
+    /// Deploys an ERC-20 on the Base node; its address.
+    pub fn deploy_erc20(&self, name: &str, symbol: &str, decimals: &str) -> String {
+        self.chain(&["deploy-erc20", name, symbol, decimals])["address"]
+            .as_str()
+            .expect("token address")
+            .to_string()
+    }
+
     pub fn chain(&self, args: &[&str]) -> Value {
         let state = self.state_arg();
         let mut all = vec!["--state", state.as_str()];

@@ -35,22 +35,6 @@ pub async fn signing_server(keys: &[&Path], extra: &[(&str, &str)]) -> TestServe
     TestServer::with_env(&env).await
 }
 
-/// Every machine: its id, path and input example (an unpaid POST of it answers 402).
-pub fn paid_routes() -> Vec<(String, String, Value)> {
-    super::manifest()["machines"]
-        .as_array()
-        .expect("machines")
-        .iter()
-        .map(|m| {
-            (
-                m["machine"].as_str().expect("id").to_string(),
-                m["path"].as_str().expect("path").to_string(),
-                m["input_example"].clone(),
-            )
-        })
-        .collect()
-}
-
 /// The same JWS with `from` replaced by `to` in its payload text and the signature kept.
 pub fn tampered(jws: &str, from: &str, to: &str) -> String {
     let parts: Vec<&str> = jws.split('.').collect();

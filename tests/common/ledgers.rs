@@ -5,8 +5,9 @@
 
 use std::path::PathBuf;
 
-use factomat::pay::ledger::{AttemptRow, Ledger, PoolOptions};
+use factomat::pay::ledger::{AttemptRow, Ledger, NewAttempt, PoolOptions};
 use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
 
 use super::temp_path;
 
@@ -65,6 +66,80 @@ pub fn sqlite_count(url: &str, table: &str) -> i64 {
             row.get(0)
         })
         .unwrap_or_else(|e| panic!("SELECT COUNT(*) FROM {table}: {e}"))
+}
+
+/// Runs SQL on a ledger of either backend (to shape rows as an older build, or a crash, left
+/// them).
+pub fn execute_sql(url: &str, sql: &str) {
+    match backend_of(url) {
+        Backend::Sqlite => {
+            Connection::open(sqlite_file(url))
+                .and_then(|c| c.execute_batch(sql))
+                .expect("sqlite");
+        }
+        Backend::Postgres => {
+            super::postgres::psql(url, sql);
+        }
+    }
+}
+
+fn backend_of(url: &str) -> Backend {
+    if url.starts_with("sqlite:") {
+        Backend::Sqlite
+    } else {
+        Backend::Postgres
+    }
+}
+
+/// A VM02 attempt as the gate reserves it: `payer`'s, its nonce and the nonce's hash both
+/// `nonce_byte` repeated, payable to [`super::PAY_TO`].
+pub fn vm02_attempt(payer: &str, nonce_byte: &str, valid_before: u64) -> NewAttempt {
+    NewAttempt {
+        machine: "VM02".into(),
+        family: "ONCHAIN_PREFLIGHT".into(),
+        payer: payer.into(),
+        amount_atomic: "10000".into(),
+        asset: super::paid_rig::USDC.into(),
+        network: "eip155:8453".into(),
+        pay_to: super::PAY_TO.into(),
+        nonce_sha256: nonce_byte.repeat(32),
+        nonce: format!("0x{}", nonce_byte.repeat(32)),
+        valid_before: valid_before.to_string(),
+        request_sha256: "cd".repeat(32),
+        request_id: format!("attempt-{nonce_byte}"),
+    }
+}
+
+/// `factomat ledger ARGS --json` on the ledger at `database_url` (`rpc_url` for the commands
+/// that read the chain): its JSON answer; fails on a non-zero exit.
+pub fn ledger_cli(database_url: &str, rpc_url: Option<&str>, args: &[&str]) -> Value {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"));
+    command
+        .arg("ledger")
+        .args(args)
+        .arg("--json")
+        .env("FACTOMAT_DATABASE_URL", database_url);
+    if let Some(rpc_url) = rpc_url {
+        command.env("FACTOMAT_RPC_URL_EIP155_8453", rpc_url);
+    }
+    let output = command.output().expect("factomat ledger runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+/// The entry of `report[list]` whose `key` is `value` (a family or machine of `ledger report`).
+pub fn report_entry(report: &Value, list: &str, key: &str, value: &str) -> Value {
+    report[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list} in {report}"))
+        .iter()
+        .find(|entry| entry[key] == value)
+        .cloned()
+        .unwrap_or_else(|| panic!("{key} {value} in {report}"))
 }
 
 /// Runs each named async test body once per ledger backend.

@@ -156,6 +156,15 @@ pub fn decode_header(value: &str) -> Value {
     serde_json::from_slice(&bytes).expect("header is JSON")
 }
 
+/// The decoded PAYMENT-REQUIRED header of a 402.
+pub fn payment_required(response: &reqwest::Response) -> Value {
+    let header = response
+        .headers()
+        .get("payment-required")
+        .expect("a PAYMENT-REQUIRED header");
+    decode_header(header.to_str().expect("ascii"))
+}
+
 /// The repository root (committed renders live under it).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -171,6 +180,31 @@ pub fn manifest() -> Value {
     MANIFEST.clone()
 }
 
+/// Every machine's id, path and input example, in the manifest's order (an unpaid POST of the
+/// example answers 402).
+pub fn machine_routes() -> Vec<(String, String, Value)> {
+    manifest()["machines"]
+        .as_array()
+        .expect("machines")
+        .iter()
+        .map(|m| {
+            (
+                m["machine"].as_str().expect("id").to_string(),
+                m["path"].as_str().expect("path").to_string(),
+                m["input_example"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Seconds since the Unix epoch, by this machine's clock.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// One machine's manifest entry.
 pub fn machine(id: &str) -> Value {
     manifest()["machines"]
         .as_array()

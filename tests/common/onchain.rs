@@ -151,6 +151,17 @@ where
     addr
 }
 
+/// The methods an [`rpc_proxy`] saw, in order, without the start-up chain check
+/// (`eth_chainId` is configuration work, not a call's).
+pub fn calls_after_start_up(seen: &Mutex<Vec<String>>) -> Vec<String> {
+    seen.lock()
+        .expect("seen")
+        .iter()
+        .filter(|method| *method != "eth_chainId")
+        .cloned()
+        .collect()
+}
+
 /// What a JSON-RPC stand-in does with one request.
 pub enum RpcAction {
     /// Forward to the real node.

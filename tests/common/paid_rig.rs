@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::devstack::{Buyer, DevStack};
 use super::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
-use super::ledgers::{fresh_ledger_url, rows_of};
+use super::ledgers::{fresh_ledger_url, ledger_cli, report_entry, rows_of};
 use super::rpc_proxy::{RpcProxy, range_limited_rpc};
 use super::{TestServer, decode_header};
 
@@ -126,21 +126,9 @@ impl<'a> Rig<'a> {
             .expect("balance")
     }
 
+    /// `factomat ledger ARGS --json` on this rig's ledger and RPC.
     pub fn ledger_command(&self, args: &[&str]) -> Value {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_factomat"))
-            .args(["ledger"])
-            .args(args)
-            .arg("--json")
-            .env("FACTOMAT_DATABASE_URL", &self.ledger_url)
-            .env("FACTOMAT_RPC_URL_EIP155_8453", &self.rpc.url)
-            .output()
-            .expect("factomat ledger runs");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).expect("json")
+        ledger_cli(&self.ledger_url, Some(&self.rpc.url), args)
     }
 
     pub fn reconcile(&self) -> Vec<Value> {
@@ -150,12 +138,8 @@ impl<'a> Rig<'a> {
 
     pub fn vm02_paid_calls(&self) -> u64 {
         let report = self.ledger_command(&["report"]);
-        report["machines"]
-            .as_array()
-            .expect("machines")
-            .iter()
-            .find(|m| m["machine"] == "VM02")
-            .and_then(|m| m["paid_calls"].as_u64())
+        report_entry(&report, "machines", "machine", "VM02")["paid_calls"]
+            .as_u64()
             .expect("VM02 paid calls")
     }
 }
@@ -179,12 +163,6 @@ pub fn payment_response(response: &reqwest::Response) -> Value {
             .to_str()
             .expect("ascii"),
     )
-}
-
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Polls `done` every 250 ms until it holds; fails after 60 s.
