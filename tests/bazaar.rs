@@ -527,20 +527,11 @@ async fn the_index_verdict_is_counted_and_shown_to_the_operator_only() {
     let vm02 = common::machine("VM02");
     let path = vm02["path"].as_str().expect("path");
     for _ in 0..2 {
-        let quote = server.post_json(path, &vm02["input_example"]).await;
-        let required = quote.headers()["payment-required"]
-            .to_str()
-            .expect("ascii")
-            .to_string();
+        let (required, _) = server.challenge(path, &vm02["input_example"]).await;
         let payment = signed_payment(&required, OTHER_KEY);
         let response = server
-            .client
-            .post(format!("{}{path}", server.url))
-            .header("payment-signature", payment)
-            .json(&vm02["input_example"])
-            .send()
-            .await
-            .expect("answered");
+            .post_paid(path, &vm02["input_example"], &payment)
+            .await;
         // The facilitator reports on /verify and on /settle: four outcomes in all.
         assert!(response.headers().get("extension-responses").is_none());
         if let Some(receipt) = response.headers().get("payment-response") {
@@ -628,21 +619,11 @@ async fn the_listing_sent_to_verify_passes_the_official_validator_for_every_mach
     let server = server_in(None, &facilitator).await;
     let mut quoted = Vec::new();
     for (id, path, example) in machine_routes() {
-        let quote = server.post_json(&path, &example).await;
-        assert_eq!(quote.status().as_u16(), 402, "{id}");
-        let required = quote.headers()["payment-required"]
-            .to_str()
-            .expect("ascii")
-            .to_string();
-        quoted.push(quote.json::<Value>().await.expect("402 body"));
+        let (required, quote) = server.challenge(&path, &example).await;
+        quoted.push(quote);
         let paid = server
-            .client
-            .post(format!("{}{path}", server.url))
-            .header("payment-signature", signed_payment(&required, OTHER_KEY))
-            .json(&example)
-            .send()
-            .await
-            .expect("answered");
+            .post_paid(&path, &example, &signed_payment(&required, OTHER_KEY))
+            .await;
         assert_ne!(
             paid.status().as_u16(),
             400,

@@ -392,22 +392,10 @@ async fn forged_payments_never_reach_the_facilitator_and_real_ones_still_settle(
         "token": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
         "spender": pay_to,
     });
-    let unpaid = server.post_json(VM02, &body).await;
-    assert_eq!(unpaid.status().as_u16(), 402);
-    let required = unpaid.headers()["payment-required"]
-        .to_str()
-        .expect("ascii")
-        .to_string();
+    let (required, _) = server.challenge(VM02, &body).await;
     let accepted = decode_header(&required)["accepts"][0].clone();
     let send = |server: Arc<TestServer>, header: String, body: Value| async move {
-        server
-            .client
-            .post(format!("{}{VM02}", server.url))
-            .header("PAYMENT-SIGNATURE", header)
-            .json(&body)
-            .send()
-            .await
-            .expect("answered")
+        server.post_paid(VM02, &body, &header).await
     };
     let mut workers = Vec::new();
     for worker in 0..8u64 {

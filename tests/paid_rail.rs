@@ -130,24 +130,11 @@ impl Rig {
 
     /// The PAYMENT-REQUIRED header of an unpaid call.
     async fn challenge(&self, body: &Value) -> String {
-        let response = self.server.post_json(VM02, body).await;
-        assert_eq!(response.status().as_u16(), 402);
-        response.headers()["payment-required"]
-            .to_str()
-            .expect("ascii")
-            .to_string()
+        self.server.challenge(VM02, body).await.0
     }
 
     async fn send_paid(&self, body: &Value, header: &str) -> reqwest::Response {
-        self.server
-            .client
-            .post(self.url(VM02))
-            .header("content-type", "application/json")
-            .header("PAYMENT-SIGNATURE", header)
-            .json(body)
-            .send()
-            .await
-            .expect("answered")
+        self.server.post_paid(VM02, body, header).await
     }
 }
 

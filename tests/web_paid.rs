@@ -619,15 +619,7 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
         .expect("pay");
     assert_eq!(answer["status"], 200, "{answer}");
     let header = answer["payment_signature"].as_str().expect("captured");
-    let again = web
-        .server
-        .client
-        .post(format!("{}{VM01}", web.server.url))
-        .header("PAYMENT-SIGNATURE", header)
-        .json(&request)
-        .send()
-        .await
-        .expect("answered");
+    let again = web.server.post_paid(VM01, &request, header).await;
     assert_eq!(again.status().as_u16(), 200);
     let collected = again.text().await.expect("body");
     assert_eq!(collected, answer["body_text"].as_str().expect("body text"));

@@ -125,6 +125,40 @@ impl TestServer {
             .await
             .expect("POST answered")
     }
+
+    /// The PAYMENT-REQUIRED header and JSON body of an unpaid POST of `body` (asserts the 402).
+    pub async fn challenge(&self, path: &str, body: &Value) -> (String, Value) {
+        let response = self.post_json(path, body).await;
+        assert_eq!(response.status().as_u16(), 402, "an unpaid POST of {body}");
+        let header = response.headers()["payment-required"]
+            .to_str()
+            .expect("ascii")
+            .to_string();
+        (header, response.json().await.expect("402 body"))
+    }
+
+    /// A paid POST: `body` with the PAYMENT-SIGNATURE `header`.
+    pub async fn post_paid(&self, path: &str, body: &Value, header: &str) -> reqwest::Response {
+        self.post_paid_raw(path, serde_json::to_vec(body).expect("json"), header)
+            .await
+    }
+
+    /// A paid POST of exactly these body bytes.
+    pub async fn post_paid_raw(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        header: &str,
+    ) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .header("PAYMENT-SIGNATURE", header)
+            .body(body)
+            .send()
+            .await
+            .expect("paid POST answered")
+    }
 }
 
 /// A sealed answer as a caller checks it: `value[key]` is the canonical hash of the rest of

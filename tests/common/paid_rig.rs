@@ -79,13 +79,7 @@ impl<'a> Rig<'a> {
 
     /// The PAYMENT-REQUIRED header and JSON body of an unpaid call.
     pub async fn challenge(&self, body: &Value) -> (String, Value) {
-        let response = self.server.post_json(VM02, body).await;
-        assert_eq!(response.status().as_u16(), 402);
-        let header = response.headers()["payment-required"]
-            .to_str()
-            .expect("ascii")
-            .to_string();
-        (header, response.json().await.expect("402 body"))
+        self.server.challenge(VM02, body).await
     }
 
     /// A PAYMENT-SIGNATURE of `buyer` for this call, with sign.mjs mutations.
@@ -97,21 +91,12 @@ impl<'a> Rig<'a> {
     }
 
     pub async fn send(&self, body: &Value, header: &str) -> reqwest::Response {
-        self.send_raw(serde_json::to_vec(body).expect("json"), header)
-            .await
+        self.server.post_paid(VM02, body, header).await
     }
 
     /// A paid call with exactly these body bytes.
     pub async fn send_raw(&self, body: Vec<u8>, header: &str) -> reqwest::Response {
-        self.server
-            .client
-            .post(self.url())
-            .header("content-type", "application/json")
-            .header("PAYMENT-SIGNATURE", header)
-            .body(body)
-            .send()
-            .await
-            .expect("answered")
+        self.server.post_paid_raw(VM02, body, header).await
     }
 
     pub async fn rows(&self) -> Vec<AttemptRow> {
