@@ -431,6 +431,14 @@ async fn replicas_starting_together_migrate_once_and_share_one_unique_nonce() {
         "5",
         "primary key, unique nonce, state, transfer proof and payer indexes: created once"
     );
+    // The strike index is partial (only struck rows); the pre-check's `strike_until > $3`
+    // still lets the planner use it.
+    let plan = postgres::psql(
+        &database,
+        "SET enable_seqscan = off; EXPLAIN SELECT EXISTS (SELECT 1 FROM payment_attempts
+         WHERE lower(payer) = '0xabc' AND strike_until > 5)",
+    );
+    assert!(plan.contains("payment_attempts_struck"), "{plan}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -433,14 +433,24 @@ const STATE_LIST: &str = "'reserved', 'settled', 'settle_pending', 'settle_faile
 
 /// Indexes over columns a migration may add, so created after it: one Transfer proves one
 /// row, and struck payers are found by their lower-cased address and strike (the pre-check
-/// reads only a payer's struck rows, not every row the payer ever paid; the first release's
-/// payer-only index is replaced).
+/// reads only a payer's struck rows, not every row the payer ever paid).
+///
+/// Both are partial: a row enters the first when it names a transaction and the second when
+/// it is struck. A fresh reservation names neither, so reserving and recording a paid call
+/// touch neither index, which keeps two pages out of each commit's write-ahead log. Queries
+/// still use them: `strike_until > ?` implies the strike is not null, and a row without a
+/// transaction was never in the uniqueness check (nulls are distinct). The full indexes
+/// of earlier releases (and the first release's payer-only index) are dropped.
 const INDEXES: &str = "
-CREATE UNIQUE INDEX IF NOT EXISTS payment_attempts_transfer
-    ON payment_attempts (transaction_hash, transfer_log_index);
+DROP INDEX IF EXISTS payment_attempts_transfer;
+CREATE UNIQUE INDEX IF NOT EXISTS payment_attempts_transfer_proof
+    ON payment_attempts (transaction_hash, transfer_log_index)
+    WHERE transaction_hash IS NOT NULL;
 DROP INDEX IF EXISTS payment_attempts_payer;
-CREATE INDEX IF NOT EXISTS payment_attempts_payer_strike
-    ON payment_attempts (lower(payer), strike_until);
+DROP INDEX IF EXISTS payment_attempts_payer_strike;
+CREATE INDEX IF NOT EXISTS payment_attempts_struck
+    ON payment_attempts (lower(payer), strike_until)
+    WHERE strike_until IS NOT NULL;
 ";
 
 /// One row change: the new state and the columns it sets (None keeps a column's value,

@@ -79,6 +79,8 @@ fn allow_current_states(connection: &Connection) -> Result<(), rusqlite::Error> 
          DROP INDEX IF EXISTS payment_attempts_transfer;
          DROP INDEX IF EXISTS payment_attempts_payer;
          DROP INDEX IF EXISTS payment_attempts_payer_strike;
+         DROP INDEX IF EXISTS payment_attempts_transfer_proof;
+         DROP INDEX IF EXISTS payment_attempts_struck;
          {schema}
          INSERT INTO payment_attempts ({COPIED_COLUMNS})
              SELECT {COPIED_COLUMNS} FROM payment_attempts_before;
@@ -482,6 +484,104 @@ mod tests {
                 .expect("status");
             assert_eq!(reprepared, 0, "{sql}");
         }
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The previous release's full indexes, in place of the partial ones.
+    const FULL_INDEXES: &str = "
+    DROP INDEX payment_attempts_transfer_proof;
+    DROP INDEX payment_attempts_struck;
+    CREATE UNIQUE INDEX payment_attempts_transfer
+        ON payment_attempts (transaction_hash, transfer_log_index);
+    CREATE INDEX payment_attempts_payer_strike ON payment_attempts (lower(payer), strike_until);
+    ";
+
+    /// Pages a reservation and its settled record write to the log, on a fresh ledger
+    /// (with the previous release's full indexes when `full`).
+    fn paid_call_wal_frames(label: &str, full: bool) -> i64 {
+        let dir = fresh_dir(label);
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", dir.join("ledger.db").display()))
+            .expect("open");
+        if full {
+            ledger
+                .with(|c| c.execute_batch(FULL_INDEXES))
+                .expect("full indexes");
+        }
+        let frames = |mode: &str| {
+            ledger
+                .with(|c| c.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1)))
+                .expect("checkpoint")
+        };
+        frames("TRUNCATE");
+        let id = ledger.reserve(&attempt(1), None).expect("reserve");
+        let settled = Outcome::Settled {
+            transaction: "0xfeed".into(),
+            transfer_log_index: None,
+            evidence: None,
+        };
+        assert!(resolve(&ledger, id, "reserved", &settled));
+        let written = frames("PASSIVE");
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+        written
+    }
+
+    #[test]
+    fn a_paid_call_writes_no_strike_entry_and_no_proof_entry_before_its_transaction() {
+        let partial = paid_call_wal_frames("partial", false);
+        let full = paid_call_wal_frames("full", true);
+        // The reservation writes neither index's page; the record writes the proof's entry
+        // either way, and a strike that stays null changes neither.
+        assert_eq!(full - partial, 2, "partial {partial}, full {full}");
+    }
+
+    #[test]
+    fn the_previous_full_indexes_become_partial_and_the_precheck_reads_the_strikes_one() {
+        let dir = fresh_dir("partial-indexes");
+        let url = format!("sqlite:{}", dir.join("ledger.db").display());
+        let ledger = SqliteLedger::open(&url).expect("open");
+        ledger
+            .with(|c| c.execute_batch(FULL_INDEXES))
+            .expect("previous release");
+        drop(ledger);
+        let ledger = SqliteLedger::open(&url).expect("reopen migrates");
+        let indexes: Vec<(String, String)> = ledger
+            .with(|c| {
+                let mut statement = c.prepare(
+                    "SELECT name, sql FROM sqlite_master
+                     WHERE type = 'index' AND tbl_name = 'payment_attempts' AND sql IS NOT NULL
+                     ORDER BY name",
+                )?;
+                statement
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect()
+            })
+            .expect("indexes");
+        let names: Vec<&str> = indexes.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "payment_attempts_state",
+                "payment_attempts_struck",
+                "payment_attempts_transfer_proof"
+            ]
+        );
+        assert!(indexes[1].1.contains("WHERE strike_until IS NOT NULL"));
+        assert!(indexes[2].1.contains("WHERE transaction_hash IS NOT NULL"));
+        let plan: Vec<String> = ledger
+            .with(|c| {
+                let mut statement = c.prepare(&format!("EXPLAIN QUERY PLAN {PRECHECK_SQL}"))?;
+                statement
+                    .query_map(params!["aa", "0xabc", 0], |r| r.get(3))?
+                    .collect()
+            })
+            .expect("plan");
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("INDEX payment_attempts_struck (")),
+            "{plan:?}"
+        );
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }
