@@ -186,7 +186,6 @@ impl DevStack {
         header_of(&self.sign_as(buyer, required, mutations))
     }
 
-    /// A chain.mjs command against this stack's anvil.
     /// Deploys an ERC-20 on the Base node; its address.
     pub fn deploy_erc20(&self, name: &str, symbol: &str, decimals: &str) -> String {
         self.chain(&["deploy-erc20", name, symbol, decimals])["address"]
@@ -195,6 +194,7 @@ impl DevStack {
             .to_string()
     }
 
+    /// A chain.mjs command against this stack's anvil.
     pub fn chain(&self, args: &[&str]) -> Value {
         let state = self.state_arg();
         let mut all = vec!["--state", state.as_str()];
