@@ -71,23 +71,12 @@ pub fn sqlite_count(url: &str, table: &str) -> i64 {
 /// Runs SQL on a ledger of either backend (to shape rows as an older build, or a crash, left
 /// them).
 pub fn execute_sql(url: &str, sql: &str) {
-    match backend_of(url) {
-        Backend::Sqlite => {
-            Connection::open(sqlite_file(url))
-                .and_then(|c| c.execute_batch(sql))
-                .expect("sqlite");
-        }
-        Backend::Postgres => {
-            super::postgres::psql(url, sql);
-        }
-    }
-}
-
-fn backend_of(url: &str) -> Backend {
     if url.starts_with("sqlite:") {
-        Backend::Sqlite
+        Connection::open(sqlite_file(url))
+            .and_then(|c| c.execute_batch(sql))
+            .expect("sqlite");
     } else {
-        Backend::Postgres
+        super::postgres::psql(url, sql);
     }
 }
 
