@@ -23,6 +23,7 @@ use crate::chain::networks::{self, Chain};
 use crate::machines::checks as rc;
 use crate::support::decimal::Decimal;
 use crate::support::evm;
+use crate::support::json_value::str_items;
 
 /// VM04 productive venue snapshot.
 pub(crate) struct Vm04;
@@ -186,13 +187,13 @@ fn check_symbol_on_chain(
     symbol: &str,
 ) -> Result<(), CheckFailure> {
     let chain_id = request.chain_id;
-    let allowed: Vec<&str> = machine
-        .allowlists
-        .get("symbols")
-        .and_then(|s| s.get(chain_id.to_string()))
-        .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let allowed: Vec<&str> = str_items(
+        machine
+            .allowlists
+            .get("symbols")
+            .and_then(|s| s.get(chain_id.to_string())),
+    )
+    .collect();
     if allowed.contains(&symbol) {
         Ok(())
     } else {

@@ -3,51 +3,29 @@
 //! The resource is an identifier only: it is compared with listed URLs and never fetched.
 //! Rules: docs/vm05-vm11-discovery.md.
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Call, CheckFailure, Need, WorkError, listing};
+use super::listing::ListingRequest;
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
-use crate::machines::checks as rc;
 use crate::support::timestamp;
 
 /// VM05 discovery visibility snapshot.
 pub(crate) struct Vm05;
 
-/// A VM05 request.
-#[derive(Debug, Deserialize)]
-pub(crate) struct Request {
-    /// The x402 resource URL: an identifier, never fetched.
-    pub resource: String,
-    /// The seller's payTo address.
-    pub pay_to: String,
-    /// The search queries.
-    pub queries: Vec<String>,
-}
-
 impl super::Machine for Vm05 {
     const ID: &'static str = "VM05";
-    type Request = Request;
+    type Request = ListingRequest;
     type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
-    fn check(_machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        rc::public_url(&request.resource, "/resource")?;
-        rc::address(&request.pay_to, "/pay_to")?;
-        rc::normalized_queries(&request.queries)?;
-        Ok(())
+    fn check(_machine: &Machine, request: &ListingRequest) -> Result<(), CheckFailure> {
+        request.check().map(|_| ())
     }
 
-    async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
+    async fn observe(call: Call<'_, ListingRequest>) -> Result<Value, WorkError> {
         let (context, machine, request) = call.parts();
-        let (_, observation) = listing::observe(
-            context,
-            machine,
-            &request.resource,
-            &request.pay_to,
-            &request.queries,
-        )
-        .await?;
+        let (_, observation) = request.observe(context, machine).await?;
         Ok(json!({
             "status": observation.status(),
             "machine": machine.machine,

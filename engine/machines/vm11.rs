@@ -10,11 +10,13 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::listing::ListingRequest;
 use super::listing::model::{self, Inputs, Observation, Presence, Visibility};
-use super::{Call, CheckFailure, Need, WorkError, listing};
+use super::{Call, CheckFailure, Need, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::machines::checks as rc;
 use crate::support::canonical::{canonical_json, canonical_sha256, sha256_hex};
+use crate::support::json_value::str_items;
 use crate::support::timestamp::now as now_iso;
 
 /// VM11 discovery visibility change snapshot.
@@ -23,12 +25,9 @@ pub(crate) struct Vm11;
 /// A VM11 request.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Request {
-    /// The x402 resource URL: an identifier, never fetched.
-    pub resource: String,
-    /// The seller's payTo address.
-    pub pay_to: String,
-    /// The search queries.
-    pub queries: Vec<String>,
+    /// Which resource, paid to whom, found by which searches.
+    #[serde(flatten)]
+    pub listing: ListingRequest,
     /// The sealed `current_baseline` of an earlier response, kept as sent: its hashes cover
     /// its exact JSON.
     pub baseline: Option<Value>,
@@ -41,9 +40,7 @@ impl super::Machine for Vm11 {
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        rc::public_url(&request.resource, "/resource")?;
-        rc::address(&request.pay_to, "/pay_to")?;
-        let queries = rc::normalized_queries(&request.queries)?;
+        let queries = request.listing.check()?;
         let Some(baseline) = &request.baseline else {
             return Ok(());
         };
@@ -61,14 +58,7 @@ impl super::Machine for Vm11 {
 
     async fn observe(call: Call<'_, Request>) -> Result<Value, WorkError> {
         let (context, machine, request) = call.parts();
-        let (inputs, reading) = listing::observe(
-            context,
-            machine,
-            &request.resource,
-            &request.pay_to,
-            &request.queries,
-        )
-        .await?;
+        let (inputs, reading) = request.listing.observe(context, machine).await?;
         let limits = Vm11Limits::from_machine(machine)?;
         let observation = sealed_observation(&reading, &limits);
         let (baseline, oversize) = seal(machine, request, &inputs, observation, &reading, &limits);
@@ -87,7 +77,7 @@ fn check_binding(
     }
     let pay_to_matches = match (
         rc::text_at(baseline, "/pay_to").map(|p| rc::address(p, "/baseline/pay_to")),
-        rc::address(&request.pay_to, "/pay_to"),
+        rc::address(&request.listing.pay_to, "/pay_to"),
     ) {
         (Some(Ok(a)), Ok(b)) => a == b,
         _ => false,
@@ -95,12 +85,7 @@ fn check_binding(
     if !pay_to_matches {
         return Err(foreign("/baseline/pay_to", "pay_to"));
     }
-    let sealed_queries: Vec<&str> = baseline
-        .get("queries")
-        .and_then(Value::as_array)
-        .map(|q| q.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if sealed_queries != queries.iter().map(String::as_str).collect::<Vec<_>>() {
+    if !str_items(baseline.get("queries")).eq(queries.iter().map(String::as_str)) {
         return Err(foreign("/baseline/queries", "normalized queries"));
     }
     Ok(())
@@ -111,7 +96,7 @@ fn check_binding(
 /// both are compared as parsed URLs under the URL equality rule used for listings, never as
 /// text; each response still quotes the caller's own text.
 fn same_resource(request: &Request, baseline: &Value) -> bool {
-    let submitted = rc::public_url(&request.resource, "/resource").ok();
+    let submitted = rc::public_url(&request.listing.resource, "/resource").ok();
     match (submitted, rc::text_at(baseline, "/resource")) {
         (Some(submitted), Some(sealed)) => model::same_resource(&submitted, sealed),
         _ => false,
@@ -210,10 +195,7 @@ fn window_note(visibility: Visibility, window: u64) -> String {
 
 /// Sorted, deduplicated strings (their order in a listing is not material).
 fn sorted_strings(value: &Value) -> Value {
-    let mut items: Vec<&str> = value
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let mut items: Vec<&str> = str_items(Some(value)).collect();
     items.sort_unstable();
     items.dedup();
     json!(items)
@@ -297,8 +279,8 @@ fn seal(
     let complete = reading.complete();
     let mut baseline = json!({
         "methodology_version": machine.methodology_version,
-        "resource": request.resource,
-        "pay_to": request.pay_to,
+        "resource": request.listing.resource,
+        "pay_to": request.listing.pay_to,
         "queries": inputs.queries,
         "search_window": limits.search_window,
         "merchant_page_limit": limits.merchant_page_limit,
@@ -324,9 +306,9 @@ fn oversize(request: &Request, baseline: &Value, limits: &Vm11Limits) -> Option<
     let mut sealed = baseline.clone();
     sealed["baseline_sha256"] = json!("0".repeat(64));
     let follow_up = json!({
-        "resource": request.resource,
-        "pay_to": request.pay_to,
-        "queries": request.queries,
+        "resource": request.listing.resource,
+        "pay_to": request.listing.pay_to,
+        "queries": request.listing.queries,
         "baseline": sealed,
     });
     let baseline_bytes = canonical_json(&sealed).len();
@@ -565,8 +547,8 @@ fn respond(
         "machine": machine.machine,
         "methodology_version": machine.methodology_version,
         "checked_at": now_iso(),
-        "resource": request.resource,
-        "pay_to": request.pay_to,
+        "resource": request.listing.resource,
+        "pay_to": request.listing.pay_to,
         "queries": inputs.queries,
         "comparison_performed": outcome.comparison_performed,
         "material_change_classes": change_classes(&outcome.deltas),

@@ -16,6 +16,7 @@ use crate::catalog::manifest::{
     MAX_DESCRIPTION_CHARS, MAX_SERVICE_NAME_CHARS, MAX_TAGS, compile_schema,
 };
 use crate::net::gateway::{Gateway, Upstream};
+use crate::support::json_value::str_items;
 
 const UPSTREAM: Upstream = Upstream::new("discovery_check", "deployment");
 /// A deployment's answer larger than this is not read whole (documents are a few hundred KB).
@@ -430,18 +431,10 @@ fn paid_operation(item: &Value) -> Option<&Value> {
 }
 
 fn well_known_paths(well_known: Option<&Value>) -> Vec<String> {
-    well_known
-        .and_then(|w| w.get("resources"))
-        .and_then(Value::as_array)
-        .map(|resources| {
-            resources
-                .iter()
-                .filter_map(Value::as_str)
-                .filter_map(|r| url::Url::parse(r).ok())
-                .map(|u| u.path().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    str_items(well_known.and_then(|w| w.get("resources")))
+        .filter_map(|r| url::Url::parse(r).ok())
+        .map(|u| u.path().to_string())
+        .collect()
 }
 
 fn payment_info(openapi: &Value) -> Result<String, String> {

@@ -15,6 +15,7 @@ use crate::catalog::challenge::PAYMENT_REQUIRED;
 use crate::catalog::manifest::Machine;
 use crate::net::gateway::Gateway;
 use crate::support::canonical::canonical_sha256;
+use crate::support::json_value::strings;
 use crate::web::fetch::{
     FetchLimits, FetchMethod, FetchRequest, FetchSetupError, Fetcher, Redirects,
 };
@@ -180,17 +181,7 @@ pub(crate) enum Selection {
 
 /// The allowlist `name` of a machine as strings; empty when the manifest has none.
 pub(crate) fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
-    machine
-        .allowlists
-        .get(name)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    strings(machine.allowlists.get(name))
 }
 
 /// Selects per the machine's allowlists (`schemes`, `networks`, `assets`,

@@ -1,9 +1,11 @@
-//! What VM05 and VM11 share: their readiness, the request's inputs, and one interpreted
-//! reading of the configured discovery provider for them.
+//! What VM05 and VM11 share: their readiness, the request's fields and checks, and one
+//! interpreted reading of the configured discovery provider for them.
 
 pub(crate) mod model;
 
-use super::{NotReady, WorkContext, WorkError};
+use serde::Deserialize;
+
+use super::{CheckFailure, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
@@ -21,38 +23,54 @@ pub(crate) fn readiness(machine: &Machine, config: &Config) -> Result<(), NotRea
         .map_err(|e| NotReady::new("machine_misconfigured", e.to_string()))
 }
 
-/// The request's inputs, re-read after the pre-payment checks accepted them.
-pub(crate) fn inputs(
-    resource: &str,
-    pay_to: &str,
-    queries: &[String],
-) -> Result<Inputs, WorkError> {
-    let unreadable = |what: &str| WorkError::unreadable(what);
-    Ok(Inputs::new(
-        rc::public_url(resource, "/resource").map_err(|_| unreadable("resource"))?,
-        rc::address(pay_to, "/pay_to").map_err(|_| unreadable("pay_to"))?,
-        rc::normalized_queries(queries).map_err(|_| unreadable("queries"))?,
-    ))
+/// The fields every listing machine's request carries: which resource, paid to whom, found
+/// by which searches.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ListingRequest {
+    /// The x402 resource URL: an identifier, never fetched.
+    pub resource: String,
+    /// The seller's payTo address.
+    pub pay_to: String,
+    /// The search queries.
+    pub queries: Vec<String>,
 }
 
-/// The paid read VM05 and VM11 share: the request's inputs and one reading of the
-/// configured provider for them.
-pub(crate) async fn observe(
-    context: &WorkContext,
-    machine: &Machine,
-    resource: &str,
-    pay_to: &str,
-    queries: &[String],
-) -> Result<(Inputs, Observation), WorkError> {
-    let inputs = inputs(resource, pay_to, queries)?;
-    let reading = discovery::read(
-        &context.gateway,
-        context.config.discovery_url.as_ref(),
-        machine,
-        inputs.pay_to,
-        &inputs.queries,
-    )
-    .await?;
-    let observation = model::interpret(reading, &inputs);
-    Ok((inputs, observation))
+impl ListingRequest {
+    /// The pre-payment checks every listing machine runs: a public URL, an address and
+    /// queries that normalize; the normalized queries.
+    pub(crate) fn check(&self) -> Result<Vec<String>, CheckFailure> {
+        rc::public_url(&self.resource, "/resource")?;
+        rc::address(&self.pay_to, "/pay_to")?;
+        rc::normalized_queries(&self.queries)
+    }
+
+    /// The request's inputs, re-read after the pre-payment checks accepted them.
+    fn inputs(&self) -> Result<Inputs, WorkError> {
+        let unreadable = |what: &str| WorkError::unreadable(what);
+        Ok(Inputs::new(
+            rc::public_url(&self.resource, "/resource").map_err(|_| unreadable("resource"))?,
+            rc::address(&self.pay_to, "/pay_to").map_err(|_| unreadable("pay_to"))?,
+            rc::normalized_queries(&self.queries).map_err(|_| unreadable("queries"))?,
+        ))
+    }
+
+    /// The paid read every listing machine makes: the request's inputs and one reading of
+    /// the configured provider for them.
+    pub(crate) async fn observe(
+        &self,
+        context: &WorkContext,
+        machine: &Machine,
+    ) -> Result<(Inputs, Observation), WorkError> {
+        let inputs = self.inputs()?;
+        let reading = discovery::read(
+            &context.gateway,
+            context.config.discovery_url.as_ref(),
+            machine,
+            inputs.pay_to,
+            &inputs.queries,
+        )
+        .await?;
+        let observation = model::interpret(reading, &inputs);
+        Ok((inputs, observation))
+    }
 }

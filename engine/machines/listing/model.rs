@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use url::Url;
 
 use crate::providers::discovery::{DiscoveryLimits, Fetched, ReadError, Reading};
+use crate::support::json_value::strings;
 use crate::support::timestamp;
 
 /// The URL equality rule, as stated in every VM05 response's evidence.
@@ -516,18 +517,6 @@ fn text_or_number(item: &Value, key: &str) -> Value {
     }
 }
 
-fn strings(item: &Value, key: &str) -> Vec<String> {
-    item.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `lastUpdated` is ISO-8601 text at the hosted provider but unix seconds in the x402 spec.
 fn last_updated(item: &Value) -> Value {
     match item.get("lastUpdated") {
@@ -617,7 +606,7 @@ pub(crate) fn listing_summary(item: &Value) -> Value {
         "extensions_summary": extensions_summary(item),
         "quality": quality(item),
         "service_name": text(item, "serviceName"),
-        "tags": strings(item, "tags"),
+        "tags": strings(item.get("tags")),
         "icon_url": text(item, "iconUrl"),
         "curated": curated(item),
         "skill_url": text(item, "skillUrl"),
