@@ -183,11 +183,13 @@ pub fn connector(
 ) -> Result<MakeRustlsConnect, TlsSettingError> {
     config.ssl_mode(settings.mode.on_the_wire());
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let below = |chain| BelowVerifyFull {
+        chain,
+        algorithms: provider.signature_verification_algorithms,
+    };
     let verifier: Arc<dyn ServerCertVerifier> = match settings.mode {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => {
-            Arc::new(Unverified(provider.signature_verification_algorithms))
-        }
-        SslMode::VerifyCa => Arc::new(ChainOnly(web_pki(settings, &provider)?)),
+        SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(below(None)),
+        SslMode::VerifyCa => Arc::new(below(Some(web_pki(settings, &provider)?))),
         SslMode::VerifyFull => web_pki(settings, &provider)?,
     };
     let tls = ClientConfig::builder_with_provider(provider)
@@ -261,53 +263,17 @@ fn root_store(path: &str) -> Result<RootCertStore, String> {
     Ok(store)
 }
 
-/// `prefer` and `require`: encrypted, the certificate taken as presented (libpq's meaning).
-/// The handshake's signatures are still checked, so the key exchange is with the holder of
-/// the presented certificate.
+/// `prefer` and `require` (no chain: the certificate is taken as presented, libpq's meaning)
+/// and `verify-ca` (the chain must lead to `sslrootcert`; the name it was issued for is not
+/// compared with the host). Either way the handshake's signatures are checked, so the key
+/// exchange is with the holder of the presented certificate.
 #[derive(Debug)]
-struct Unverified(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
+struct BelowVerifyFull {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-/// `verify-ca`: the chain must lead to `sslrootcert`; the name it was issued for is not
-/// compared with the host.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for BelowVerifyFull {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -316,10 +282,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -333,7 +299,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -342,11 +308,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
