@@ -292,10 +292,7 @@ async fn sigterm_lets_a_paid_call_settle_and_record_then_exits_0() {
 async fn kill_9_inside_the_work_leaves_a_reserved_row_that_the_chain_expires() {
     // Its own stack: the test moves anvil's clock past validBefore.
     let stack = DevStack::start();
-    let buyer = Buyer {
-        key: stack.field("buyer_private_key"),
-        address: stack.field("buyer_address"),
-    };
+    let buyer = stack.buyer();
     let rpc = stack.field("rpc_url");
     // An RPC endpoint that never answers: the paid call sits inside VM02's work.
     let stalled = serve(warp::any().then(|| async {

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
+use common::devstack::{DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, anvil_rpc, facilitator_proxy};
 use common::paid_rig::wait_for;
 use common::rpc_proxy::{LogLimit, RpcLimits, range_limited_rpc, rpc_proxy};
@@ -230,10 +230,7 @@ async fn hang_never_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pending_with_real_hash_answers_before_the_block_and_broadcasts_once() {
     let stack = DevStack::start_with(&["--block-time", "2"]);
-    let buyer = Buyer {
-        key: stack.field("buyer_private_key"),
-        address: stack.field("buyer_address"),
-    };
+    let buyer = stack.buyer();
     let pay_to = stack.field("pay_to");
     let required = required(&pay_to);
 

@@ -196,10 +196,7 @@ async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {
     // Blocks every 2 s, so the facilitator's answer comes before the receipt.
     let stack = DevStack::start_with(&["--block-time", "2"]);
     let rig = Rig::start(&stack, Settle::PendingWithRealHash, &[]).await;
-    let buyer = Buyer {
-        key: stack.field("buyer_private_key"),
-        address: stack.field("buyer_address"),
-    };
+    let buyer = stack.buyer();
     let body = rig.request(&buyer);
     let before = rig.balance(&buyer.address);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
@@ -236,10 +233,7 @@ async fn an_authorization_that_expires_unused_is_unpaid_for_sure() {
         advance_past_valid_before: true,
     };
     let rig = Rig::start(&stack, expire, &[]).await;
-    let buyer = Buyer {
-        key: stack.field("buyer_private_key"),
-        address: stack.field("buyer_address"),
-    };
+    let buyer = stack.buyer();
     let body = rig.request(&buyer);
     let before = rig.balance(&buyer.address);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;

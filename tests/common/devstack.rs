@@ -210,6 +210,15 @@ impl DevStack {
         node("chain.mjs", &all)
     }
 
+    /// The stack's own funded buyer: for a test with a stack of its own (a shared stack's
+    /// tests take a [`DevStack::fresh_buyer`] each).
+    pub fn buyer(&self) -> Buyer {
+        Buyer {
+            key: self.field("buyer_private_key"),
+            address: self.field("buyer_address"),
+        }
+    }
+
     /// A fresh buyer: a random key holding `usdc_atomic` USDC (and no ETH), so that tests
     /// sharing one stack never share nonces or balances.
     pub fn fresh_buyer(&self, usdc_atomic: &str) -> Buyer {
