@@ -26,6 +26,7 @@ on_both_ledgers!(
     a_settled_answer_is_collected_again_with_the_same_payment,
     a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment,
     a_pending_settlement_is_collected_once_the_transfer_is_on_chain,
+    two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve,
 );
 
 /// What each fresh buyer holds (atomic USDC).
@@ -278,6 +279,49 @@ async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused()
     }
     assert_facilitator_saw(&rig, 1, 1);
     assert_eq!(rig.rows().await.len(), 1);
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
+
+/// Two payments with one `id` for one request, verified at the same moment, both pass every
+/// check before the ledger (no answer is retained yet to conflict with). The reserve binds
+/// the `id` to one of them; the other is `409 payment_identifier_conflict` after its
+/// `/verify` and is never settled: one row, one charge. Afterwards the `id` answers as
+/// bound: the winner's payment collects its answer again, the loser's is refused before
+/// `/verify`.
+async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve() {
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
+    let id = fresh_id();
+    let (first, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let (second, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    rig.facilitator.recorder.hold_verifies(2);
+    let (a, b) = tokio::join!(paid(&rig, &body, &first), paid(&rig, &body, &second));
+    let ((winner, bought), (loser, refused)) = if a.status == 200 {
+        ((&first, a), (&second, b))
+    } else {
+        ((&second, b), (&first, a))
+    };
+    assert_eq!(bought.status, 200, "{bought:?}");
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "payment_identifier_conflict"
+    );
+    assert_facilitator_saw(&rig, 2, 1);
+    let rows = rig.rows().await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].state, "settled");
+
+    assert_eq!(
+        paid(&rig, &body, winner).await,
+        bought,
+        "the winner collects again"
+    );
+    assert_eq!(
+        paid(&rig, &body, loser).await.status,
+        409,
+        "the loser stays refused"
+    );
+    assert_facilitator_saw(&rig, 2, 1);
     assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
 }
 

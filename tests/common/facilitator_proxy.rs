@@ -57,6 +57,14 @@ pub struct Received {
 pub struct Recorder {
     received: Arc<Mutex<Vec<Received>>>,
     forwarded_settles: Arc<Mutex<u64>>,
+    held_verifies: Arc<Mutex<Option<HeldVerifies>>>,
+}
+
+/// `/verify` requests kept waiting until `left` more have arrived (see
+/// [`Recorder::hold_verifies`]).
+struct HeldVerifies {
+    barrier: Arc<tokio::sync::Barrier>,
+    left: usize,
 }
 
 impl Recorder {
@@ -96,6 +104,27 @@ impl Recorder {
     /// How many `/settle` requests reached the real facilitator.
     pub fn forwarded_settles(&self) -> u64 {
         *self.forwarded_settles.lock().expect("recorder")
+    }
+
+    /// The next `count` `/verify` requests wait for each other and are forwarded together:
+    /// payments sent at once then pass every check before the ledger at the same time.
+    pub fn hold_verifies(&self, count: usize) {
+        *self.held_verifies.lock().expect("recorder") = Some(HeldVerifies {
+            barrier: Arc::new(tokio::sync::Barrier::new(count)),
+            left: count,
+        });
+    }
+
+    /// The barrier a `/verify` waits at, while a hold lasts.
+    fn verify_hold(&self) -> Option<Arc<tokio::sync::Barrier>> {
+        let mut held = self.held_verifies.lock().expect("recorder");
+        let hold = held.as_mut()?;
+        let barrier = hold.barrier.clone();
+        hold.left -= 1;
+        if hold.left == 0 {
+            *held = None;
+        }
+        Some(barrier)
     }
 }
 
@@ -195,6 +224,10 @@ impl Proxy {
     async fn handle(&self, step: &str, body: bytes::Bytes) -> http::Response<bytes::Bytes> {
         self.recorder.push(step, &body);
         if step != "settle" {
+            let held = (step == "verify").then(|| self.recorder.verify_hold());
+            if let Some(barrier) = held.flatten() {
+                barrier.wait().await;
+            }
             let (status, answer) = self.forward(step, body).await;
             return reply(status, answer);
         }
