@@ -17,10 +17,9 @@ use tokio_postgres::error::SqlState;
 use super::tls;
 
 use super::{
-    AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RETAIN_SQL, RETAINED_SQL,
-    ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, STORE_SQL, SWEEP_SQL, now, redacted,
-    retained_schema, schema,
+    AttemptRow, Binding, CHANGE_SQL, COLLECTED_SQL, Change, INDEXES, LedgerError, NewAttempt,
+    PRECHECK_SQL, PoolOptions, Precheck, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL, Retained,
+    RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted, retained_schema, schema,
 };
 
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
@@ -58,28 +57,63 @@ fn numbered(sql: &str) -> String {
 /// The shared statements as PostgreSQL wants them, numbered once per process rather than on
 /// every call (each is also prepared once per pooled connection).
 struct Numbered {
-    bind: String,
+    reserve_binding: String,
     retained: String,
     retain: String,
     collected: String,
     sweep: String,
     precheck: String,
     change: String,
-    store: String,
-    drop: String,
+    change_storing: String,
+    change_dropping: String,
     row_by_nonce: String,
 }
 
+/// A reserved row: its columns, `$1`–`$12`, and its time `$13`.
+const RESERVE_SQL: &str = "INSERT INTO payment_attempts (machine, family, payer, amount_atomic,
+         asset, network, pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id,
+         state, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'reserved', $13, $13)
+     RETURNING id";
+
+/// The reserve with its binding (`$14` the lookup, `$15` the id's hash) as one statement,
+/// so one round trip: the binding reads the new row's id, so the row (and its nonce's unique
+/// index) is written first, as in two statements.
+fn reserve_binding() -> String {
+    format!(
+        "WITH attempt AS ({RESERVE_SQL}),
+         bound AS (INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256, kind,
+             retained_at) SELECT $14, id, $15, 'in_flight', $13 FROM attempt)
+         SELECT id FROM attempt"
+    )
+}
+
+/// A row change and what it does to the row's retained answer as one statement (one round
+/// trip): the answer is touched only when the row changed, and the count of changed rows is
+/// the answer. `$10`–`$12` are the stored answer's sealed bytes, kind and window.
+fn change_with(retained: &str) -> String {
+    format!(
+        "WITH changed AS ({} RETURNING id), kept AS ({retained})
+         SELECT count(*) FROM changed",
+        numbered(CHANGE_SQL)
+    )
+}
+
 static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
-    bind: numbered(BIND_SQL),
+    reserve_binding: reserve_binding(),
     retained: numbered(RETAINED_SQL),
     retain: numbered(RETAIN_SQL),
     collected: numbered(COLLECTED_SQL),
     sweep: numbered(SWEEP_SQL),
     precheck: numbered(PRECHECK_SQL),
     change: numbered(CHANGE_SQL),
-    store: numbered(STORE_SQL),
-    drop: numbered(DROP_SQL),
+    change_storing: change_with(
+        "UPDATE retained_answers SET sealed = $10, kind = $11, collectable_until = $12
+         WHERE attempt_id IN (SELECT id FROM changed)",
+    ),
+    change_dropping: change_with(
+        "DELETE FROM retained_answers WHERE attempt_id IN (SELECT id FROM changed)",
+    ),
     row_by_nonce: numbered(ROW_BY_NONCE_SQL),
 });
 
@@ -89,6 +123,19 @@ pub struct PostgresLedger {
     migrated: OnceCell<()>,
     /// Bound on one statement's round trip: a database that stops answering is unavailable.
     statement_timeout: Duration,
+}
+
+/// A reserve with its binding failed: a unique index of the retained answers (the lookup or
+/// the `id`) means the `id` is bound already; the nonce's is a duplicate payment.
+fn reserve_error(error: &tokio_postgres::Error) -> LedgerError {
+    match storage_error(error) {
+        LedgerError::Duplicate
+            if error.as_db_error().and_then(|db| db.table()) == Some("retained_answers") =>
+        {
+            LedgerError::IdentifierBound
+        }
+        other => other,
+    }
 }
 
 fn storage_error(error: &tokio_postgres::Error) -> LedgerError {
@@ -303,55 +350,44 @@ impl PostgresLedger {
     ) -> Result<i64, LedgerError> {
         self.ready().await?;
         let at = now();
+        let columns: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+            &a.machine,
+            &a.family,
+            &a.payer,
+            &a.amount_atomic,
+            &a.asset,
+            &a.network,
+            &a.pay_to,
+            &a.nonce_sha256,
+            &a.nonce,
+            &a.valid_before,
+            &a.request_sha256,
+            &a.request_id,
+            &at,
+        ];
         self.bounded(async {
-            let mut client = self.pool.get().await?;
-            let transaction = client.transaction().await?;
-            let statement = transaction
-                .prepare_cached(
-                    "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset,
-                         network, pay_to, nonce_sha256, nonce, valid_before, request_sha256,
-                         request_id, state, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'reserved', $13,
-                         $13)
-                     RETURNING id",
-                )
-                .await?;
-            let row = transaction
-                .query_one(
-                    &statement,
-                    &[
-                        &a.machine,
-                        &a.family,
-                        &a.payer,
-                        &a.amount_atomic,
-                        &a.asset,
-                        &a.network,
-                        &a.pay_to,
-                        &a.nonce_sha256,
-                        &a.nonce,
-                        &a.valid_before,
-                        &a.request_sha256,
-                        &a.request_id,
-                        &at,
-                    ],
-                )
-                .await?;
-            let id: i64 = row.get(0);
-            if let Some(binding) = binding {
-                let bind = transaction.prepare_cached(&NUMBERED.bind).await?;
-                transaction
-                    .execute(
-                        &bind,
-                        &[&binding.lookup_sha256, &id, &binding.id_sha256, &at],
-                    )
-                    .await
-                    .map_err(|error| match storage_error(&error) {
-                        LedgerError::Duplicate => LedgerError::IdentifierBound,
-                        other => other,
-                    })?;
-            }
-            transaction.commit().await?;
-            Ok(id)
+            let client = self.pool.get().await?;
+            let row = match binding {
+                None => {
+                    let statement = client.prepare_cached(RESERVE_SQL).await?;
+                    client.query_one(&statement, &columns).await?
+                }
+                Some(binding) => {
+                    let statement = client.prepare_cached(&NUMBERED.reserve_binding).await?;
+                    let arguments: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = columns
+                        .into_iter()
+                        .chain([
+                            &binding.lookup_sha256 as &(dyn tokio_postgres::types::ToSql + Sync),
+                            &binding.id_sha256,
+                        ])
+                        .collect();
+                    client
+                        .query_one(&statement, &arguments)
+                        .await
+                        .map_err(|error| reserve_error(&error))?
+                }
+            };
+            Ok(row.get(0))
         })
         .await
     }
@@ -454,46 +490,45 @@ impl PostgresLedger {
         retained: &RetainedChange<'_>,
     ) -> Result<bool, LedgerError> {
         self.ready().await?;
+        let at = now();
+        let row: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+            &c.state,
+            &c.transaction,
+            &c.transfer_log_index,
+            &c.failure_reason,
+            &c.evidence,
+            &c.strike_until,
+            &at,
+            &id,
+            &from,
+        ];
         self.bounded(async {
-            let mut client = self.pool.get().await?;
-            let transaction = client.transaction().await?;
-            let statement = transaction.prepare_cached(&NUMBERED.change).await?;
-            let changed = transaction
-                .execute(
-                    &statement,
-                    &[
-                        &c.state,
-                        &c.transaction,
-                        &c.transfer_log_index,
-                        &c.failure_reason,
-                        &c.evidence,
-                        &c.strike_until,
-                        &now(),
-                        &id,
-                        &from,
-                    ],
-                )
-                .await?;
-            if changed == 1 {
-                match retained {
-                    RetainedChange::None => {}
-                    RetainedChange::Store {
-                        sealed,
+            let client = self.pool.get().await?;
+            let changed: i64 = match retained {
+                RetainedChange::None => {
+                    let statement = client.prepare_cached(&NUMBERED.change).await?;
+                    let changed = client.execute(&statement, &row).await?;
+                    i64::try_from(changed).unwrap_or(i64::MAX)
+                }
+                RetainedChange::Store {
+                    sealed,
+                    kind,
+                    collectable_until,
+                } => {
+                    let statement = client.prepare_cached(&NUMBERED.change_storing).await?;
+                    let mut arguments = row.to_vec();
+                    arguments.extend([
+                        sealed as &(dyn tokio_postgres::types::ToSql + Sync),
                         kind,
                         collectable_until,
-                    } => {
-                        let store = transaction.prepare_cached(&NUMBERED.store).await?;
-                        transaction
-                            .execute(&store, &[sealed, kind, collectable_until, &id])
-                            .await?;
-                    }
-                    RetainedChange::Drop => {
-                        let drop = transaction.prepare_cached(&NUMBERED.drop).await?;
-                        transaction.execute(&drop, &[&id]).await?;
-                    }
+                    ]);
+                    client.query_one(&statement, &arguments).await?.get(0)
                 }
-            }
-            transaction.commit().await?;
+                RetainedChange::Drop => {
+                    let statement = client.prepare_cached(&NUMBERED.change_dropping).await?;
+                    client.query_one(&statement, &row).await?.get(0)
+                }
+            };
             Ok(changed == 1)
         })
         .await
