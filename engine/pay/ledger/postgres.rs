@@ -22,6 +22,9 @@ use super::{
     RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted, retained_schema, schema,
 };
 
+/// One statement argument.
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
 /// The advisory lock key every replica takes while migrating ("factomat" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6661_6374_6f6d_6174;
 
@@ -54,8 +57,10 @@ fn numbered(sql: &str) -> String {
     sql.replace('?', "$")
 }
 
-/// The shared statements as PostgreSQL wants them, numbered once per process rather than on
-/// every call (each is also prepared once per pooled connection).
+/// The statements as PostgreSQL runs them, made once per process rather than on every call
+/// (each is also prepared once per pooled connection): the shared ones numbered, and the
+/// writes that are one statement here (a reserve with its binding, a change with its
+/// retained answer).
 struct Numbered {
     reserve_binding: String,
     retained: String,
@@ -350,7 +355,7 @@ impl PostgresLedger {
     ) -> Result<i64, LedgerError> {
         self.ready().await?;
         let at = now();
-        let columns: [&(dyn tokio_postgres::types::ToSql + Sync); 13] = [
+        let columns: [Param<'_>; 13] = [
             &a.machine,
             &a.family,
             &a.payer,
@@ -374,12 +379,9 @@ impl PostgresLedger {
                 }
                 Some(binding) => {
                     let statement = client.prepare_cached(&NUMBERED.reserve_binding).await?;
-                    let arguments: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = columns
+                    let arguments: Vec<Param<'_>> = columns
                         .into_iter()
-                        .chain([
-                            &binding.lookup_sha256 as &(dyn tokio_postgres::types::ToSql + Sync),
-                            &binding.id_sha256,
-                        ])
+                        .chain([&binding.lookup_sha256 as Param<'_>, &binding.id_sha256])
                         .collect();
                     client
                         .query_one(&statement, &arguments)
@@ -427,7 +429,7 @@ impl PostgresLedger {
         collectable_until: i64,
     ) -> Result<(), LedgerError> {
         let at = now();
-        let arguments: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+        let arguments: [Param<'_>; 6] = [
             &binding.lookup_sha256,
             &id,
             &binding.id_sha256,
@@ -447,11 +449,7 @@ impl PostgresLedger {
     }
 
     /// One statement (numbered), within the statement timeout.
-    async fn execute(
-        &self,
-        sql: &str,
-        arguments: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<u64, LedgerError> {
+    async fn execute(&self, sql: &str, arguments: &[Param<'_>]) -> Result<u64, LedgerError> {
         self.ready().await?;
         self.bounded(async {
             let client = self.pool.get().await?;
@@ -491,7 +489,7 @@ impl PostgresLedger {
     ) -> Result<bool, LedgerError> {
         self.ready().await?;
         let at = now();
-        let row: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        let row: [Param<'_>; 9] = [
             &c.state,
             &c.transaction,
             &c.transfer_log_index,
@@ -517,11 +515,7 @@ impl PostgresLedger {
                 } => {
                     let statement = client.prepare_cached(&NUMBERED.change_storing).await?;
                     let mut arguments = row.to_vec();
-                    arguments.extend([
-                        sealed as &(dyn tokio_postgres::types::ToSql + Sync),
-                        kind,
-                        collectable_until,
-                    ]);
+                    arguments.extend([sealed as Param<'_>, kind, collectable_until]);
                     client.query_one(&statement, &arguments).await?.get(0)
                 }
                 RetainedChange::Drop => {
