@@ -502,27 +502,24 @@ impl PostgresLedger {
         ];
         self.bounded(async {
             let client = self.pool.get().await?;
-            let changed: i64 = match retained {
+            let (sql, extra): (&str, Vec<Param<'_>>) = match retained {
                 RetainedChange::None => {
                     let statement = client.prepare_cached(&NUMBERED.change).await?;
-                    let changed = client.execute(&statement, &row).await?;
-                    i64::try_from(changed).unwrap_or(i64::MAX)
+                    return Ok(client.execute(&statement, &row).await? == 1);
                 }
                 RetainedChange::Store {
                     sealed,
                     kind,
                     collectable_until,
-                } => {
-                    let statement = client.prepare_cached(&NUMBERED.change_storing).await?;
-                    let mut arguments = row.to_vec();
-                    arguments.extend([sealed as Param<'_>, kind, collectable_until]);
-                    client.query_one(&statement, &arguments).await?.get(0)
-                }
-                RetainedChange::Drop => {
-                    let statement = client.prepare_cached(&NUMBERED.change_dropping).await?;
-                    client.query_one(&statement, &row).await?.get(0)
-                }
+                } => (
+                    &NUMBERED.change_storing,
+                    vec![sealed as Param<'_>, kind, collectable_until],
+                ),
+                RetainedChange::Drop => (&NUMBERED.change_dropping, Vec::new()),
             };
+            let statement = client.prepare_cached(sql).await?;
+            let arguments: Vec<Param<'_>> = row.into_iter().chain(extra).collect();
+            let changed: i64 = client.query_one(&statement, &arguments).await?.get(0);
             Ok(changed == 1)
         })
         .await
