@@ -179,6 +179,8 @@ enum LedgerCommand {
 }
 
 fn main() -> ExitCode {
+    // Before any token is signed or verified: jsonwebtoken fixes its provider at first use.
+    factomat::support::jws_keys::install();
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(cli.config.as_deref()),

@@ -167,11 +167,14 @@ impl Identity {
             }
             published.push((id, public));
         }
+        let key = EncodingKey::from_ed_der(der.as_bytes());
+        // Each signed paid answer signs twice: parse the key once, not at each.
+        crate::support::jws_keys::keep(Algorithm::EdDSA, &key);
         let identity = Identity {
             kid: published[0].0.clone(),
             did,
             document_path,
-            key: EncodingKey::from_ed_der(der.as_bytes()),
+            key,
             published,
         };
         // A key that cannot sign stops start-up, not the first paid call.

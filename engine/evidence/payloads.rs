@@ -10,7 +10,6 @@ use sha2::{Digest, Sha256};
 
 use crate::evidence::error::EvidenceError;
 use crate::evidence::identity::Identity;
-use crate::support::canonical::sha256_hex;
 
 /// The extension's key in `PaymentRequired.extensions` and `SettleResponse.extensions`.
 pub const OFFER_RECEIPT: &str = "offer-receipt";
@@ -154,7 +153,11 @@ pub struct PaidEvidence {
 
 /// RFC 9530 `Content-Digest` of the body bytes as sent: `sha-256=:<base64>:`.
 pub fn content_digest(body: &[u8]) -> String {
-    format!("sha-256=:{}:", STANDARD.encode(Sha256::digest(body)))
+    content_digest_of(&Sha256::digest(body))
+}
+
+fn content_digest_of(body_sha256: &[u8]) -> String {
+    format!("sha-256=:{}:", STANDARD.encode(body_sha256))
 }
 
 /// The `offer-receipt` extension of a 402: its signed offers (JWS objects) under
@@ -210,6 +213,10 @@ impl Identity {
 
     /// The seal claims of a paid answer whose body is `body` (the bytes as sent).
     pub fn seal_claims(&self, facts: &AnswerFacts<'_>, body: &[u8]) -> SealClaims {
+        self.seal_claims_of(facts, &Sha256::digest(body))
+    }
+
+    fn seal_claims_of(&self, facts: &AnswerFacts<'_>, body_sha256: &[u8]) -> SealClaims {
         SealClaims {
             v: VERSION,
             iss: self.did().to_string(),
@@ -218,7 +225,7 @@ impl Identity {
             machine: facts.machine.to_string(),
             methodology_version: facts.methodology_version.to_string(),
             request_sha256: facts.request_sha256.to_string(),
-            body_sha256: sha256_hex(body),
+            body_sha256: alloy_primitives::hex::encode(body_sha256),
             payer: facts.payer.to_string(),
             network: facts.network.to_string(),
             transaction: facts.transaction.to_string(),
@@ -247,10 +254,12 @@ impl Identity {
             issued_at: facts.issued_at,
             transaction: Some(facts.transaction.to_string()),
         })?;
+        // The seal states the body's sha256 in hex and Content-Digest in base64: hash once.
+        let body_sha256 = Sha256::digest(body);
         Ok(PaidEvidence {
             receipt_extension: receipt_extension(receipt),
-            seal: self.seal(&self.seal_claims(facts, body))?,
-            content_digest: content_digest(body),
+            seal: self.seal(&self.seal_claims_of(facts, &body_sha256))?,
+            content_digest: content_digest_of(&body_sha256),
         })
     }
 }

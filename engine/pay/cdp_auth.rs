@@ -72,6 +72,8 @@ impl CdpSigner {
         } else {
             (Algorithm::EdDSA, ed25519_key(secret)?)
         };
+        // Two tokens per paid call: parse the key once, not at each.
+        crate::support::jws_keys::keep(algorithm, &key);
         let signer = CdpSigner {
             key_id: key_id.to_string(),
             algorithm,
