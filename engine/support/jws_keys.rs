@@ -136,8 +136,22 @@ mod tests {
     use super::*;
     use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED, KeyPair as _, UnparsedPublicKey};
     use ed25519_dalek::pkcs8::EncodePrivateKey as _;
-    use jsonwebtoken::errors::ErrorKind;
     use jsonwebtoken::{DecodingKey, Header, Validation};
+
+    type SignerFactory = fn(&Algorithm, &EncodingKey) -> JwtResult<Box<dyn JwtSigner>>;
+
+    /// The signature `factory`'s signer makes over `message`.
+    fn signed_by(
+        factory: SignerFactory,
+        algorithm: Algorithm,
+        key: &EncodingKey,
+        message: &[u8],
+    ) -> Vec<u8> {
+        factory(&algorithm, key)
+            .ok()
+            .and_then(|signer| signer.try_sign(message).ok())
+            .expect("signed")
+    }
 
     fn ed25519_key(seed: u8) -> (EncodingKey, [u8; 32]) {
         let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
@@ -159,18 +173,13 @@ mod tests {
             "kept for its algorithm only"
         );
         let message = b"header.payload";
-        let ours = signer(&Algorithm::EdDSA, &key)
-            .and_then(|s| {
-                s.try_sign(message)
-                    .map_err(|_| ErrorKind::InvalidEddsaKey.into())
-            })
-            .expect("signed");
-        let theirs = (aws_lc::DEFAULT_PROVIDER.signer_factory)(&Algorithm::EdDSA, &key)
-            .and_then(|s| {
-                s.try_sign(message)
-                    .map_err(|_| ErrorKind::InvalidEddsaKey.into())
-            })
-            .expect("signed");
+        let ours = signed_by(signer, Algorithm::EdDSA, &key, message);
+        let theirs = signed_by(
+            aws_lc::DEFAULT_PROVIDER.signer_factory,
+            Algorithm::EdDSA,
+            &key,
+            message,
+        );
         assert_eq!(
             ours, theirs,
             "Ed25519 is deterministic: the same key gives the same bytes"
@@ -201,12 +210,7 @@ mod tests {
         let key = EncodingKey::from_ec_der(der.as_bytes());
         keep(Algorithm::ES256, &key);
         let message = b"header.payload";
-        let signature = signer(&Algorithm::ES256, &key)
-            .and_then(|s| {
-                s.try_sign(message)
-                    .map_err(|_| ErrorKind::InvalidEcdsaKey.into())
-            })
-            .expect("signed");
+        let signature = signed_by(signer, Algorithm::ES256, &key, message);
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, der.as_bytes())
             .expect("pair");
         UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, pair.public_key().as_ref())
@@ -218,12 +222,7 @@ mod tests {
     fn a_key_not_kept_still_signs() {
         let (key, public) = ed25519_key(42);
         install();
-        let signature = signer(&Algorithm::EdDSA, &key)
-            .and_then(|s| {
-                s.try_sign(b"m")
-                    .map_err(|_| ErrorKind::InvalidEddsaKey.into())
-            })
-            .expect("signed");
+        let signature = signed_by(signer, Algorithm::EdDSA, &key, b"m");
         ed25519_dalek::VerifyingKey::from_bytes(&public)
             .expect("public")
             .verify_strict(
