@@ -349,33 +349,27 @@ async fn factomat_evidence_verify_prints_what_was_signed_and_exits_by_the_outcom
     }
 
     let body_file = temp_path("body.json");
-    std::fs::write(&body_file, body.replace("OK", "NO")).expect("body");
-    let (code, text) = factomat(&[
-        "evidence",
-        "verify",
-        "--did",
-        &did_file_arg,
-        "--body",
-        &body_file.display().to_string(),
-        "--seal",
-        &evidence.seal,
-    ]);
+    let body_file_arg = body_file.display().to_string();
+    let verify_body = |body: &str, seal: &str| {
+        std::fs::write(&body_file, body).expect("body");
+        factomat(&[
+            "evidence",
+            "verify",
+            "--did",
+            &did_file_arg,
+            "--body",
+            &body_file_arg,
+            "--seal",
+            seal,
+        ])
+    };
+    let (code, text) = verify_body(&body.replace("OK", "NO"), &evidence.seal);
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("result: NOT VERIFIED"), "{text}");
 
     let stranger = key_file("stranger.pem");
     let foreign = paid_answer(&server.url, &[stranger], body.as_bytes());
-    std::fs::write(&body_file, body).expect("body");
-    let (code, text) = factomat(&[
-        "evidence",
-        "verify",
-        "--did",
-        &did_file_arg,
-        "--body",
-        &body_file.display().to_string(),
-        "--seal",
-        &foreign.seal,
-    ]);
+    let (code, text) = verify_body(body, &foreign.seal);
     assert_eq!(code, 1, "{text}");
 
     let (code, text) = factomat(&[

@@ -166,23 +166,20 @@ fn broken_manifests_name_machine_and_field() {
         "VM08.input_schema.baseline.methodology_version: must be const",
     );
 
-    let mut stranger = committed();
-    stranger["families"][0]["machines"]
-        .as_array_mut()
-        .expect("members")
-        .push(json!("VM02"));
+    let family_naming = |family: usize, machine: &str| {
+        let mut manifest = committed();
+        manifest["families"][family]["machines"]
+            .as_array_mut()
+            .expect("members")
+            .push(json!(machine));
+        manifest
+    };
     assert_reports(
-        &stranger,
+        &family_naming(0, "VM02"),
         "families.WEB_INTELLIGENCE: names VM02, whose family is ONCHAIN_PREFLIGHT",
     );
-
-    let mut unknown = committed();
-    unknown["families"][1]["machines"]
-        .as_array_mut()
-        .expect("members")
-        .push(json!("VM99"));
     assert_reports(
-        &unknown,
+        &family_naming(1, "VM99"),
         "families.ONCHAIN_PREFLIGHT: names VM99, which is not in the manifest",
     );
 
