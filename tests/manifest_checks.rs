@@ -23,6 +23,13 @@ fn machine_mut<'a>(manifest: &'a mut Value, id: &str) -> &'a mut Value {
         .expect("machine")
 }
 
+/// The committed manifest with one machine's `field` set to `value`.
+fn with_field(machine: &str, field: &str, value: Value) -> Value {
+    let mut manifest = committed();
+    machine_mut(&mut manifest, machine)[field] = value;
+    manifest
+}
+
 fn errors_of(manifest: &Value) -> Vec<String> {
     let yaml = serde_norway::to_string(manifest).expect("yaml");
     match Manifest::load(&yaml) {
@@ -57,8 +64,7 @@ fn the_vm09_example_packet_holds_its_own_seal() {
 /// characters, a serviceName over 32 ASCII characters, more than 5 tags.
 #[test]
 fn listing_metadata_beyond_the_bazaar_limits_fails() {
-    let mut long_description = committed();
-    machine_mut(&mut long_description, "VM02")["purpose"] = json!("x".repeat(501));
+    let long_description = with_field("VM02", "purpose", json!("x".repeat(501)));
     assert_reports(
         &long_description,
         "VM02.purpose: is resource.description: 501 characters",
@@ -67,23 +73,24 @@ fn listing_metadata_beyond_the_bazaar_limits_fails() {
     let mut long_name = committed();
     long_name["service"]["listing"]["service_name"] = json!("n".repeat(33));
     assert_reports(&long_name, "VM01.listing.service_name");
-    let mut not_ascii = committed();
-    machine_mut(&mut not_ascii, "VM04")["listing"] = json!({"service_name": "façade"});
+    let not_ascii = with_field("VM04", "listing", json!({"service_name": "façade"}));
     assert_reports(&not_ascii, "VM04.listing.service_name");
 
     let mut six_tags = committed();
     six_tags["service"]["listing"]["tags"] = json!(["a", "b", "c", "d", "e", "f"]);
     assert_reports(&six_tags, "VM01.listing.tags: 6 tags, at most 5");
-    let mut twice = committed();
-    machine_mut(&mut twice, "VM03")["listing"] = json!({"tags": ["Web", "web"]});
+    let twice = with_field("VM03", "listing", json!({"tags": ["Web", "web"]}));
     assert_reports(&twice, "VM03.listing.tags: \"web\" appears twice");
 
     let mut icon = committed();
     icon["service"]["listing"]["icon"] = json!("http://insecure.example/icon.png");
     assert_reports(&icon, "listing.icon");
 
-    let mut own = committed();
-    machine_mut(&mut own, "VM05")["listing"] = json!({"service_name": "factomat discovery"});
+    let own = with_field(
+        "VM05",
+        "listing",
+        json!({"service_name": "factomat discovery"}),
+    );
     assert_eq!(
         errors_of(&own),
         Vec::<String>::new(),
@@ -108,8 +115,7 @@ fn broken_manifests_name_machine_and_field() {
         .push(copy);
     assert_reports(&doubled, "VM03.machine: appears 2 times");
 
-    let mut path_clash = committed();
-    machine_mut(&mut path_clash, "VM06")["path"] = json!("/v1/url-context");
+    let path_clash = with_field("VM06", "path", json!("/v1/url-context"));
     assert_reports(
         &path_clash,
         "VM06.path: \"/v1/url-context\" collides with VM01",
@@ -129,19 +135,20 @@ fn broken_manifests_name_machine_and_field() {
         ["symbol"]["enum"] = json!(["ETH", "USDC"]);
     assert_reports(&narrowed, "VM04.allowlists.symbols: chain 8453: lists");
 
-    let mut op_clash = committed();
-    machine_mut(&mut op_clash, "VM09")["operationId"] = json!("postVm08X402ServiceChangeSnapshot");
+    let op_clash = with_field(
+        "VM09",
+        "operationId",
+        json!("postVm08X402ServiceChangeSnapshot"),
+    );
     assert_reports(&op_clash, "VM09.operationId:");
 
-    let mut price = committed();
-    machine_mut(&mut price, "VM07")["price_atomic"] = json!("50000");
+    let price = with_field("VM07", "price_atomic", json!("50000"));
     assert_reports(
         &price,
         "VM07.price_atomic: \"50000\" disagrees with price \"$0.005\"",
     );
 
-    let mut bad_price = committed();
-    machine_mut(&mut bad_price, "VM02")["price"] = json!("0.01 USD");
+    let bad_price = with_field("VM02", "price", json!("0.01 USD"));
     assert_reports(&bad_price, "VM02.price:");
 
     let mut input = committed();
@@ -183,8 +190,7 @@ fn broken_manifests_name_machine_and_field() {
         "families.ONCHAIN_PREFLIGHT: names VM99, which is not in the manifest",
     );
 
-    let mut related = committed();
-    machine_mut(&mut related, "VM01")["related"] = json!(["VM02"]);
+    let related = with_field("VM01", "related", json!(["VM02"]));
     assert_reports(
         &related,
         "VM01.related: names VM02 of family ONCHAIN_PREFLIGHT; only siblings",
@@ -229,8 +235,7 @@ fn the_build_script_fails_on_a_broken_manifest() {
     let script = build_script().expect("cargo built the build script before the tests");
     let dir = std::env::temp_dir().join(format!("factomat-broken-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("out")).expect("dir");
-    let mut broken = committed();
-    machine_mut(&mut broken, "VM04")["price_atomic"] = json!("1");
+    let broken = with_field("VM04", "price_atomic", json!("1"));
     std::fs::write(
         dir.join("machines.yaml"),
         serde_norway::to_string(&broken).expect("yaml"),

@@ -294,6 +294,16 @@ fn deploy(stack: &DevStack, symbol: &str, decimals: &str, holder: &str, amount: 
     token
 }
 
+/// The token addresses a `deploy-erc20-many` run printed.
+fn deployed_tokens(deployed: &Value) -> Vec<String> {
+    deployed["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_str().expect("t").to_string())
+        .collect()
+}
+
 fn fresh_address(n: u8) -> String {
     format!("0x5a0b{:036x}", 0x1000 + u128::from(n))
 }
@@ -598,12 +608,7 @@ async fn fifty_five_holdings_are_capped_at_40_shared_fairly_between_chains() {
         "--amount",
         "1000000000000000000",
     ]);
-    let base_tokens: Vec<String> = many["tokens"]
-        .as_array()
-        .expect("tokens")
-        .iter()
-        .map(|t| t.as_str().expect("t").to_string())
-        .collect();
+    let base_tokens = deployed_tokens(&many);
     let mainnet = p.rig.stack.chain_mainnet(&[
         "deploy-erc20-many",
         "3",
@@ -614,12 +619,7 @@ async fn fifty_five_holdings_are_capped_at_40_shared_fairly_between_chains() {
         "--amount",
         "2500000",
     ]);
-    let eth_tokens: Vec<String> = mainnet["tokens"]
-        .as_array()
-        .expect("tokens")
-        .iter()
-        .map(|t| t.as_str().expect("t").to_string())
-        .collect();
+    let eth_tokens = deployed_tokens(&mainnet);
     let entries = |tokens: &[String], raw: u128| {
         tokens
             .iter()
