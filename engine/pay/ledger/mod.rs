@@ -296,6 +296,12 @@ const RETAINED_SQL: &str = "SELECT lookup_sha256, id_sha256, kind, sealed, colle
      FROM retained_answers JOIN payment_attempts ON id = attempt_id
      WHERE lookup_sha256 = ?1 OR id_sha256 = ?2";
 
+/// A reserved row: its columns, `?1`–`?12`, and its time `?13`.
+const RESERVE_SQL: &str = "INSERT INTO payment_attempts (machine, family, payer, amount_atomic,
+     asset, network, pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id,
+     state, created_at, updated_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'reserved', ?13, ?13)";
+
 /// Binds a reserved call to where its answer will be retained.
 const BIND_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256,
      kind, retained_at) VALUES (?1, ?2, ?3, 'in_flight', ?4)";

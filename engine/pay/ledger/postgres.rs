@@ -18,8 +18,8 @@ use super::tls;
 
 use super::{
     AttemptRow, Binding, CHANGE_SQL, COLLECTED_SQL, Change, INDEXES, LedgerError, NewAttempt,
-    PRECHECK_SQL, PoolOptions, Precheck, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL, Retained,
-    RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted, retained_schema, schema,
+    PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL,
+    Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted, retained_schema, schema,
 };
 
 /// One statement argument.
@@ -62,6 +62,7 @@ fn numbered(sql: &str) -> String {
 /// writes that are one statement here (a reserve with its binding, a change with its
 /// retained answer).
 struct Numbered {
+    reserve: String,
     reserve_binding: String,
     retained: String,
     retain: String,
@@ -74,22 +75,21 @@ struct Numbered {
     row_by_nonce: String,
 }
 
-/// A reserved row: its columns, `$1`–`$12`, and its time `$13`.
-const RESERVE_SQL: &str = "INSERT INTO payment_attempts (machine, family, payer, amount_atomic,
-         asset, network, pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id,
-         state, created_at, updated_at)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'reserved', $13, $13)
-     RETURNING id";
+/// The shared reserve (`$1`–`$13`), answering the new row's id.
+fn reserve() -> String {
+    format!("{} RETURNING id", numbered(RESERVE_SQL))
+}
 
 /// The reserve with its binding (`$14` the lookup, `$15` the id's hash) as one statement,
 /// so one round trip: the binding reads the new row's id, so the row (and its nonce's unique
 /// index) is written first, as in two statements.
 fn reserve_binding() -> String {
     format!(
-        "WITH attempt AS ({RESERVE_SQL}),
+        "WITH attempt AS ({}),
          bound AS (INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256, kind,
              retained_at) SELECT $14, id, $15, 'in_flight', $13 FROM attempt)
-         SELECT id FROM attempt"
+         SELECT id FROM attempt",
+        reserve()
     )
 }
 
@@ -105,6 +105,7 @@ fn change_with(retained: &str) -> String {
 }
 
 static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
+    reserve: reserve(),
     reserve_binding: reserve_binding(),
     retained: numbered(RETAINED_SQL),
     retain: numbered(RETAIN_SQL),
@@ -374,7 +375,7 @@ impl PostgresLedger {
             let client = self.pool.get().await?;
             let row = match binding {
                 None => {
-                    let statement = client.prepare_cached(RESERVE_SQL).await?;
+                    let statement = client.prepare_cached(&NUMBERED.reserve).await?;
                     client.query_one(&statement, &columns).await?
                 }
                 Some(binding) => {

@@ -7,8 +7,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL,
-    Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
+    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL,
+    ROW_BY_NONCE_SQL, Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -187,17 +187,21 @@ impl SqliteLedger {
             .lock()
             .map_err(|_| LedgerError::Storage("ledger lock poisoned".into()))?;
         let transaction = connection.unchecked_transaction()?;
-        transaction
-            .prepare_cached(
-                "INSERT INTO payment_attempts (machine, family, payer, amount_atomic, asset, network,
-                     pay_to, nonce_sha256, nonce, valid_before, request_sha256, request_id, state,
-                     created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'reserved', ?13, ?13)",
-            )?
-            .execute(params![
-                a.machine, a.family, a.payer, a.amount_atomic, a.asset, a.network, a.pay_to,
-                a.nonce_sha256, a.nonce, a.valid_before, a.request_sha256, a.request_id, at
-            ])?;
+        transaction.prepare_cached(RESERVE_SQL)?.execute(params![
+            a.machine,
+            a.family,
+            a.payer,
+            a.amount_atomic,
+            a.asset,
+            a.network,
+            a.pay_to,
+            a.nonce_sha256,
+            a.nonce,
+            a.valid_before,
+            a.request_sha256,
+            a.request_id,
+            at
+        ])?;
         let id = transaction.last_insert_rowid();
         if let Some(binding) = binding {
             transaction
