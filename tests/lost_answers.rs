@@ -114,6 +114,11 @@ fn another_request(buyer: &Buyer) -> Value {
 }
 
 /// Asserts the facilitator saw `verifies` /verify and `settles` /settle requests.
+/// The buyer paid exactly one price: one transfer, whatever was sent again.
+fn assert_charged_once(rig: &Rig<'_>, buyer: &Buyer) {
+    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+}
+
 fn assert_facilitator_saw(rig: &Rig<'_>, verifies: usize, settles: usize) {
     let recorder = &rig.facilitator.recorder;
     assert_eq!(
@@ -168,11 +173,10 @@ async fn a_settled_answer_is_collected_again_with_the_same_payment() {
     let again = paid(&rig, &body, &header).await;
     assert_eq!(again, first, "the same answer, byte for byte");
     assert_facilitator_saw(&rig, 1, 1);
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].state, "settled");
-    assert_eq!(rows[0].collected_again, 1, "counted for ledger report");
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled");
+    assert_eq!(row.collected_again, 1, "counted for ledger report");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// The same PAYMENT-SIGNATURE with another request body collects nothing and buys nothing: a
@@ -196,7 +200,7 @@ async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
     assert!(answer.get("machine").is_none(), "no result: {answer}");
     assert_facilitator_saw(&rig, 1, 1);
     assert_eq!(rig.rows().await.len(), 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+    assert_charged_once(&rig, &buyer);
 }
 
 /// Without a payment-identifier `id` an answer is collected again only briefly after its
@@ -279,7 +283,7 @@ async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused()
     }
     assert_facilitator_saw(&rig, 1, 1);
     assert_eq!(rig.rows().await.len(), 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// Two payments with one `id` for one request, verified at the same moment, both pass every
@@ -307,9 +311,8 @@ async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve(
         "payment_identifier_conflict"
     );
     assert_facilitator_saw(&rig, 2, 1);
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].state, "settled");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled");
 
     assert_eq!(
         paid(&rig, &body, winner).await,
@@ -322,7 +325,7 @@ async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve(
         "the loser stays refused"
     );
     assert_facilitator_saw(&rig, 2, 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// Past its retention (`FACTOMAT_DELIVERY_RETENTION_SECONDS`, 2 s here) a retained answer is
@@ -353,7 +356,7 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
     assert_eq!(refused.status().as_u16(), 402);
     assert_eq!(reason_of(&refused), "payment_answer_expired");
     assert_facilitator_saw(&rig, 1, 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+    assert_charged_once(&rig, &buyer);
 }
 
 /// A buyer whose connection is cut once the paid request is sent (the provider is slow, so
@@ -399,15 +402,14 @@ async fn a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment() {
     assert_eq!(collected.json()["machine"], "VM02");
     let settlement = collected.settlement();
     assert_eq!(settlement["success"], true, "{settlement}");
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = rig.only_row().await;
     assert_eq!(
-        rows[0].transaction_hash.as_deref(),
+        row.transaction_hash.as_deref(),
         settlement["transaction"].as_str()
     );
     assert_eq!(paid(&rig, &body, &header).await, collected, "a third time");
     assert_facilitator_saw(&rig, 1, 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// A resend that arrives while the original call still works (a slow provider) runs nothing
@@ -516,17 +518,16 @@ async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
         "{settlement}"
     );
     assert_facilitator_saw(&rig, 1, settles);
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(rows[0].state, "settled", "the collect recorded the proof");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled", "the collect recorded the proof");
     assert_evidence_of(&rig, &collected).await;
     assert_eq!(
-        rows[0].transaction_hash.as_deref(),
+        row.transaction_hash.as_deref(),
         settlement["transaction"].as_str(),
         "the transaction the chain proved"
     );
     assert_eq!(paid(&rig, &body, &header).await, collected, "and again");
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "one transfer");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// The collected answer carries the evidence a first-time paid answer does: a receipt in its
@@ -701,7 +702,7 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
         "{reused}"
     );
     assert_facilitator_saw(&rig, 1, 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// An `id` is bound to its payment only at the ledger reserve: a first attempt refused
@@ -729,7 +730,7 @@ async fn an_id_refused_before_the_reserve_may_be_signed_again() {
     let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
     let paid_now = paid(&rig, &body, &header).await;
     assert_eq!(paid_now.status, 200, "{paid_now:?}");
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE);
+    assert_charged_once(&rig, &buyer);
 }
 
 /// With a PostgreSQL ledger, retained answers need the secret every replica shares: a
@@ -797,11 +798,10 @@ async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window
         2 * per_call,
         "the work ran once more"
     );
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = rig.only_row().await;
     assert_eq!(
         again.settlement()["transaction"].as_str(),
-        rows[0].transaction_hash.as_deref(),
+        row.transaction_hash.as_deref(),
         "the paid 200 names the row's transaction"
     );
     assert_eq!(sqlite_count(&rig.ledger_url, "retained_answers"), 1);
@@ -819,7 +819,7 @@ async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window
     })
     .await;
     assert_facilitator_saw(&rig, 1, 1);
-    assert_eq!(rig.balance(&buyer.address), FUNDS - PRICE, "charged once");
+    assert_charged_once(&rig, &buyer);
 }
 
 /// Three replicas share one PostgreSQL ledger (and one delivery key): an answer bought on one
@@ -846,10 +846,8 @@ async fn replicas_on_postgres_hand_back_each_others_answers() {
                 assert_facilitator_saw(other, 0, 0);
             }
             assert_facilitator_saw(&replicas[0], 1, 1);
-            let rows = replicas[0].rows().await;
-            assert_eq!(rows.len(), 1, "{rows:?}");
-            assert_eq!(rows[0].collected_again, 2);
-            assert_eq!(replicas[0].balance(&buyer.address), FUNDS - PRICE);
+            assert_eq!(replicas[0].only_row().await.collected_again, 2);
+            assert_charged_once(&replicas[0], &buyer);
         })
         .await;
 }
@@ -878,5 +876,5 @@ async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
     assert_eq!(paid(&after, &body, &header).await, again, "retained anew");
     assert_facilitator_saw(&after, 0, 0);
     assert_eq!(after.rows().await.len(), 1);
-    assert_eq!(after.balance(&buyer.address), FUNDS - PRICE, "charged once");
+    assert_charged_once(&after, &buyer);
 }

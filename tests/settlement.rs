@@ -58,11 +58,10 @@ async fn a_burned_nonce_is_never_paid_and_its_payer_cools_off() {
     assert!(answer.get("machine").is_none(), "result withheld: {answer}");
     // The buyer's own balance tells (the shared stack's payee is paid by other tests).
     assert_eq!(rig.balance(&buyer.address), 1_000_000, "no money moved");
-    let rows = rig.rows().await;
-    assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].state, "nonce_burned", "{rows:?}");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "nonce_burned", "{row:?}");
     assert_eq!(
-        rows[0].transaction_hash.as_deref(),
+        row.transaction_hash.as_deref(),
         settlement["transaction"].as_str()
     );
     assert!(

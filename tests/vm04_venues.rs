@@ -91,25 +91,56 @@ fn sma(sma: f64) -> LidoMode {
     ], "smaApr": sma}))
 }
 
-/// Places the Aave stand-ins on a chain and returns the pool address.
-fn aave_setup(stack: &DevStack, chain: u64) -> String {
-    let answer = match chain {
-        1 => stack.chain_mainnet(&["aave-setup", PROVIDER_1]),
-        _ => stack.chain(&["aave-setup", PROVIDER_8453]),
-    };
-    answer["pool"]
-        .as_str()
-        .unwrap_or_else(|| panic!("aave-setup: {answer}"))
-        .to_string()
+/// The Aave stand-ins placed on one chain of a test's stack.
+struct AavePool<'a> {
+    stack: &'a DevStack,
+    chain: u64,
+    address: String,
 }
 
-fn set_reserve(stack: &DevStack, chain: u64, pool: &str, asset: &str, supply: &str, borrow: &str) {
-    let args = ["aave-set-reserve", pool, asset, supply, borrow, A_TOKEN];
-    let answer = match chain {
-        1 => stack.chain_mainnet(&args),
-        _ => stack.chain(&args),
-    };
-    assert!(answer.get("error").is_none(), "{answer}");
+impl<'a> AavePool<'a> {
+    fn place(stack: &'a DevStack, chain: u64) -> Self {
+        let answer = Self::run(stack, chain, &["aave-setup", Self::provider(chain)]);
+        let address = answer["pool"]
+            .as_str()
+            .unwrap_or_else(|| panic!("aave-setup: {answer}"))
+            .to_string();
+        AavePool {
+            stack,
+            chain,
+            address,
+        }
+    }
+
+    fn provider(chain: u64) -> &'static str {
+        if chain == 1 {
+            PROVIDER_1
+        } else {
+            PROVIDER_8453
+        }
+    }
+
+    fn run(stack: &DevStack, chain: u64, args: &[&str]) -> Value {
+        if chain == 1 {
+            stack.chain_mainnet(args)
+        } else {
+            stack.chain(args)
+        }
+    }
+
+    /// Sets one reserve's supply and borrow rates (ray).
+    fn set_reserve(&self, asset: &str, supply: &str, borrow: &str) {
+        let args = [
+            "aave-set-reserve",
+            &self.address,
+            asset,
+            supply,
+            borrow,
+            A_TOKEN,
+        ];
+        let answer = Self::run(self.stack, self.chain, &args);
+        assert!(answer.get("error").is_none(), "{answer}");
+    }
 }
 
 async fn rig(lido: &Lido, env: &[(&str, &str)]) -> ChainRig {
@@ -139,11 +170,8 @@ fn checksum(address: &str) -> String {
 async fn ray_rates_and_the_lido_sma_are_stated_exactly_then_served_from_the_cache() {
     let lido = Lido::start(sma(3.0125)).await;
     let rig = rig(&lido, &[]).await;
-    let pool = aave_setup(&rig.stack, 1);
-    set_reserve(
-        &rig.stack,
-        1,
-        &pool,
+    let pool = AavePool::place(&rig.stack, 1);
+    pool.set_reserve(
         WETH_1,
         "48213456789012345678901234",
         "61734000000000000000000000",
@@ -193,7 +221,7 @@ async fn ray_rates_and_the_lido_sma_are_stated_exactly_then_served_from_the_cach
     assert_eq!(aave["asset"], json!({"symbol": "WETH", "address": WETH_1}));
     assert_eq!(
         aave["contracts"],
-        json!({"pool": pool, "pool_addresses_provider": PROVIDER_1, "a_token": checksum(A_TOKEN)})
+        json!({"pool": pool.address, "pool_addresses_provider": PROVIDER_1, "a_token": checksum(A_TOKEN)})
     );
     assert_eq!(
         aave["source"],
@@ -259,19 +287,13 @@ async fn ray_rates_and_the_lido_sma_are_stated_exactly_then_served_from_the_cach
 async fn the_v2_form_filters_sorts_and_resolves_addresses_on_base() {
     let lido = Lido::start(sma(2.9876)).await;
     let rig = rig(&lido, &[]).await;
-    let pool = aave_setup(&rig.stack, 8453);
-    set_reserve(
-        &rig.stack,
-        8453,
-        &pool,
+    let pool = AavePool::place(&rig.stack, 8453);
+    pool.set_reserve(
         USDC_8453,
         "48213000000000000000000000",
         "61734000000000000000000000",
     );
-    set_reserve(
-        &rig.stack,
-        8453,
-        &pool,
+    pool.set_reserve(
         WSTETH_8453,
         "1000000000000000000000",
         "2500000000000000000000000",
@@ -359,23 +381,13 @@ async fn the_v2_form_filters_sorts_and_resolves_addresses_on_base() {
 async fn upstream_failures_and_refusals_reach_every_hold_and_partial_class() {
     let lido = Lido::start(LidoMode::Status(429)).await;
     let rig = rig(&lido, &[]).await;
-    let pool = aave_setup(&rig.stack, 1);
-    set_reserve(
-        &rig.stack,
-        1,
-        &pool,
+    let pool = AavePool::place(&rig.stack, 1);
+    pool.set_reserve(
         WETH_1,
         "20000000000000000000000000",
         "30000000000000000000000000",
     );
-    set_reserve(
-        &rig.stack,
-        1,
-        &pool,
-        WSTETH_1,
-        "50000000000000000000000000000",
-        "1",
-    );
+    pool.set_reserve(WSTETH_1, "50000000000000000000000000000", "1");
 
     // Aave observed, Lido rate-limited: partial; the null rate sorts last under rate_desc.
     let body = rig.pay(
@@ -551,11 +563,7 @@ async fn without_a_capture_the_free_sample_is_labelled_illustrative() {
 async fn sample_capture_stores_a_real_answer_that_the_free_endpoint_then_serves() {
     let lido = Lido::start(sma(3.05)).await;
     let stack = DevStack::start_with_mainnet();
-    let pool = aave_setup(&stack, 8453);
-    set_reserve(
-        &stack,
-        8453,
-        &pool,
+    AavePool::place(&stack, 8453).set_reserve(
         USDC_8453,
         "41200000000000000000000000",
         "55000000000000000000000000",

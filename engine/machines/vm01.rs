@@ -8,6 +8,7 @@ use super::{Call, CheckFailure, Need, NotReady, WorkContext, WorkError};
 use crate::catalog::manifest::Machine;
 use crate::config::Config;
 use crate::machines::checks as rc;
+use crate::web::extract::Extracted;
 use crate::web::fetch::{FetchLimits, FetchSetupError, Fetcher};
 use crate::web::page::{self, PageReading};
 
@@ -75,19 +76,6 @@ pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> V
     let (text, basis, truncated) = reading.text();
     let characters = text.chars().count();
     let extracted = reading.extracted.as_ref();
-    let metadata = json!({
-        "title": extracted.and_then(|e| e.title.clone()),
-        "description": extracted.and_then(|e| e.description.clone()),
-        "canonical": extracted.and_then(|e| e.canonical.clone()),
-    });
-    let outline: Vec<Value> = extracted
-        .map(|e| {
-            e.outline
-                .iter()
-                .map(|h| json!({"level": h.level, "text": h.text}))
-                .collect()
-        })
-        .unwrap_or_default();
     let observations: Vec<Value> = reading
         .observations
         .iter()
@@ -100,8 +88,8 @@ pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> V
         "requested_url": reading.requested_url,
         "final_url": reading.final_url,
         "http": http_object(reading),
-        "metadata": metadata,
-        "outline": outline,
+        "metadata": metadata_object(extracted),
+        "outline": outline_array(extracted),
         "content": {
             "text": text,
             "extraction_basis": basis.as_str(),
@@ -125,6 +113,28 @@ pub fn response(machine: &Machine, reading: &PageReading, checked_at: &str) -> V
     });
     set_output_size(&mut body);
     body
+}
+
+/// The `metadata` object shared with VM07: title, description and canonical URL, null when
+/// not found.
+pub fn metadata_object(extracted: Option<&Extracted>) -> Value {
+    json!({
+        "title": extracted.and_then(|e| e.title.clone()),
+        "description": extracted.and_then(|e| e.description.clone()),
+        "canonical": extracted.and_then(|e| e.canonical.clone()),
+    })
+}
+
+/// The `outline` array shared with VM07: the page's headings, empty when nothing was extracted.
+pub fn outline_array(extracted: Option<&Extracted>) -> Vec<Value> {
+    extracted
+        .map(|e| {
+            e.outline
+                .iter()
+                .map(|h| json!({"level": h.level, "text": h.text}))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The `http` object shared with VM07.

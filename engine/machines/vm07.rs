@@ -305,14 +305,6 @@ pub(crate) fn response(
     let mut limitations = reading.limitations.clone();
     limitations.extend(comparison.limitations);
     limitations.push(NOT_A_DIFF.into());
-    let outline: Vec<Value> = extracted
-        .map(|e| {
-            e.outline
-                .iter()
-                .map(|h| json!({"level": h.level, "text": h.text}))
-                .collect()
-        })
-        .unwrap_or_default();
     json!({
         "status": reading.status.as_str(),
         "machine": machine.machine,
@@ -325,12 +317,8 @@ pub(crate) fn response(
         "comparison_scope": COMPARISON_SCOPE,
         "changed_components": comparison.changed,
         "baseline": comparison.baseline.map(|b| b.to_json(machine)),
-        "metadata": {
-            "title": extracted.and_then(|e| e.title.clone()),
-            "description": extracted.and_then(|e| e.description.clone()),
-            "canonical": extracted.and_then(|e| e.canonical.clone()),
-        },
-        "outline": outline,
+        "metadata": vm01::metadata_object(extracted),
+        "outline": vm01::outline_array(extracted),
         "structured_data": {"json_ld_types": extracted.map(|e| e.json_ld_types.clone()).unwrap_or_default()},
         "extraction": {
             "basis": basis.as_str(),

@@ -103,6 +103,13 @@ impl<'a> Rig<'a> {
         rows_of(&self.ledger_url).await
     }
 
+    /// The ledger's one row; fails the test when it holds another number of rows.
+    pub async fn only_row(&self) -> AttemptRow {
+        let mut rows = self.rows().await;
+        assert_eq!(rows.len(), 1, "one ledger row: {rows:?}");
+        rows.remove(0)
+    }
+
     pub fn balance(&self, address: &str) -> u128 {
         self.stack
             .usdc_balance(address)
