@@ -11,7 +11,7 @@ use kuchikiki::iter::NodeIterator;
 use kuchikiki::traits::TendrilSink;
 use kuchikiki::{ElementData, NodeRef};
 
-use crate::web::text::{contained, trigrams};
+use crate::web::text::Trigrams;
 
 /// Class/id words (whole parts of a class or id, split at `-`, `_`, space and case) that mark a
 /// block as page furniture rather than the text it sits in.
@@ -169,12 +169,12 @@ pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option
     let total = text_chars(&body).max(1);
     let limit = MAX_PRUNED_SHARE * total as f64;
     let chosen_chars = chosen.chars().filter(|c| !c.is_whitespace()).count();
-    let wanted = trigrams(chosen);
+    let wanted = Trigrams::of(chosen);
     let holds_chosen = |node: &NodeRef| {
         let chars = text_chars(node);
         chars * 10 >= chosen_chars * 9
             && chars as f64 <= limit
-            && contained(&wanted, &trigrams(&node.text_contents()))
+            && wanted.contained_in(&node.text_contents())
     };
     let in_overlay = body.descendants().any(|node| {
         node.as_element()
@@ -379,44 +379,60 @@ fn is_furniture_by_markup(element: &ElementData) -> bool {
         })
 }
 
-/// Whether a class or id token of at most `MAX_NAME_WORDS` words holds one of `vocabulary`.
+/// Whether a class or id token of at most `MAX_NAME_WORDS` words holds one of `vocabulary`
+/// (lowercase words).
 fn has_class_word(element: &ElementData, vocabulary: &[&str]) -> bool {
     let attributes = element.attributes.borrow();
     ["class", "id"].iter().any(|name| {
         attributes.get(*name).is_some_and(|value| {
-            value.split_ascii_whitespace().any(|token| {
-                let words: Vec<String> = value_words(token).collect();
-                words.len() <= MAX_NAME_WORDS
-                    && words.iter().any(|w| vocabulary.contains(&w.as_str()))
-            })
+            value
+                .split_ascii_whitespace()
+                .any(|token| token_holds_word(token, vocabulary))
         })
     })
 }
 
-/// The lowercased words of a class or id value: split at non-alphanumerics and at lower-to-upper
-/// case changes ("shareButtons" → share, buttons).
-fn value_words(value: &str) -> impl Iterator<Item = String> + '_ {
+fn token_holds_word(token: &str, vocabulary: &[&str]) -> bool {
+    let mut holds = false;
+    for (count, word) in value_words(token).enumerate() {
+        if count == MAX_NAME_WORDS {
+            return false;
+        }
+        holds = holds || vocabulary.iter().any(|v| v.eq_ignore_ascii_case(word));
+    }
+    holds
+}
+
+/// The words of a class or id value, as written: split at non-alphanumerics and at
+/// lower-to-upper case changes ("shareButtons" → share, Buttons). Every word is ASCII, so
+/// comparing it ASCII-case-blind is comparing it lowercased.
+fn value_words(value: &str) -> impl Iterator<Item = &str> + '_ {
     value
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|part| !part.is_empty())
         .flat_map(split_camel)
 }
 
-fn split_camel(part: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut current = String::new();
-    let mut previous_lower = false;
-    for c in part.chars() {
-        if c.is_ascii_uppercase() && previous_lower && !current.is_empty() {
-            words.push(std::mem::take(&mut current));
+/// An ASCII-alphanumeric part cut before each uppercase letter that follows a lowercase letter
+/// or a digit.
+fn split_camel(part: &str) -> impl Iterator<Item = &str> + '_ {
+    let bytes = part.as_bytes();
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= bytes.len() {
+            return None;
         }
-        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        current.push(c.to_ascii_lowercase());
-    }
-    if !current.is_empty() {
-        words.push(current);
-    }
-    words
+        let mut end = start + 1;
+        while end < bytes.len()
+            && !(bytes[end].is_ascii_uppercase()
+                && (bytes[end - 1].is_ascii_lowercase() || bytes[end - 1].is_ascii_digit()))
+        {
+            end += 1;
+        }
+        let word = &part[start..end];
+        start = end;
+        Some(word)
+    })
 }
 
 fn is_link_dense(node: &NodeRef, element: &ElementData) -> bool {
@@ -655,8 +671,17 @@ mod tests {
 
     #[test]
     fn class_words_split_at_separators_and_case() {
-        let words: Vec<String> = value_words("post shareButtons related_posts").collect();
-        assert_eq!(words, ["post", "share", "buttons", "related", "posts"]);
+        let words: Vec<&str> = value_words("post shareButtons related_posts x9Y").collect();
+        assert_eq!(
+            words,
+            ["post", "share", "Buttons", "related", "posts", "x9", "Y"]
+        );
+        assert!(token_holds_word("shareButtons", &["buttons"]));
+        assert!(token_holds_word("COMMENTS", &["comments"]));
+        assert!(
+            !token_holds_word("share-this-post-footer", &["share"]),
+            "over three words"
+        );
     }
 
     #[test]

@@ -16,8 +16,8 @@ use serde_json::Value;
 use url::Url;
 
 use crate::web::boilerplate;
+use crate::web::text::Trigrams;
 pub(crate) use crate::web::text::normalize_whitespace;
-use crate::web::text::{contained, trigrams};
 
 /// How many leading bytes are searched for a `<meta>` charset (HTML's prescan window).
 const META_PRESCAN_BYTES: usize = 1024;
@@ -745,14 +745,11 @@ fn readability_text(html: &str, page: Option<&Url>) -> String {
 /// `[role=main]`) element holds it, else `body-heuristic`. "Holds" = at least 90% of the
 /// text's word trigrams occur in the container's text.
 fn basis_of(text: &str, document: &NodeRef) -> Basis {
-    let wanted = trigrams(text);
+    let wanted = Trigrams::of(text);
     let inside = |selector: &str| {
-        document.select(selector).is_ok_and(|mut nodes| {
-            nodes.any(|node| {
-                let container = trigrams(&text_of(node.as_node()));
-                contained(&wanted, &container)
-            })
-        })
+        document
+            .select(selector)
+            .is_ok_and(|mut nodes| nodes.any(|node| wanted.contained_in(&text_of(node.as_node()))))
     };
     if inside("article") {
         Basis::Article
