@@ -10,8 +10,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use kuchikiki::NodeRef;
 use kuchikiki::traits::TendrilSink;
+use kuchikiki::{ElementData, NodeDataRef, NodeRef};
 use serde_json::Value;
 use url::Url;
 
@@ -308,10 +308,11 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     let mut notes = Vec::new();
     let base = document_base(&document, options.page_url.as_ref());
     let (json_ld_types, json_ld_dates) = json_ld(&document, &mut notes);
-    let mut observations = meta_dates(&document);
+    let metas = metas_of(&document);
+    let mut observations = meta_dates(&metas);
     observations.extend(json_ld_dates);
     let outline = outline(&document, &mut notes);
-    let description = description(&document);
+    let description = description(&metas);
     let (full_text, basis) = main_text(
         html,
         &document,
@@ -325,7 +326,7 @@ pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
     };
     let text = text.to_string();
     Extracted {
-        title: title(&document),
+        title: title(&document, &metas),
         description,
         canonical: canonical(&document, base.as_ref(), &mut notes),
         outline,
@@ -350,11 +351,22 @@ fn non_empty(text: String, max: usize) -> Option<String> {
     (!text.is_empty()).then(|| bounded(&text, max))
 }
 
+/// The page's `<meta>` elements in document order, gathered once for every lookup.
+fn metas_of(document: &NodeRef) -> Vec<NodeDataRef<ElementData>> {
+    document
+        .select("meta")
+        .map(|metas| metas.collect())
+        .unwrap_or_default()
+}
+
 /// The content of the first `<meta>` whose `attribute` equals one of `names`, in that order.
-fn meta_content(document: &NodeRef, attribute: &str, names: &[&str]) -> Option<String> {
-    let metas: Vec<_> = document.select("meta").ok()?.collect();
+fn meta_content(
+    metas: &[NodeDataRef<ElementData>],
+    attribute: &str,
+    names: &[&str],
+) -> Option<String> {
     for name in names {
-        for meta in &metas {
+        for meta in metas {
             let attributes = meta.attributes.borrow();
             let matches = attributes
                 .get(attribute)
@@ -371,13 +383,13 @@ fn meta_content(document: &NodeRef, attribute: &str, names: &[&str]) -> Option<S
 }
 
 /// `<title>`, else og:title / twitter:title, else the first `<h1>`.
-fn title(document: &NodeRef) -> Option<String> {
+fn title(document: &NodeRef, metas: &[NodeDataRef<ElementData>]) -> Option<String> {
     document
         .select_first("title")
         .ok()
         .and_then(|t| non_empty(text_of(t.as_node()), MAX_META_CHARS))
-        .or_else(|| meta_content(document, "property", &["og:title"]))
-        .or_else(|| meta_content(document, "name", &["twitter:title"]))
+        .or_else(|| meta_content(metas, "property", &["og:title"]))
+        .or_else(|| meta_content(metas, "name", &["twitter:title"]))
         .or_else(|| {
             document
                 .select_first("h1")
@@ -387,10 +399,10 @@ fn title(document: &NodeRef) -> Option<String> {
 }
 
 /// meta description, else og:description, else twitter:description.
-fn description(document: &NodeRef) -> Option<String> {
-    meta_content(document, "name", &["description"])
-        .or_else(|| meta_content(document, "property", &["og:description"]))
-        .or_else(|| meta_content(document, "name", &["twitter:description"]))
+fn description(metas: &[NodeDataRef<ElementData>]) -> Option<String> {
+    meta_content(metas, "name", &["description"])
+        .or_else(|| meta_content(metas, "property", &["og:description"]))
+        .or_else(|| meta_content(metas, "name", &["twitter:description"]))
 }
 
 /// The base URL links resolve against: `<base href>` (resolved against the page), else the page.
@@ -496,10 +508,10 @@ fn in_page_chrome(node: &NodeRef) -> bool {
 }
 
 /// article:published_time and article:modified_time as observed.
-fn meta_dates(document: &NodeRef) -> Vec<Observation> {
+fn meta_dates(metas: &[NodeDataRef<ElementData>]) -> Vec<Observation> {
     let mut observations = Vec::new();
     for name in ["article:published_time", "article:modified_time"] {
-        if let Some(value) = meta_content(document, "property", &[name]) {
+        if let Some(value) = meta_content(metas, "property", &[name]) {
             observations.push(Observation {
                 source: "html_meta",
                 name: name.to_string(),
