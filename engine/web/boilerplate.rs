@@ -131,7 +131,7 @@ const PROSE_CHARS: usize = 80;
 /// not a signal here: inside the chosen container, link lists are as often part of the article
 /// (by Readability's reference) as not (by trafilatura's); only cross-reference lines go.
 pub(crate) fn pruned_text(content_html: &str) -> String {
-    let document = kuchikiki::parse_html().one(content_html).document_node;
+    let document = parse(content_html);
     let total = text_chars(&document).max(1);
     prune(&document, usize::MAX / 4, is_control);
     prune(&document, total, is_furniture);
@@ -158,12 +158,33 @@ fn is_cross_reference(node: &NodeRef, element: &ElementData) -> bool {
     link_text < text && link_text as f64 >= LINK_DENSE_PARAGRAPH * text as f64
 }
 
+/// The document tree of `html`.
+pub(crate) fn parse(html: &str) -> NodeRef {
+    kuchikiki::parse_html().one(html).document_node
+}
+
+/// A deep copy of the tree under `root`: the tree parsing the same page again would give, at a
+/// fraction of the cost, for passes that cut up their own tree. Iterative, so a deeply nested
+/// page cannot exhaust the stack.
+pub(crate) fn copy_tree(root: &NodeRef) -> NodeRef {
+    let copy = NodeRef::new(root.data().clone());
+    let mut pending = vec![(root.clone(), copy.clone())];
+    while let Some((original, copied)) = pending.pop() {
+        for child in original.children() {
+            let child_copy = NodeRef::new(child.data().clone());
+            copied.append(child_copy.clone());
+            pending.push((child, child_copy));
+        }
+    }
+    copy
+}
+
 /// The document's HTML without page chrome and furniture (every block `is_furniture` marks that
 /// holds at most `MAX_PRUNED_SHARE` of the body's text), when the text the Readability method
 /// chose lies inside a form, dialog or overlay box (`is_overlay`): a login form or a cookie
 /// notice it took for the article. None when the chosen text lies elsewhere.
-pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option<String> {
-    let document = kuchikiki::parse_html().one(html).document_node;
+/// `document` is cut up: pass a copy (`copy_tree`) of a tree that is read afterwards.
+pub(crate) fn html_without_furniture_holding(document: NodeRef, chosen: &str) -> Option<String> {
     let body = document.select_first("body").ok()?.as_node().clone();
     prune(&body, usize::MAX / 4, is_page_chrome);
     let total = text_chars(&body).max(1);
@@ -190,8 +211,8 @@ pub(crate) fn html_without_furniture_holding(html: &str, chosen: &str) -> Option
 
 /// The text of the whole body with furniture, page headers and link lists pruned: the second
 /// opinion when the Readability method finds no candidate or a very short one.
-pub(crate) fn body_text(html: &str) -> String {
-    let document = kuchikiki::parse_html().one(html).document_node;
+/// `document` is cut up: pass a copy (`copy_tree`) of a tree that is read afterwards.
+pub(crate) fn body_text(document: NodeRef) -> String {
     let Ok(body) = document.select_first("body") else {
         return String::new();
     };
@@ -749,7 +770,7 @@ mod tests {
             "<html><body>{script}<div class=post-sidebar-layout><p>{prose}</p></div>\
              <div class=sidebar><p>Links elsewhere</p></div></body></html>"
         );
-        let text = body_text(&html);
+        let text = body_text(parse(&html));
         assert!(
             text.starts_with("A paragraph of the only article"),
             "{text}"
@@ -767,7 +788,7 @@ mod tests {
                     <input type=password></label><p>Forgotten your password? Ask for a new one.</p></form>";
         let html = format!("<html><body>{article}<div class=account>{form}</div></body></html>");
         let cleaned = html_without_furniture_holding(
-            &html,
+            parse(&html),
             "E-mail Password Forgotten your password? Ask for a new one.",
         )
         .expect("the chosen text is the login form's");
@@ -778,7 +799,7 @@ mod tests {
         );
         assert!(
             html_without_furniture_holding(
-                &html,
+                parse(&html),
                 "The article the page is about, a paragraph at a time."
             )
             .is_none()
@@ -787,7 +808,7 @@ mod tests {
         let html = format!("<html><body>{article}{cookie}</body></html>");
         assert!(
             html_without_furniture_holding(
-                &html,
+                parse(&html),
                 "This site uses cookies to count visits and keep you signed in."
             )
             .is_some()
@@ -799,7 +820,7 @@ mod tests {
         );
         assert!(
             html_without_furniture_holding(
-                &wrapped,
+                parse(&wrapped),
                 "A page that a framework wraps in one form element"
             )
             .is_none()
@@ -871,7 +892,7 @@ mod tests {
              <form><select>{options}</select><button>Send</button></form></body>"
         );
         assert_eq!(
-            body_text(&html),
+            body_text(parse(&html)),
             "A short paragraph of the page, the only running text it has."
         );
     }

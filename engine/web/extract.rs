@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use kuchikiki::traits::TendrilSink;
 use kuchikiki::{ElementData, NodeDataRef, NodeRef};
 use serde_json::Value;
 use url::Url;
@@ -262,7 +261,7 @@ fn html_charset(encoding: &'static encoding_rs::Encoding) -> &'static encoding_r
 /// (ASCII-compatible, never fails) and parsed with the real HTML parser.
 fn meta_charset(prefix: &[u8]) -> Option<&'static encoding_rs::Encoding> {
     let (text, _, _) = encoding_rs::WINDOWS_1252.decode(prefix);
-    let document = kuchikiki::parse_html().one(text.as_ref()).document_node;
+    let document = boilerplate::parse(text.as_ref());
     for meta in document.select("meta").ok()? {
         let attributes = meta.attributes.borrow();
         if let Some(label) = attributes.get("charset") {
@@ -304,7 +303,7 @@ pub(crate) fn extract_bytes(
 
 /// Extracts everything from decoded HTML.
 pub(crate) fn extract_html(html: &str, options: &ExtractOptions) -> Extracted {
-    let document = kuchikiki::parse_html().one(html).document_node;
+    let document = boilerplate::parse(html);
     let mut notes = Vec::new();
     let base = document_base(&document, options.page_url.as_ref());
     let (json_ld_types, json_ld_dates) = json_ld(&document, &mut notes);
@@ -657,7 +656,7 @@ fn main_text(
 ) -> (String, Basis) {
     let mut text = readability_text(html, page);
     if text.chars().count() < SECOND_OPINION_BELOW {
-        text = second_opinion(html, page, text);
+        text = second_opinion(document, page, text);
     }
     if text.chars().count() < TEMPLATE_BELOW {
         let templates = template_text(document);
@@ -678,9 +677,11 @@ fn main_text(
 /// than twice as long. When the result was a form, dialog or overlay box (a login form, a
 /// cookie notice), it is not kept: the method is run again on the page without its furniture,
 /// and the longer of that and the body text is the text.
-fn second_opinion(html: &str, page: Option<&Url>, first: String) -> String {
-    let body = boilerplate::body_text(html);
-    if let Some(cleaned) = boilerplate::html_without_furniture_holding(html, &first) {
+fn second_opinion(document: &NodeRef, page: Option<&Url>, first: String) -> String {
+    let body = boilerplate::body_text(boilerplate::copy_tree(document));
+    let cleaned =
+        boilerplate::html_without_furniture_holding(boilerplate::copy_tree(document), &first);
+    if let Some(cleaned) = cleaned {
         let again = readability_text(&cleaned, page);
         return if again.chars().count() >= body.chars().count() {
             again
@@ -732,7 +733,7 @@ fn template_text(document: &NodeRef) -> String {
     if markup.trim().is_empty() {
         return String::new();
     }
-    boilerplate::body_text(&markup)
+    boilerplate::body_text(boilerplate::parse(&markup))
 }
 
 fn readability_text(html: &str, page: Option<&Url>) -> String {
