@@ -179,6 +179,37 @@ async fn a_settled_answer_is_collected_again_with_the_same_payment() {
     assert_charged_once(&rig, &buyer);
 }
 
+/// x402 lets a facilitator leave `payer` out of its SettleResponse: the answer still carries
+/// the receipt, the seal and the digest, and they and PAYMENT-RESPONSE name the
+/// authorization's signer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_answer_without_payer_still_gets_evidence_naming_the_signer() {
+    let signing_key = key_file("evidence.pem").display().to_string();
+    let signing = [("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str())];
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let rig = Rig::start(stack, Settle::ForwardWithout("payer"), &signing).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let answer = paid(&rig, &body, &header).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let payer = answer.settlement()["payer"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        payer.eq_ignore_ascii_case(&buyer.address),
+        "{payer} for {}",
+        buyer.address
+    );
+    assert!(
+        answer.evidence_seal.is_some() && answer.content_digest.is_some(),
+        "{answer:?}"
+    );
+    assert_evidence_of(&rig, &answer).await;
+    assert_charged_once(&rig, &buyer);
+}
+
 /// The same PAYMENT-SIGNATURE with another request body collects nothing and buys nothing: a
 /// 402 whose fresh challenge (still declaring payment-identifier) says the payment was already
 /// presented, and no /verify.

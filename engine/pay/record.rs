@@ -63,6 +63,42 @@ impl Row<'_> {
         our_settle_response(network, &payer, success, reason, transaction)
     }
 
+    /// The facilitator's SettleResponse with what x402 lets it leave out (`payer`, `network`,
+    /// `transaction`) filled in from the payment: the receipt and the seal state them, and a
+    /// buyer reads them. A `payer` other than the authorization's signer is replaced: the
+    /// signature check and the chain's Transfer name the signer, and our evidence states what
+    /// we proved.
+    fn completed(&self, mut response: Value, transaction: &str) -> Value {
+        let Some(fields) = response.as_object_mut() else {
+            return response;
+        };
+        let payer = self.payer.to_checksum(None);
+        let stated = |fields: &serde_json::Map<String, Value>, name: &str| {
+            fields
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|value| !value.is_empty())
+                .map(str::to_string)
+        };
+        match stated(fields, "payer") {
+            Some(said) if said.eq_ignore_ascii_case(&payer) => {}
+            said => {
+                if said.is_some() {
+                    tracing::warn!(attempt = self.id, facilitator_payer = ?said, %payer, "the facilitator named another payer; stating the signer");
+                }
+                fields.insert("payer".into(), Value::String(payer));
+            }
+        }
+        if stated(fields, "network").is_none() {
+            let network = self.manifest.payment.network.clone();
+            fields.insert("network".into(), Value::String(network));
+        }
+        if stated(fields, "transaction").is_none() {
+            fields.insert("transaction".into(), Value::String(transaction.to_string()));
+        }
+        response
+    }
+
     /// The answer sealed for retention, when retention is on and sealing works.
     fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
         let retention = self.rail.retention.as_ref()?;
@@ -145,9 +181,10 @@ impl Row<'_> {
             transfer_log_index,
             evidence,
         };
-        let payment_response = response
-            .map(|response| encoded(&response))
-            .unwrap_or_else(|| self.response(true, None, Some(&transaction)));
+        let payment_response = match response {
+            Some(response) => encoded(&self.completed(response, &transaction)),
+            None => self.response(true, None, Some(&transaction)),
+        };
         let answer = self.finisher.finish(body, &payment_response);
         match self.finish(&outcome, &answer, false).await {
             Err(LedgerError::Duplicate) => {

@@ -41,6 +41,8 @@ pub enum Settle {
     SucceedNamingUnminedTx,
     /// Never answer (the caller's timeout fires).
     Hang,
+    /// Forward, then leave this field out of the answer (x402 makes `payer` optional).
+    ForwardWithout(&'static str),
 }
 
 /// One request the proxy received.
@@ -265,6 +267,12 @@ impl Proxy {
                 return reply(200, lie.to_string().into_bytes());
             }
             Settle::Hang => std::future::pending::<()>().await,
+            Settle::ForwardWithout(field) => {
+                let (status, answer) = self.forward(step, body).await;
+                let mut answer: Value = serde_json::from_slice(&answer).expect("settle answer");
+                answer.as_object_mut().expect("object").remove(field);
+                return reply(status, answer.to_string().into_bytes());
+            }
         }
         let (status, answer) = self.forward(step, body).await;
         reply(status, answer)
