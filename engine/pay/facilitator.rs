@@ -18,6 +18,22 @@ use crate::net::gateway::{Gateway, Upstream};
 use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
+/// Longest reason kept from a facilitator. x402's reasons are short snake_case codes, and the
+/// text rides in our 402's `PAYMENT-REQUIRED` and in `PAYMENT-RESPONSE`: an unbounded one
+/// could push a header past what a proxy in front of us accepts.
+const MAX_REASON_CHARS: usize = 128;
+/// Largest SettleResponse passed on to the buyer as the facilitator wrote it; a larger one is
+/// cut to x402's own fields.
+const MAX_SETTLE_RESPONSE_BYTES: usize = 1024;
+/// The SettleResponse fields x402 defines, the ones a cut response keeps.
+const SETTLE_RESPONSE_FIELDS: [&str; 6] = [
+    "success",
+    "errorReason",
+    "errorMessage",
+    "payer",
+    "transaction",
+    "network",
+];
 
 #[derive(Debug, Clone)]
 pub(crate) struct FacilitatorClient {
@@ -344,6 +360,7 @@ impl FacilitatorClient {
             .await?;
         let mut verdict = answer.value;
         verdict.extension_responses = answer.extension_responses;
+        verdict.invalid_reason = verdict.invalid_reason.map(bounded_reason);
         Ok(verdict)
     }
 
@@ -368,6 +385,7 @@ impl FacilitatorClient {
         if let Value::Object(map) = &mut value {
             // Facilitator-internal extension results are not for the buyer.
             map.shift_remove("extensionResponses");
+            bound_settle_response(map);
         }
         let text = |key: &str| {
             value
@@ -405,5 +423,82 @@ impl FacilitatorClient {
                 && kind.get("scheme").and_then(Value::as_str) == Some(scheme)
                 && kind.get("network").and_then(Value::as_str) == Some(network)
         }))
+    }
+}
+
+/// `reason` cut to `MAX_REASON_CHARS` characters.
+fn bounded_reason(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        Some((end, _)) => reason[..end].to_string(),
+        None => reason,
+    }
+}
+
+/// Bounds a SettleResponse that goes back to the buyer: reasons cut to `MAX_REASON_CHARS`,
+/// and a response still over `MAX_SETTLE_RESPONSE_BYTES` cut to x402's own fields, each
+/// dropped when it is not a short scalar.
+fn bound_settle_response(map: &mut serde_json::Map<String, Value>) {
+    for field in ["errorReason", "errorMessage"] {
+        if let Some(Value::String(text)) = map.get_mut(field) {
+            *text = bounded_reason(std::mem::take(text));
+        }
+    }
+    let size = serde_json::to_vec(&*map).map_or(usize::MAX, |bytes| bytes.len());
+    if size <= MAX_SETTLE_RESPONSE_BYTES {
+        return;
+    }
+    tracing::warn!(
+        bytes = size,
+        "facilitator SettleResponse too large to pass on: keeping x402's fields"
+    );
+    map.retain(|field, value| {
+        SETTLE_RESPONSE_FIELDS.contains(&field.as_str())
+            && match value {
+                Value::String(text) => text.len() <= MAX_REASON_CHARS,
+                Value::Bool(_) => true,
+                _ => false,
+            }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reasons_are_cut_at_a_character_boundary() {
+        assert_eq!(
+            bounded_reason("insufficient_funds".into()),
+            "insufficient_funds"
+        );
+        let long = "é".repeat(300);
+        let cut = bounded_reason(long);
+        assert_eq!(cut.chars().count(), MAX_REASON_CHARS);
+        assert!(cut.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn a_settle_response_stays_as_written_unless_too_large() {
+        let written = json!({"success": false, "errorReason": "invalid_exact_evm_payload_signature",
+            "transaction": "", "network": "eip155:8453", "facilitatorNote": "kept"});
+        let mut map = written.as_object().expect("object").clone();
+        bound_settle_response(&mut map);
+        assert_eq!(Value::Object(map), written);
+
+        let mut large = json!({"success": false, "errorReason": "x".repeat(5000),
+            "network": "eip155:8453", "payer": "0x857b06519E91e3A54538791bDbb0E22373e36b66",
+            "debug": {"trace": "y".repeat(2000)}})
+        .as_object()
+        .expect("object")
+        .clone();
+        bound_settle_response(&mut large);
+        assert_eq!(
+            large["errorReason"].as_str().map(str::len),
+            Some(MAX_REASON_CHARS)
+        );
+        assert!(large.get("debug").is_none(), "{large:?}");
+        assert_eq!(large["payer"], "0x857b06519E91e3A54538791bDbb0E22373e36b66");
+        assert!(serde_json::to_vec(&large).expect("json").len() <= MAX_SETTLE_RESPONSE_BYTES);
     }
 }
