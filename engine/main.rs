@@ -759,16 +759,33 @@ fn read_bundle(path: &Path) -> Result<EvidenceInputs, String> {
 }
 
 /// The DID document from a file, or fetched when `source` is an http(s) URL (the only case
-/// in which `evidence verify` goes on the network).
+/// in which `evidence verify` goes on the network). A fetched document must name the did:web
+/// its URL resolves, or any host could serve a document claiming another's DID; a file is
+/// the user's own choice of document.
 fn read_did_document(source: &str) -> Result<evidence::DidDocument, String> {
-    let text = if source.starts_with("https://") || source.starts_with("http://") {
+    let fetched = source.starts_with("https://") || source.starts_with("http://");
+    let text = if fetched {
         fetch_did_document(source)?
     } else {
         std::fs::read_to_string(source).map_err(|e| format!("{source}: {e}"))?
     };
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{source}: not JSON: {e}"))?;
-    evidence::DidDocument::parse(&value).map_err(|e| format!("{source}: {e}"))
+    let document = evidence::DidDocument::parse(&value).map_err(|e| format!("{source}: {e}"))?;
+    if fetched {
+        let Some(expected) = evidence::did_of_document_url(source) else {
+            return Err(format!(
+                "{source}: no did:web resolves to this URL (…/.well-known/did.json or …/did.json)"
+            ));
+        };
+        if document.id() != expected {
+            return Err(format!(
+                "{source}: the document names {}, not {expected}, the DID of its own URL",
+                document.id()
+            ));
+        }
+    }
+    Ok(document)
 }
 
 /// A DID document is small; anything larger is not one.

@@ -13,6 +13,7 @@ use common::evidence::{key_file, official_verify, pyjwt_verify, signing_server, 
 use common::{TestServer, machine_routes, temp_path};
 use factomat::evidence::{AnswerFacts, Identity, PaidEvidence};
 use serde_json::{Value, json};
+use warp::Filter as _;
 
 const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
 const TRANSACTION: &str = "0x9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -381,6 +382,41 @@ async fn factomat_evidence_verify_prints_what_was_signed_and_exits_by_the_outcom
         &bundle_arg,
     ]);
     assert_eq!(code, 2, "{text}");
+
+    // Another host serving our document as its own: its id is not its URL's did:web.
+    let ours = did_document(&server).await;
+    let elsewhere = common::onchain::serve(
+        warp::path!(".well-known" / "did.json").map(move || warp::reply::json(&ours)),
+    )
+    .await;
+    let elsewhere_url = format!("http://{elsewhere}/.well-known/did.json");
+    let (code, text) = tokio::task::block_in_place(|| {
+        factomat(&[
+            "evidence",
+            "verify",
+            "--did",
+            &elsewhere_url,
+            "--bundle",
+            &bundle_arg,
+        ])
+    });
+    assert_eq!(code, 2, "{text}");
+    assert!(text.contains("the DID of its own URL"), "{text}");
+
+    // A 402's signed offer is signed by us, and proves no payment.
+    let (_, path, example) = machine_routes().into_iter().next().expect("a route");
+    let unpaid: Value = server
+        .post_json(&path, &example)
+        .await
+        .json()
+        .await
+        .expect("402 body");
+    let offer = unpaid["extensions"]["offer-receipt"]["info"]["offers"][0].to_string();
+    let (code, text) = tokio::task::block_in_place(|| {
+        factomat(&["evidence", "verify", "--did", &did_url, "--receipt", &offer])
+    });
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("no receipt"), "{text}");
 }
 
 #[test]

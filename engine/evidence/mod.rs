@@ -23,5 +23,6 @@ pub use payloads::{
     SealClaims, content_digest, now_seconds, offer_extension, receipt_extension,
 };
 pub use verify::{
-    DidDocument, Verified, receipt_matches_seal, verify_jws, verify_receipt, verify_seal,
+    DidDocument, Verified, did_of_document_url, receipt_matches_seal, verify_jws, verify_receipt,
+    verify_seal,
 };

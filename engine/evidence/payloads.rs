@@ -16,7 +16,7 @@ pub const OFFER_RECEIPT: &str = "offer-receipt";
 /// The response header that carries the evidence seal.
 pub const SEAL_HEADER: &str = "evidence-seal";
 /// The JWS `typ` of a seal, so a seal is never mistaken for an offer or a receipt.
-const SEAL_TYP: &str = "evidence-seal+jwt";
+pub(crate) const SEAL_TYP: &str = "evidence-seal+jwt";
 /// The payload version of offers, receipts and seals.
 const VERSION: u32 = 1;
 

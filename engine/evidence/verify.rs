@@ -8,6 +8,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
 use crate::evidence::error::VerifyError;
+use crate::evidence::identity::did_web;
+use crate::evidence::payloads::SEAL_TYP;
 use crate::support::canonical::sha256_hex;
 
 /// The Ed25519 assertion methods of a DID document.
@@ -129,6 +131,13 @@ pub fn verify_seal(
     document: &DidDocument,
 ) -> Result<Verified, VerifyError> {
     let verified = verify_jws(seal, document)?;
+    if verified.typ.as_deref() != Some(SEAL_TYP) {
+        return Err(VerifyError::Mismatch(format!(
+            "the JWS typ is {:?}, not a seal's {SEAL_TYP}",
+            verified.typ
+        )));
+    }
+    resource_of_document(&verified.payload, document)?;
     let claim = |name: &str| verified.payload.get(name).and_then(Value::as_str);
     if claim("iss") != Some(document.id()) {
         return Err(VerifyError::Mismatch(format!(
@@ -150,9 +159,81 @@ pub fn verify_seal(
 /// Verifies a receipt given as a compact JWS, a signed receipt object
 /// (`{"format": "jws", "signature": …}`), or a SettleResponse (JSON or the base64
 /// PAYMENT-RESPONSE header value) carrying one.
+/// The payload must be a receipt (x402 offer-and-receipt: `version` 1, `payer`, `issuedAt`,
+/// `network`, `resourceUrl`) for a resource of the document's DID: a signed offer or a seal
+/// verifies as a JWS too, and neither proves a payment.
 pub fn verify_receipt(receipt: &str, document: &DidDocument) -> Result<Verified, VerifyError> {
     let jws = receipt_jws(receipt)?;
-    verify_jws(&jws, document)
+    let verified = verify_jws(&jws, document)?;
+    if verified.typ.as_deref() == Some(SEAL_TYP) {
+        return Err(VerifyError::Mismatch(
+            "this JWS is an evidence seal, not a receipt".into(),
+        ));
+    }
+    let payload = &verified.payload;
+    let text = |name: &str| {
+        payload
+            .get(name)
+            .and_then(Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    let is_receipt = payload.get("version").and_then(Value::as_u64) == Some(1)
+        && text("payer").is_some()
+        && text("network").is_some()
+        && payload.get("issuedAt").is_some_and(Value::is_u64);
+    if !is_receipt {
+        return Err(VerifyError::Mismatch(
+            "the signed payload is no receipt (version 1, payer, network, issuedAt): an offer proves no payment".into(),
+        ));
+    }
+    resource_of_document(payload, document)?;
+    Ok(verified)
+}
+
+/// The payload's `resourceUrl` is served under the DID: the document's DID is the did:web of
+/// the resource URL's origin and one of its leading paths (a base URL with or without a
+/// path). Without this, any document could vouch for another host's resources.
+fn resource_of_document(payload: &Value, document: &DidDocument) -> Result<(), VerifyError> {
+    let resource = payload
+        .get("resourceUrl")
+        .and_then(Value::as_str)
+        .ok_or_else(|| VerifyError::Mismatch("the signed payload names no resourceUrl".into()))?;
+    let served_under = url::Url::parse(resource).is_ok_and(|url| {
+        let segments: Vec<&str> = url
+            .path_segments()
+            .map(|segments| segments.filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default();
+        (0..=segments.len()).any(|depth| {
+            let mut base = url.clone();
+            base.set_path(&segments[..depth].join("/"));
+            did_web(base.as_str()).is_ok_and(|(did, _)| did == document.id())
+        })
+    });
+    if served_under {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch(format!(
+            "the resource {resource} is not served under {}",
+            document.id()
+        )))
+    }
+}
+
+/// The DID a document fetched from `url` must carry: the did:web whose resolution is `url`
+/// (`https://host/.well-known/did.json` → `did:web:host`, `https://host/a/did.json` →
+/// `did:web:host:a`). None for a URL no did:web resolves to.
+pub fn did_of_document_url(url: &str) -> Option<String> {
+    let url = url::Url::parse(url).ok()?;
+    let path = url.path();
+    let base_path = if path == "/.well-known/did.json" {
+        ""
+    } else {
+        path.strip_suffix("/did.json")?
+    };
+    let mut base = url.clone();
+    base.set_path(base_path);
+    base.set_query(None);
+    did_web(base.as_str()).ok().map(|(did, _)| did)
 }
 
 fn receipt_jws(text: &str) -> Result<String, VerifyError> {
@@ -294,5 +375,94 @@ mod tests {
         foreign["id"] = json!("did:web:elsewhere.example");
         let foreign = DidDocument::parse(&foreign).expect("document");
         assert!(verify_seal(&new_seal, body, &foreign).is_err());
+    }
+
+    #[test]
+    fn an_offer_or_a_seal_is_no_receipt() {
+        let signer = identity(&[1], &[]);
+        let document = DidDocument::parse(&signer.did_document()).expect("document");
+        let offer = crate::evidence::payloads::OfferPayload {
+            version: 1,
+            resource_url: "https://x.example/v1/a".into(),
+            scheme: "exact".into(),
+            network: "eip155:8453".into(),
+            asset: "0x8335".into(),
+            pay_to: "0xabc".into(),
+            amount: "10000".into(),
+            valid_until: None,
+        };
+        let signed_offer = signer.sign_offer(&offer, 0).expect("offer");
+        assert!(verify_jws(signed_offer["signature"].as_str().expect("jws"), &document).is_ok());
+        assert!(matches!(
+            verify_receipt(&signed_offer.to_string(), &document),
+            Err(VerifyError::Mismatch(_))
+        ));
+        let evidence = signer.paid_evidence(&FACTS, b"{}").expect("signed");
+        assert!(matches!(
+            verify_receipt(&evidence.seal, &document),
+            Err(VerifyError::Mismatch(_))
+        ));
+        let receipt = evidence.receipt_extension["info"]["receipt"]["signature"]
+            .as_str()
+            .expect("receipt jws")
+            .to_string();
+        assert!(matches!(
+            verify_seal(&receipt, b"{}", &document),
+            Err(VerifyError::Mismatch(_))
+        ));
+        verify_receipt(&receipt, &document).expect("the receipt is one");
+    }
+
+    #[test]
+    fn a_resource_of_another_host_or_path_is_refused() {
+        // The same keys under a document that claims another DID, as a forger's would.
+        let forger = identity(&[1], &[]);
+        let mut claimed = forger.did_document();
+        claimed["id"] = json!("did:web:api.example.com");
+        let methods = claimed["verificationMethod"]
+            .as_array_mut()
+            .expect("methods");
+        let kid = format!(
+            "did:web:api.example.com#{}",
+            forger.kid().split('#').nth(1).expect("#")
+        );
+        methods[0]["id"] = json!(kid);
+        claimed["assertionMethod"] = json!([kid]);
+        let document = DidDocument::parse(&claimed).expect("document");
+        let resource = |payload: Value| resource_of_document(&payload, &document);
+        assert!(resource(json!({"resourceUrl": "https://api.example.com/v1/vm02"})).is_ok());
+        assert!(resource(json!({"resourceUrl": "https://api.example.com:8443/v1/vm02"})).is_err());
+        assert!(resource(json!({"resourceUrl": "https://x.example/v1/vm02"})).is_err());
+        assert!(resource(json!({"resourceUrl": "https://evil.example/api.example.com"})).is_err());
+        assert!(resource(json!({})).is_err());
+
+        let under_path = Identity::from_keys(
+            "https://example.com/factomat",
+            &[ed25519_dalek::SigningKey::from_bytes(&[3; 32])],
+            &[],
+        )
+        .expect("identity");
+        let document = DidDocument::parse(&under_path.did_document()).expect("document");
+        let resource = |url: &str| resource_of_document(&json!({"resourceUrl": url}), &document);
+        assert!(resource("https://example.com/factomat/v1/vm02").is_ok());
+        assert!(resource("https://example.com/v1/vm02").is_err());
+        assert!(resource("https://example.com/other/v1/vm02").is_err());
+    }
+
+    #[test]
+    fn a_document_url_names_its_did_web() {
+        assert_eq!(
+            did_of_document_url("https://api.example.com/.well-known/did.json").as_deref(),
+            Some("did:web:api.example.com")
+        );
+        assert_eq!(
+            did_of_document_url("http://127.0.0.1:8402/.well-known/did.json").as_deref(),
+            Some("did:web:127.0.0.1%3A8402")
+        );
+        assert_eq!(
+            did_of_document_url("https://example.com/factomat/did.json").as_deref(),
+            Some("did:web:example.com:factomat")
+        );
+        assert_eq!(did_of_document_url("https://example.com/keys.json"), None);
     }
 }
