@@ -298,8 +298,9 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
             format!("settle failed ({reason}); no trusted chain reader"),
         );
     };
-    match chain.state(&s.payment.terms).await {
-        Ok(state) if !state.used => Settlement::Unpaid {
+    let state = tokio::time::timeout_at(s.deadline, chain.state(&s.payment.terms)).await;
+    match state {
+        Ok(Ok(state)) if !state.used => Settlement::Unpaid {
             evidence: format!(
                 "settle failed before broadcasting ({reason}); authorizationState unused at block {}",
                 state.block
@@ -322,7 +323,16 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
     };
     let until = s.deadline.min(Instant::now() + s.wait);
     loop {
-        match find(chain, &s.payment, hint.as_deref()).await {
+        // One reading is several RPC reads, each with its own timeout: the whole of it is held
+        // to the deadline too, so a hanging node cannot keep the buyer past it.
+        let reading = tokio::time::timeout_at(s.deadline, find(chain, &s.payment, hint.as_deref()));
+        let Ok(finding) = reading.await else {
+            return pending(
+                hint,
+                "the chain did not answer before the call's deadline".into(),
+            );
+        };
+        match finding {
             Finding::Paid {
                 transaction,
                 transfer_log_index,
