@@ -12,6 +12,8 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use common::devstack::{Buyer, payment_identifier_declaration, random_hex32, shared_stack};
 use common::evidence::key_file;
 use common::facilitator_proxy::Settle;
@@ -736,6 +738,29 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
     assert_charged_once(&rig, &buyer);
 }
 
+/// Only the exact payment that paid runs its work once more. A copy of a paid payment under a
+/// new payment-identifier `id` (the authorization and signature are public on chain once
+/// settled) finds no binding of its own: it is refused as presented, and nothing runs, is
+/// verified or is settled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_payment_under_a_new_id_runs_nothing_again() {
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    let per_call = rig.rpc.calls("eth_call");
+    unanswer_retained_answers(&rig.ledger_url);
+
+    let mut copy = decode_header(&header);
+    copy["extensions"]["payment-identifier"] =
+        json!({"info": {"required": false, "id": fresh_id()}});
+    let copy = STANDARD.encode(copy.to_string());
+    let response = rig.send(&body, &copy).await;
+    assert_eq!(response.status().as_u16(), 402);
+    assert_eq!(rig.rpc.calls("eth_call"), per_call, "nothing ran again");
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_charged_once(&rig, &buyer);
+}
+
 /// An `id` is bound to its payment only at the ledger reserve: a first attempt refused
 /// before it (a corrupt signature, refused locally) leaves the `id` free, and a proper
 /// payment with the same `id` is then processed and paid.
@@ -794,16 +819,27 @@ async fn a_postgres_deployment_needs_a_shared_delivery_key_to_retain_answers() {
         .expect("retention off needs no key");
 }
 
-/// Deletes every retained answer of a SQLite ledger, as a crash between the settlement and
-/// the record of its answer (or an answer that could not be sealed) leaves a paid row.
-fn forget_retained_answers(ledger_url: &str) {
+/// Runs one statement on a SQLite ledger.
+fn ledger_statement(ledger_url: &str, sql: &str) {
     let connection = rusqlite::Connection::open(sqlite_file(ledger_url)).expect("ledger opens");
     connection
         .busy_timeout(Duration::from_secs(5))
         .expect("busy timeout");
-    connection
-        .execute("DELETE FROM retained_answers", [])
-        .expect("deleted");
+    connection.execute(sql, []).expect("statement runs");
+}
+
+/// Leaves every binding of a SQLite ledger without its answer, as an answer that could not
+/// be sealed, or a row settled from the chain after a crash, leaves a paid row.
+fn unanswer_retained_answers(ledger_url: &str) {
+    ledger_statement(
+        ledger_url,
+        "UPDATE retained_answers SET kind = 'in_flight', sealed = NULL, collectable_until = NULL",
+    );
+}
+
+/// Deletes every retained answer of a SQLite ledger (the sweep's work once a window ends).
+fn forget_retained_answers(ledger_url: &str) {
+    ledger_statement(ledger_url, "DELETE FROM retained_answers");
 }
 
 /// A paid row whose answer was never retained (a crash, or a seal that failed) is not a lost
@@ -819,7 +855,7 @@ async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window
     let first = paid(&rig, &body, &header).await;
     assert_eq!(first.status, 200, "{first:?}");
     let per_call = rig.rpc.calls("eth_call");
-    forget_retained_answers(&rig.ledger_url);
+    unanswer_retained_answers(&rig.ledger_url);
 
     let again = paid(&rig, &body, &header).await;
     assert_eq!(again.status, 200, "{again:?}");

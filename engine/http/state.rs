@@ -203,11 +203,13 @@ impl AppState {
             return;
         };
         let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
+        let longest_window = retention.with_id_seconds.max(retention.without_id_seconds);
         tokio::spawn(async move {
             let mut timer = tokio::time::interval(every);
             loop {
                 timer.tick().await;
-                match ledger.sweep_retained(crate::pay::call::unix_now()).await {
+                let now = crate::pay::call::unix_now();
+                match ledger.sweep_retained(now, longest_window).await {
                     Ok(0) => {}
                     Ok(swept) => {
                         metrics().retained_expired(swept);

@@ -116,8 +116,13 @@ impl Resend<'_> {
             tracing::info!(machine = %self.call.machine.machine, "payment identifier reused on another payment or request: 409");
             return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
         }
+        // No binding of this exact payload, request and id: nothing of ours to collect. The
+        // gate then treats it as a new presentation, and the nonce pre-check refuses it as
+        // presented or expired. Running the work again for a nonce alone would sell it to
+        // any copy of the payment (its authorization and signature are public on chain) or
+        // to the same payment under a new `id`.
         let Some(entry) = found.into_iter().next() else {
-            return Some(self.unretained().await);
+            return Some(Collect::New);
         };
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
             (_, "sent") => Some(self.sent(&entry).await),
@@ -130,9 +135,10 @@ impl Resend<'_> {
         }
     }
 
-    /// Nothing retained: a paid row of this payer, nonce and request within its window runs
-    /// the work once more (the answer was lost in a crash, or could not be sealed); anything
-    /// else is a new payment to the gate (whose nonce pre-check then refuses a replay).
+    /// This exact payment's binding holds no answer though its row is paid (the answer could
+    /// not be sealed, or the row was settled from the chain after a crash or a pending
+    /// settlement): within its window the work runs once more; anything else is a new
+    /// payment to the gate (whose nonce pre-check then refuses a replay).
     async fn unretained(&self) -> Collect {
         let row = match self
             .rail

@@ -325,10 +325,13 @@ const COLLECTED_SQL: &str =
     "UPDATE payment_attempts SET collected_again = collected_again + 1 WHERE id = ?1";
 
 /// Deletes answers past their window, and bindings whose call ended without an answer.
+/// A settled row's binding without an answer stays while the row's settlement (`updated_at`)
+/// is newer than `?2`: its identical resend runs the work once more within its window.
 const SWEEP_SQL: &str = "DELETE FROM retained_answers
      WHERE (kind = 'sent' AND collectable_until < ?1)
         OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state NOT IN ('reserved', 'settle_pending')))";
+            WHERE state NOT IN ('reserved', 'settle_pending', 'settled')
+               OR (state = 'settled' AND updated_at < ?2)))";
 
 /// The retained answers table; `blob` is the backend's byte-string type.
 fn retained_schema(blob: &str) -> String {
@@ -380,6 +383,15 @@ impl<'a> RetainedChange<'a> {
             (_, Keep::Untouched) => RetainedChange::None,
         }
     }
+}
+
+/// Unix seconds as the ledger's timestamps are written (`now_millis`), so that text order is
+/// time order.
+fn settled_before(unix_seconds: u64) -> String {
+    let seconds = i64::try_from(unix_seconds).unwrap_or(i64::MAX);
+    chrono::DateTime::from_timestamp(seconds, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// The states a row can be in (docs/payment.md draws their transitions).
@@ -675,13 +687,19 @@ impl Ledger {
         }
     }
 
-    /// Deletes retained answers past their window (unix seconds `now`) and bindings whose
-    /// call ended unanswered; how many went. Idempotent: every replica runs it.
-    pub async fn sweep_retained(&self, now: u64) -> Result<u64, LedgerError> {
+    /// Deletes retained answers past their window (unix seconds `now`), bindings whose call
+    /// ended unpaid, and bindings of rows settled without an answer more than
+    /// `longest_window_seconds` ago; how many went. Idempotent: every replica runs it.
+    pub async fn sweep_retained(
+        &self,
+        now: u64,
+        longest_window_seconds: u64,
+    ) -> Result<u64, LedgerError> {
+        let settled_before = settled_before(now.saturating_sub(longest_window_seconds));
         let now = i64::try_from(now).unwrap_or(i64::MAX);
         match self {
-            Ledger::Sqlite(l) => l.sweep_retained(now),
-            Ledger::Postgres(l) => l.sweep_retained(now).await,
+            Ledger::Sqlite(l) => l.sweep_retained(now, &settled_before),
+            Ledger::Postgres(l) => l.sweep_retained(now, &settled_before).await,
         }
     }
 

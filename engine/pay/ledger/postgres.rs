@@ -445,8 +445,13 @@ impl PostgresLedger {
         self.execute(&NUMBERED.collected, &[&id]).await.map(|_| ())
     }
 
-    pub(super) async fn sweep_retained(&self, now: i64) -> Result<u64, LedgerError> {
-        self.execute(&NUMBERED.sweep, &[&now]).await
+    pub(super) async fn sweep_retained(
+        &self,
+        now: i64,
+        settled_before: &str,
+    ) -> Result<u64, LedgerError> {
+        self.execute(&NUMBERED.sweep, &[&now, &settled_before])
+            .await
     }
 
     /// One statement (numbered), within the statement timeout.

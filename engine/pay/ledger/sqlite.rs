@@ -262,9 +262,16 @@ impl SqliteLedger {
             .map(|_| ())
     }
 
-    pub(super) fn sweep_retained(&self, now: i64) -> Result<u64, LedgerError> {
-        self.with(|c| c.prepare_cached(SWEEP_SQL)?.execute(params![now]))
-            .map(|swept| swept as u64)
+    pub(super) fn sweep_retained(
+        &self,
+        now: i64,
+        settled_before: &str,
+    ) -> Result<u64, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached(SWEEP_SQL)?
+                .execute(params![now, settled_before])
+        })
+        .map(|swept| swept as u64)
     }
 
     pub(super) fn precheck(
@@ -641,6 +648,53 @@ mod tests {
                 .expect("precheck")
                 .nonce_known
         );
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_settled_rows_unanswered_binding_outlives_the_sweep_until_its_window_ends() {
+        let dir = fresh_dir("sweep");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let bind = |n: usize| Binding {
+            lookup_sha256: format!("{n:064x}"),
+            id_sha256: None,
+        };
+        let paid = ledger
+            .reserve(&attempt(1), Some(&bind(1)))
+            .expect("reserve");
+        let unpaid = ledger
+            .reserve(&attempt(2), Some(&bind(2)))
+            .expect("reserve");
+        let settled = Outcome::Settled {
+            transaction: "0xfeed".into(),
+            transfer_log_index: Some(1),
+            evidence: None,
+        };
+        assert!(resolve(&ledger, paid, "reserved", &settled));
+        let failed = Outcome::WorkFailed {
+            reason: "upstream".into(),
+        };
+        assert!(resolve(&ledger, unpaid, "reserved", &failed));
+        let bindings = || {
+            ledger
+                .with(|c| {
+                    c.query_row("SELECT count(*) FROM retained_answers", [], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                })
+                .expect("count")
+        };
+        let now = i64::try_from(crate::pay::call::unix_now()).expect("now");
+        // Within the window: only the unpaid row's binding goes.
+        let recent = super::super::settled_before(crate::pay::call::unix_now() - 600);
+        assert_eq!(ledger.sweep_retained(now, &recent).expect("sweep"), 1);
+        assert_eq!(bindings(), 1, "the paid row's binding stays");
+        // Once the window after the settlement has passed, it goes too.
+        let later = super::super::settled_before(crate::pay::call::unix_now() + 1);
+        assert_eq!(ledger.sweep_retained(now, &later).expect("sweep"), 1);
+        assert_eq!(bindings(), 0);
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }
