@@ -27,6 +27,23 @@ on_both_ledgers!(
     an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
 );
 
+/// A facilitator that answers `success: true` naming no transaction, with nothing on chain
+/// yet, leaves the outcome unknown: a 503 `settlement_pending` and no fresh challenge (the
+/// buyer must not sign again), the row `settle_pending` for reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let short = [("FACTOMAT_SETTLEMENT_WAIT_MS", "1000")];
+    let rig = Rig::start(stack, Settle::SucceedNamingNoTx, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().get("payment-required").is_none());
+    assert_eq!(rig.only_row().await.state, "settle_pending");
+}
+
 /// One official client's paid call: the stack, the buyer, the URL and the body.
 type PaidCall = fn(&DevStack, &Buyer, &str, &Value) -> Value;
 

@@ -262,6 +262,12 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
             };
         }
         Ok(outcome) if outcome.is_pending() => retry_pending(s, outcome).await,
+        // A success that names no transaction still says money may move: the chain decides,
+        // never a fresh 402.
+        Ok(outcome) if outcome.success => {
+            tracing::warn!("settle succeeded naming no transaction: following the chain");
+            None
+        }
         Ok(outcome) if outcome.transaction.is_none() => return before_broadcast(s, outcome).await,
         Ok(outcome) => {
             tracing::warn!(reason = ?outcome.error_reason, transaction = ?outcome.transaction, "settle failed naming a transaction: following it");

@@ -43,6 +43,9 @@ pub enum Settle {
     Hang,
     /// Forward, then leave this field out of the answer (x402 makes `payer` optional).
     ForwardWithout(&'static str),
+    /// Answer `success: true` naming no transaction, without asking the real facilitator:
+    /// nothing is on chain, yet the facilitator claims the money moved.
+    SucceedNamingNoTx,
 }
 
 /// One request the proxy received.
@@ -267,6 +270,11 @@ impl Proxy {
                 return reply(200, lie.to_string().into_bytes());
             }
             Settle::Hang => std::future::pending::<()>().await,
+            Settle::SucceedNamingNoTx => {
+                let payer = authorization(&body)["from"].clone();
+                let claim = json!({"success": true, "network": "eip155:8453", "payer": payer});
+                return reply(200, claim.to_string().into_bytes());
+            }
             Settle::ForwardWithout(field) => {
                 let (status, answer) = self.forward(step, body).await;
                 let mut answer: Value = serde_json::from_slice(&answer).expect("settle answer");
