@@ -156,12 +156,14 @@ impl From<NotReady> for ApiError {
 impl From<&Refusal> for ApiError {
     /// A refusal of ours on the paid path: 500 when the work failed or the payee or price cannot
     /// be read, 400 for a malformed payment-identifier, 409 for one bound to another payment,
-    /// else 503.
+    /// else 503 (a paid payment's work that failed when run once more is one: resend later).
     fn from(refusal: &Refusal) -> Self {
         let status = match refusal {
             Refusal::WorkFailed | Refusal::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
             Refusal::LedgerUnavailable
+            | Refusal::LedgerUnavailableOnResend
             | Refusal::FacilitatorUnavailable { .. }
+            | Refusal::RerunFailed
             | Refusal::InProgress => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::IdentifierInvalid => StatusCode::BAD_REQUEST,
             Refusal::IdentifierConflict => StatusCode::CONFLICT,

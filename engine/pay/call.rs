@@ -101,6 +101,17 @@ pub(crate) enum Refusal {
         "the observation could not be produced; the payment was not settled and nothing was charged"
     )]
     WorkFailed,
+    /// The work run once more for a payment settled earlier failed: nothing more is charged,
+    /// and the same resend may try again within its window.
+    #[error(
+        "the observation could not be produced this time; this payment was settled earlier and nothing more is charged: send the identical request again within its window, and do not sign a new payment"
+    )]
+    RerunFailed,
+    /// The ledger could not be read for a resend, which may be of a payment made earlier.
+    #[error(
+        "the settlement ledger is unavailable; nothing new was charged: if this payment was made before, send the identical request again shortly, and do not sign a new payment"
+    )]
+    LedgerUnavailableOnResend,
     /// The payment-identifier `id` is outside the extension's bounds.
     #[error(
         "extensions[\"payment-identifier\"].info.id must be 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'; nothing was verified or charged"
@@ -125,6 +136,8 @@ impl Refusal {
             Refusal::LedgerUnavailable => "ledger_unavailable",
             Refusal::FacilitatorUnavailable { .. } => "facilitator_unavailable",
             Refusal::WorkFailed => "work_failed",
+            Refusal::RerunFailed => "paid_work_failed",
+            Refusal::LedgerUnavailableOnResend => "ledger_unavailable",
             Refusal::Misconfigured => "payment_misconfigured",
             Refusal::IdentifierInvalid => "invalid_payment_identifier",
             Refusal::IdentifierConflict => "payment_identifier_conflict",
@@ -176,4 +189,10 @@ pub(crate) fn unix_now() -> u64 {
 pub(crate) fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");
     PaidOutcome::Failed(Refusal::LedgerUnavailable)
+}
+
+/// A ledger failure while a resend is looked up: the buyer may have paid before.
+pub(crate) fn resend_ledger_failure(error: &LedgerError) -> PaidOutcome {
+    tracing::error!(%error, "ledger failure on a resend");
+    PaidOutcome::Failed(Refusal::LedgerUnavailableOnResend)
 }

@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use crate::catalog::manifest::Manifest;
 use crate::pay::call::{
-    NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure, reject, unix_now,
+    NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, reject, resend_ledger_failure,
+    unix_now,
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
@@ -109,7 +110,7 @@ impl Resend<'_> {
         let id = self.lookup.id_sha256.as_deref();
         let found = match self.rail.ledger.retained(&key, id).await {
             Ok(found) => found,
-            Err(error) => return answer(ledger_failure(&error)),
+            Err(error) => return answer(resend_ledger_failure(&error)),
         };
         if found.iter().any(|entry| entry.lookup_sha256 != key) {
             metrics().retained("conflict");
@@ -148,7 +149,7 @@ impl Resend<'_> {
         {
             Ok(Some(row)) => row,
             Ok(None) => return Collect::New,
-            Err(error) => return Collect::Done(ledger_failure(&error)),
+            Err(error) => return Collect::Done(resend_ledger_failure(&error)),
         };
         let same_buyer = row
             .payer
@@ -192,7 +193,7 @@ impl Resend<'_> {
         match self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
             Ok(true) => {}
             Ok(false) => return in_progress(),
-            Err(error) => return Collect::Done(ledger_failure(&error)),
+            Err(error) => return Collect::Done(resend_ledger_failure(&error)),
         }
         tracing::warn!(
             attempt = row.id,
@@ -269,7 +270,7 @@ impl Resend<'_> {
             Some(settled @ Outcome::Settled { .. }) => self.paid_late(entry, &settled).await,
             Some(outcome) if row.state != "settled" => {
                 if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
-                    return ledger_failure(&error);
+                    return resend_ledger_failure(&error);
                 }
                 tracing::warn!(
                     attempt = row.id,
@@ -307,7 +308,7 @@ impl Resend<'_> {
             .resolve_keeping(row.id, &row.state, settled, keep)
             .await
         {
-            return ledger_failure(&error);
+            return resend_ledger_failure(&error);
         }
         tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
         metrics().payment("settled", "");

@@ -431,9 +431,9 @@ impl Again<'_> {
             Ok(Ok(body)) => body,
             Ok(Err(error)) => {
                 tracing::error!(machine = %call.machine.machine, %error, attempt = self.row.id, "the paid work run again failed");
-                return PaidOutcome::Failed(Refusal::WorkFailed);
+                return PaidOutcome::Failed(Refusal::RerunFailed);
             }
-            Err(_) => return PaidOutcome::Failed(Refusal::WorkFailed),
+            Err(_) => return PaidOutcome::Failed(Refusal::RerunFailed),
         };
         let network = &self.manifest.payment.network;
         let transaction = self.row.transaction_hash.as_deref();
