@@ -188,11 +188,14 @@ impl Endpoint {
         !state.cool_asked && state.cool_until.is_some_and(|until| until > now)
     }
 
-    /// Cools the endpoint down; `asked` when the duration is its own `Retry-After`.
+    /// Cools the endpoint down; `asked` when the duration is its own `Retry-After`, which
+    /// replaces a cool-down of ours even when shorter (the endpoint knows best), while ours
+    /// never shortens one it asked for.
     fn cool_down(&self, for_how_long: Duration, asked: bool) {
         let until = Instant::now() + for_how_long.min(MAX_COOL_DOWN);
         let mut state = self.health.lock();
-        if state.cool_until.is_none_or(|known| until >= known) {
+        let replaces_ours = asked && !state.cool_asked;
+        if replaces_ours || state.cool_until.is_none_or(|known| until >= known) {
             state.cool_until = Some(until);
             state.cool_asked = asked;
         }

@@ -13,6 +13,7 @@ use alloy::transports::{TransportError, TransportErrorKind};
 
 use crate::config::Secret;
 use crate::net::gateway::{Gateway, Upstream};
+use crate::net::upstream::retry_after_delay;
 
 /// Bytes of an RPC answer we read at most; a larger answer is an error.
 const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -88,8 +89,7 @@ async fn post<T: serde::Serialize + ?Sized>(
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+        .and_then(|v| retry_after_delay(v, std::time::SystemTime::now()));
     let body = read_capped(response).await?;
     if !status.is_success() {
         return Err(Attempt {

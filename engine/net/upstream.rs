@@ -98,6 +98,17 @@ pub(crate) fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<String
         .filter(|text| !text.is_empty())
 }
 
+/// How long a `Retry-After` value asks to wait from `now`: delay-seconds, or an HTTP date
+/// (RFC 9110 §10.2.3; a date already past asks for no wait). None when it is neither.
+pub(crate) fn retry_after_delay(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
 /// Why one bounded GET got nothing. No variant carries the URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum GetError {
@@ -268,6 +279,23 @@ pub(crate) fn printable(text: &str, max_chars: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(retry_after_delay(" 7 ", now), Some(Duration::from_secs(7)));
+        // 2015-10-21 07:28:00 GMT is 1_445_412_480.
+        let in_two_minutes = "Wed, 21 Oct 2015 07:30:00 GMT";
+        assert_eq!(
+            retry_after_delay(in_two_minutes, now),
+            Some(Duration::from_secs(120))
+        );
+        let past = "Wed, 21 Oct 2015 07:00:00 GMT";
+        assert_eq!(retry_after_delay(past, now), Some(Duration::ZERO));
+        assert_eq!(retry_after_delay("soon", now), None);
+        assert_eq!(retry_after_delay("-3", now), None);
+    }
+
     use super::*;
 
     #[test]
