@@ -135,7 +135,6 @@ fn redacted(error: &reqwest::Error) -> String {
     format!("RPC {kind}")
 }
 
-/// Describes an RPC failure for a response's limitations: never the URL.
 /// Why one read failed, described without the endpoint's URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ReadFailure {

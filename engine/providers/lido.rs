@@ -13,8 +13,8 @@ use crate::net::upstream::{self, Bounds, UpstreamError};
 
 pub(crate) const SMA_PATH: [&str; 5] = ["v1", "protocol", "steth", "apr", "sma"];
 
-/// One read of the SMA endpoint, as the API stated it (percent values kept as their JSON
-/// number text so nothing is rounded before the caller states them).
+/// One read of the SMA endpoint, as the API stated it (percent values as the `f64` the JSON
+/// number parses to; the caller states them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct SmaObservation {
     /// `data.smaApr`, percent.
