@@ -11,6 +11,7 @@ use crate::evidence::error::VerifyError;
 use crate::evidence::identity::did_web;
 use crate::evidence::payloads::SEAL_TYP;
 use crate::support::canonical::sha256_hex;
+use crate::support::json_value::non_empty_str;
 
 /// The Ed25519 assertion methods of a DID document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,15 +172,9 @@ pub fn verify_receipt(receipt: &str, document: &DidDocument) -> Result<Verified,
         ));
     }
     let payload = &verified.payload;
-    let text = |name: &str| {
-        payload
-            .get(name)
-            .and_then(Value::as_str)
-            .filter(|v| !v.is_empty())
-    };
     let is_receipt = payload.get("version").and_then(Value::as_u64) == Some(1)
-        && text("payer").is_some()
-        && text("network").is_some()
+        && non_empty_str(payload, "payer").is_some()
+        && non_empty_str(payload, "network").is_some()
         && payload.get("issuedAt").is_some_and(Value::is_u64);
     if !is_receipt {
         return Err(VerifyError::Mismatch(

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::catalog::manifest::Machine;
 use crate::evidence::{self, AnswerFacts, Identity, OFFER_RECEIPT};
+use crate::support::json_value::non_empty_str;
 
 /// Why a paid answer goes out without evidence (it still goes out: the buyer has paid).
 #[derive(Debug, thiserror::Error)]
@@ -49,10 +50,7 @@ pub(super) fn seal(
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .ok_or(SealError::PaymentResponse)?;
     let field = |name: &'static str| {
-        settle
-            .get(name)
-            .and_then(Value::as_str)
-            .filter(|value| !value.is_empty())
+        non_empty_str(&settle, name)
             .map(str::to_string)
             .ok_or(SealError::Missing(name))
     };

@@ -203,7 +203,7 @@ impl AppState {
             return;
         };
         let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
-        let longest_window = retention.with_id_seconds.max(retention.without_id_seconds);
+        let longest_window = retention.longest_window_seconds();
         tokio::spawn(async move {
             let mut timer = tokio::time::interval(every);
             loop {

@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use crate::config::{FacilitatorAuth, Secret};
 use crate::net::gateway::{Gateway, Upstream};
 use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
+use crate::support::json_value::non_empty_str;
 
 const MAX_FACILITATOR_RESPONSE_BYTES: usize = 256 * 1024;
 /// Longest reason kept from a facilitator. x402's reasons are short snake_case codes, and the
@@ -387,13 +388,7 @@ impl FacilitatorClient {
             map.shift_remove("extensionResponses");
             bound_settle_response(map);
         }
-        let text = |key: &str| {
-            value
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-        };
+        let text = |key: &str| non_empty_str(&value, key).map(str::to_string);
         Ok(SettleOutcome {
             success,
             transaction: text("transaction"),

@@ -11,6 +11,7 @@ use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{Keep, LedgerError, Outcome};
 use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
 use crate::pay::settlement::{Settlement, encoded, our_settle_response};
+use crate::support::json_value::non_empty_str;
 use crate::support::metrics::metrics;
 
 /// Records a paid call whose work failed or overran its budget: nothing is settled, so the
@@ -69,18 +70,14 @@ impl Row<'_> {
     /// signature check and the chain's Transfer name the signer, and our evidence states what
     /// we proved.
     fn completed(&self, mut response: Value, transaction: &str) -> Value {
+        let payer = self.payer.to_checksum(None);
+        let said_payer = non_empty_str(&response, "payer").map(str::to_string);
+        let has_network = non_empty_str(&response, "network").is_some();
+        let has_transaction = non_empty_str(&response, "transaction").is_some();
         let Some(fields) = response.as_object_mut() else {
             return response;
         };
-        let payer = self.payer.to_checksum(None);
-        let stated = |fields: &serde_json::Map<String, Value>, name: &str| {
-            fields
-                .get(name)
-                .and_then(Value::as_str)
-                .filter(|value| !value.is_empty())
-                .map(str::to_string)
-        };
-        match stated(fields, "payer") {
+        match said_payer {
             Some(said) if said.eq_ignore_ascii_case(&payer) => {}
             said => {
                 if said.is_some() {
@@ -89,11 +86,11 @@ impl Row<'_> {
                 fields.insert("payer".into(), Value::String(payer));
             }
         }
-        if stated(fields, "network").is_none() {
+        if !has_network {
             let network = self.manifest.payment.network.clone();
             fields.insert("network".into(), Value::String(network));
         }
-        if stated(fields, "transaction").is_none() {
+        if !has_transaction {
             fields.insert("transaction".into(), Value::String(transaction.to_string()));
         }
         response

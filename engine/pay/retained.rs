@@ -280,6 +280,12 @@ impl Retention {
         i64::try_from(now.saturating_add(seconds)).unwrap_or(i64::MAX)
     }
 
+    /// The longest window an answer can be collected in: the with-`id` one, which the
+    /// without-`id` window never exceeds.
+    pub(crate) fn longest_window_seconds(&self) -> u64 {
+        self.with_id_seconds
+    }
+
     /// How often expired answers are swept: half the shorter window, between 1 and 30 seconds.
     pub(crate) fn sweep_interval(&self) -> std::time::Duration {
         let shortest = self.with_id_seconds.min(self.without_id_seconds);

@@ -13,6 +13,15 @@ pub(crate) fn str_items(value: Option<&Value>) -> impl Iterator<Item = &str> {
         .filter_map(Value::as_str)
 }
 
+/// The string at `key` of an object, when it is there and not empty: how the optional text
+/// fields of upstream JSON (SettleResponses, challenges, signed payloads) are read.
+pub(crate) fn non_empty_str<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
+}
+
 /// [`str_items`], owned.
 pub(crate) fn strings(value: Option<&Value>) -> Vec<String> {
     str_items(value).map(str::to_string).collect()
@@ -31,5 +40,14 @@ mod tests {
         assert_eq!(str_items(Some(&json!("a"))).count(), 0);
         assert_eq!(str_items(Some(&json!({"a": "b"}))).count(), 0);
         assert_eq!(str_items(None).count(), 0);
+    }
+
+    #[test]
+    fn a_non_empty_string_field_or_none() {
+        let object = json!({"a": "x", "b": "", "c": 1});
+        assert_eq!(non_empty_str(&object, "a"), Some("x"));
+        assert_eq!(non_empty_str(&object, "b"), None);
+        assert_eq!(non_empty_str(&object, "c"), None);
+        assert_eq!(non_empty_str(&object, "d"), None);
     }
 }

@@ -15,6 +15,7 @@ use crate::catalog::challenge::PAYMENT_REQUIRED;
 use crate::catalog::manifest::Machine;
 use crate::net::gateway::Gateway;
 use crate::support::canonical::canonical_sha256;
+use crate::support::json_value::non_empty_str;
 use crate::support::json_value::strings;
 use crate::web::fetch::{
     FetchLimits, FetchMethod, FetchRequest, FetchSetupError, Fetcher, Redirects,
@@ -419,10 +420,7 @@ fn challenge(
 }
 
 fn text(item: &Value, key: &str) -> Option<String> {
-    item.get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+    non_empty_str(item, key).map(str::to_string)
 }
 
 /// A canonical non-negative decimal integer of at most 78 digits (uint256 range by length).
