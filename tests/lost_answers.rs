@@ -90,6 +90,15 @@ async fn forwarding_rig(env: &[(&str, &str)]) -> (Rig<'static>, Buyer, Value) {
     (rig, buyer, body)
 }
 
+/// A [`forwarding_rig`] whose buyer has bought its request once: the rig, the buyer, the
+/// body and the PAYMENT-SIGNATURE that paid.
+async fn bought_once() -> (Rig<'static>, Buyer, Value, String) {
+    let (rig, buyer, body) = forwarding_rig(&[]).await;
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    (rig, buyer, body, header)
+}
+
 /// The answer to one paid call with this header.
 async fn paid(rig: &Rig<'_>, body: &Value, header: &str) -> Received {
     Received::of(rig.send(body, header).await).await
@@ -217,9 +226,7 @@ async fn a_settle_answer_without_payer_still_gets_evidence_naming_the_signer() {
 /// presented, and no /verify.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_payment_with_another_body_is_refused_as_already_presented() {
-    let (rig, buyer, body) = forwarding_rig(&[]).await;
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    let (rig, buyer, _, header) = bought_once().await;
 
     let response = rig.send(&another_request(&buyer), &header).await;
     assert_eq!(response.status().as_u16(), 402);
@@ -451,10 +458,8 @@ async fn a_buyer_cut_off_before_the_answer_collects_it_with_the_same_payment() {
 /// original has answered, the payment collects the same bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
-    let (rig, buyer, body) = forwarding_rig(&[]).await;
     // One call's reads, counted on a first purchase.
-    let (first, _) = rig.sign(&buyer, &body, &[]).await;
-    assert_eq!(paid(&rig, &body, &first).await.status, 200);
+    let (rig, buyer, body, _) = bought_once().await;
     let per_call = rig.rpc.calls("eth_call");
     assert!(per_call > 0, "VM02 reads the chain");
 
@@ -744,9 +749,7 @@ async fn the_official_client_pays_with_an_id_collects_again_and_conflicts_on_reu
 /// verified or is settled again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_payment_under_a_new_id_runs_nothing_again() {
-    let (rig, buyer, body) = forwarding_rig(&[]).await;
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    let (rig, buyer, body, header) = bought_once().await;
     let per_call = rig.rpc.calls("eth_call");
     unanswer_retained_answers(&rig.ledger_url);
 

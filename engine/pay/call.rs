@@ -81,7 +81,8 @@ pub(crate) struct PaidCall<'a> {
     pub finisher: &'a dyn Finisher,
 }
 
-/// A refusal of ours on the paid path: nothing was charged.
+/// A refusal of ours on the paid path: this call charged nothing (a resend of a payment made
+/// earlier says so in its text).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Refusal {
     /// The ledger cannot record the attempt.
