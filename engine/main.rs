@@ -586,7 +586,7 @@ async fn capture_vm04(config: &Config, request: Option<&str>) -> Result<serde_js
         .map_err(|e| e.to_string())?;
     let context = machines::WorkContext {
         gateway: factomat::net::gateway::Gateway::new().map_err(|e| e.to_string())?,
-        config: config.clone(),
+        config: std::sync::Arc::new(config.clone()),
         cache: Default::default(),
     };
     let body = work.observe(&context).await.map_err(|e| e.to_string())?;

@@ -199,3 +199,47 @@ async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_
     assert_eq!(behind_seen.lock().expect("seen").len(), asked_before);
     assert!(!body["limitations"].to_string().contains("did not know"));
 }
+
+/// A machine's reads end within its `overall_timeout_ms` however they are retried. Base #1
+/// never answers (its attempt ends at `response_timeout_ms`) and #2 answers slower than what
+/// is left: the paid call is a HOLD that says why, not work the payment gate cuts into a
+/// 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_retried_past_the_machines_budget_end_in_a_hold() {
+    let stack = common::devstack::shared_stack_with_mainnet();
+    let base = stack.field("rpc_url");
+    let (hanging, _) = rpc_proxy(base.clone(), |method| match method {
+        "eth_chainId" => RpcAction::Forward,
+        _ => RpcAction::Hang,
+    })
+    .await;
+    let (slow, slow_seen) = rpc_proxy(base, |method| match method {
+        "eth_chainId" => RpcAction::Forward,
+        _ => RpcAction::Slow(Duration::from_secs(6)),
+    })
+    .await;
+    let (one, two) = (format!("http://{hanging}"), format!("http://{slow}"));
+    let rig = ChainRig::start(&[
+        ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
+        ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
+    ])
+    .await;
+    let request = json!({"owner": OWNER, "token": rig.stack.field("usdc"), "spender": SPENDER});
+
+    let body = rig.pay(VM02, &request);
+    assert_output_valid("VM02", &body);
+    assert_eq!(body["status"], "HOLD", "{body}");
+    let limitations = body["limitations"].to_string();
+    assert!(
+        limitations.contains(
+            "eip155:8453#1 failed (no usable answer); the read was retried on eip155:8453#2"
+        ) && limitations.contains("no answer before the machine's overall_timeout_ms ran out"),
+        "{limitations}"
+    );
+    assert!(
+        slow_seen
+            .lock()
+            .expect("seen")
+            .contains(&"eth_blockNumber".to_string())
+    );
+}

@@ -454,15 +454,11 @@ impl FailoverRpc {
             );
         };
         let inner = &self.inner;
-        match rpc::post_packet(
-            &inner.gateway,
-            inner.upstream,
-            url,
-            inner.response_timeout,
-            packet,
-        )
-        .await
-        {
+        let left = inner.gateway.time_left();
+        let timeout = left.map_or(inner.response_timeout, |left| {
+            left.min(inner.response_timeout)
+        });
+        match rpc::post_packet(&inner.gateway, inner.upstream, url, timeout, packet).await {
             Ok(answer) if lagging(&answer) => {
                 endpoint.record("lagging");
                 Outcome::Lagging(answer)
@@ -482,12 +478,34 @@ impl FailoverRpc {
                     ("error", "no usable answer")
                 };
                 endpoint.record(result);
+                if self.out_of_time() {
+                    return Outcome::Failed(out_of_time(), retry_after, "no answer in time");
+                }
                 Outcome::Failed(error, retry_after, why)
             }
         }
     }
 
+    /// The call's work budget (the gateway's deadline) has run out: no further attempt.
+    fn out_of_time(&self) -> bool {
+        self.inner
+            .gateway
+            .time_left()
+            .is_some_and(|left| left.is_zero())
+    }
+
+    /// Whether the budget leaves room for a lagging node's retry after its delay.
+    fn time_for_lag_retry(&self) -> bool {
+        self.inner
+            .gateway
+            .time_left()
+            .is_none_or(|left| left > LAG_RETRY_DELAY)
+    }
+
     async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
+        if self.out_of_time() {
+            return Err(out_of_time());
+        }
         let mut order = self.candidates().into_iter();
         let Some(mut index) = order.next() else {
             return Err(TransportErrorKind::custom_str(&format!(
@@ -514,6 +532,12 @@ impl FailoverRpc {
                         ));
                         return Ok(answer);
                     }
+                    if !self.time_for_lag_retry() {
+                        self.note(format!(
+                            "{label} did not know the requested block yet (a lagging node); the machine's overall_timeout_ms left no time to ask again."
+                        ));
+                        return Ok(answer);
+                    }
                     self.note(format!(
                         "{label} did not know the requested block yet (a lagging node); the read was asked again after {} ms.",
                         LAG_RETRY_DELAY.as_millis()
@@ -527,7 +551,8 @@ impl FailoverRpc {
                         retry_after.is_some(),
                     );
                     let next = order.next();
-                    let (Some(next), true) = (next, attempts < MAX_ATTEMPTS) else {
+                    let more = attempts < MAX_ATTEMPTS && !self.out_of_time();
+                    let (Some(next), true) = (next, more) else {
                         return Err(error);
                     };
                     self.note(format!(
@@ -540,6 +565,11 @@ impl FailoverRpc {
             attempts += 1;
         }
     }
+}
+
+/// Why a read ended unanswered when the call's work budget ran out.
+fn out_of_time() -> TransportError {
+    TransportErrorKind::custom_str("no answer before the machine's overall_timeout_ms ran out")
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).

@@ -123,7 +123,7 @@ impl AppState {
         }
         let work = WorkContext {
             gateway: gateway.clone(),
-            config: config.clone(),
+            config: Arc::new(config.clone()),
             cache: Default::default(),
         };
         Ok(AppState {

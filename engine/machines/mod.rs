@@ -11,6 +11,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::Deserialize as _;
 use serde::Serialize;
@@ -183,8 +184,11 @@ struct Accepted<M: Machine> {
 impl<M: Machine> PaidWork for Accepted<M> {
     fn observe<'a>(self: Box<Self>, context: &'a WorkContext) -> Observation<'a> {
         Box::pin(async move {
+            // Every outbound read of the call, retries included, ends within the machine's
+            // own budget, so that a slow upstream is its HOLD, not work the gate must cut.
+            let context = context.ending_by(Instant::now() + self.spec.overall_timeout());
             let call = Call {
-                context,
+                context: &context,
                 spec: self.spec,
                 request: &self.request,
             };
@@ -260,13 +264,23 @@ impl NotReady {
 pub struct WorkContext {
     /// The one counted outbound gateway.
     pub gateway: Gateway,
-    /// The deployment's configuration (provider URLs among it).
-    pub config: Config,
+    /// The deployment's configuration (provider URLs among it); shared, so that each paid
+    /// call's bounded copy of the context ([`WorkContext::ending_by`]) is cheap.
+    pub config: Arc<Config>,
     /// In-process cache of upstream observations (VM04's optional cache).
     pub cache: TtlCache,
 }
 
 impl WorkContext {
+    /// The same context whose gateway ends every request by `deadline`.
+    pub fn ending_by(&self, deadline: Instant) -> WorkContext {
+        WorkContext {
+            gateway: self.gateway.ending_by(deadline),
+            config: Arc::clone(&self.config),
+            cache: self.cache.clone(),
+        }
+    }
+
     /// The configured JSON-RPC URL of a CAIP-2 chain.
     pub fn rpc_url(&self, chain: &str) -> Option<&Secret> {
         self.config.rpc_url(chain)

@@ -143,16 +143,21 @@ pub struct Gateway {
     client: reqwest::Client,
     connect_timeout: Duration,
     sent: Arc<AtomicU64>,
+    /// When every request through this gateway must have ended (a paid call's work budget,
+    /// see [`Gateway::ending_by`]); None: each request's own timeout only.
+    ends_by: Option<Instant>,
 }
 
 /// The connect timeout of the default client; machines with a manifest connect limit of
 /// their own get a derived client ([`Gateway::with_connect_timeout`]).
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(5000);
+/// The client's timeout for a request that sets none of its own.
+const CLIENT_TIMEOUT: Duration = Duration::from_millis(20_000);
 
 fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
-        .timeout(Duration::from_millis(20_000))
+        .timeout(CLIENT_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("factomat/", env!("CARGO_PKG_VERSION")))
         .build()
@@ -165,7 +170,36 @@ impl Gateway {
             client: build_client(DEFAULT_CONNECT_TIMEOUT)?,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             sent: Arc::new(AtomicU64::new(0)),
+            ends_by: None,
         })
+    }
+
+    /// The same counted gateway, with every request it sends cut short at `deadline`: a
+    /// machine's reads, however many and however retried, end within its
+    /// `overall_timeout_ms`, so a slow upstream becomes the machine's truthful HOLD rather
+    /// than work the payment gate must cut.
+    pub fn ending_by(&self, deadline: Instant) -> Gateway {
+        Gateway {
+            ends_by: Some(deadline),
+            ..self.clone()
+        }
+    }
+
+    /// What is left before [`Gateway::ending_by`]'s deadline (zero once it passed); None
+    /// when the gateway has none. Callers that retry ask it before another attempt.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.ends_by
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// The request with its timeout cut to the gateway's deadline. A request due now still
+    /// goes out with the shortest timeout, so that it fails as a timeout like any other.
+    fn bounded(&self, mut request: reqwest::Request) -> reqwest::Request {
+        if let Some(left) = self.time_left() {
+            let own = request.timeout().copied().unwrap_or(CLIENT_TIMEOUT);
+            *request.timeout_mut() = Some(own.min(left).max(Duration::from_millis(1)));
+        }
+        request
     }
 
     /// The same counted gateway with another connect timeout. reqwest fixes the connect
@@ -181,6 +215,7 @@ impl Gateway {
             client: build_client(connect_timeout)?,
             connect_timeout,
             sent: self.sent.clone(),
+            ends_by: self.ends_by,
         })
     }
 
@@ -203,12 +238,15 @@ impl Gateway {
         build: impl Fn() -> reqwest::Result<reqwest::Request>,
     ) -> reqwest::Result<reqwest::Response> {
         let started = Instant::now();
-        let (answer, record) = self.attempt(&self.client, upstream, build()?).await;
+        let (answer, record) = self
+            .attempt(&self.client, upstream, self.bounded(build()?))
+            .await;
         let error = match answer {
             Err(error) if closed_before_answer(&error) => error,
             answer => return record.finish(answer),
         };
-        let Some(again) = build().ok().and_then(|again| within(again, started)) else {
+        let again = build().ok().and_then(|again| within(again, started));
+        let Some(again) = again.map(|again| self.bounded(again)) else {
             return record.finish(Err(error));
         };
         record.resent();
@@ -243,7 +281,7 @@ impl Gateway {
         upstream: Upstream,
         request: reqwest::Request,
     ) -> reqwest::Result<reqwest::Response> {
-        let (answer, record) = self.attempt(client, upstream, request).await;
+        let (answer, record) = self.attempt(client, upstream, self.bounded(request)).await;
         record.finish(answer)
     }
 
@@ -339,6 +377,34 @@ mod tests {
             assert!(exposition.contains(&series), "{series} in:\n{exposition}");
         }
         assert!(!exposition.contains("endpoint=\"kept_alive\",result=\"error\""));
+    }
+
+    #[tokio::test]
+    async fn a_gateway_ending_by_a_deadline_cuts_a_longer_request_short() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        // Accepts and reads, never answers.
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move { while read_head(&mut socket).await {} });
+            }
+        });
+        let gateway = Gateway::new().expect("gateway");
+        let bounded = gateway.ending_by(Instant::now() + Duration::from_millis(300));
+        let bound = bounded.time_left().expect("a deadline");
+        assert!(bound <= Duration::from_millis(300));
+        assert_eq!(gateway.time_left(), None, "the original keeps no deadline");
+        // The request's own timeout is 5 s; the gateway's deadline ends it long before.
+        let answer = tokio::time::timeout(Duration::from_secs(3), get(&bounded, &url, "bounded"))
+            .await
+            .expect("ended by the gateway's deadline");
+        assert!(answer.expect_err("no answer").is_timeout());
+        assert_eq!(bounded.time_left(), Some(Duration::ZERO));
+        assert_eq!(
+            gateway.outbound_requests(),
+            1,
+            "counted by the shared count"
+        );
     }
 
     #[tokio::test]

@@ -54,6 +54,17 @@ pub(crate) struct Bounds {
     pub max_bytes: usize,
 }
 
+impl Bounds {
+    /// The same bounds with the timeout cut to what the gateway's deadline leaves (a paid
+    /// call's work budget; see [`Gateway::ending_by`]).
+    fn within(self, gateway: &Gateway) -> Bounds {
+        let timeout = gateway
+            .time_left()
+            .map_or(self.timeout, |left| left.min(self.timeout));
+        Bounds { timeout, ..self }
+    }
+}
+
 /// Appends path segments to a configured base URL, which may carry its own path prefix and
 /// query (kept: a provider may expect a key there).
 pub(crate) fn join(base: &url::Url, segments: &[&str]) -> Option<url::Url> {
@@ -114,7 +125,8 @@ pub(crate) fn retry_after_delay(value: &str, now: std::time::SystemTime) -> Opti
 pub(crate) enum GetError {
     #[error("the request could not be built")]
     Build,
-    /// The time budget of [`Bounds::timeout`] ran out (send and body read together).
+    /// The time budget of [`Bounds::timeout`], or what the gateway's deadline left of it,
+    /// ran out (send and body read together).
     #[error("no complete answer within the time budget")]
     Deadline,
     /// The transport reported a timeout of its own (e.g. the client's connect timeout).
@@ -175,6 +187,10 @@ async fn exchange(
     bounds: Bounds,
     accept: impl Fn(reqwest::StatusCode) -> bool,
 ) -> Result<Got, GetError> {
+    let bounds = bounds.within(gateway);
+    if bounds.timeout.is_zero() {
+        return Err(GetError::Deadline);
+    }
     let exchange = async {
         let response = gateway.send(upstream, build).await.map_err(describe)?;
         let status = response.status();
@@ -198,6 +214,7 @@ pub(crate) async fn get_json(
     url: url::Url,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
+    let bounds = bounds.within(gateway);
     json_answer(
         get(gateway, upstream, url, bounds, |status| status.is_success()).await,
         bounds,
@@ -212,6 +229,7 @@ pub(crate) async fn post_json<T: serde::Serialize + ?Sized>(
     body: &T,
     bounds: Bounds,
 ) -> Result<Value, UpstreamError> {
+    let bounds = bounds.within(gateway);
     json_answer(
         post(gateway, upstream, url, body, bounds, |status| {
             status.is_success()

@@ -176,6 +176,8 @@ pub enum RpcAction {
     Status(u16),
     /// Never answer.
     Hang,
+    /// Forward to the real node, answering only after this long (a slow node).
+    Slow(std::time::Duration),
 }
 
 /// A JSON-RPC endpoint that forwards to `upstream` unless `decide` says otherwise for a
@@ -210,7 +212,14 @@ where
                         .body(body)
                         .expect("response")
                 };
-                match decide(&method) {
+                let action = match decide(&method) {
+                    RpcAction::Slow(delay) => {
+                        tokio::time::sleep(delay).await;
+                        RpcAction::Forward
+                    }
+                    action => action,
+                };
+                match action {
                     RpcAction::Forward => {
                         let answer = client
                             .post(&upstream)
@@ -235,7 +244,7 @@ where
                         .body(b"{\"error\":\"rate limited\"}".to_vec())
                         .expect("response"),
                     RpcAction::Status(code) => reply(code, b"upstream says no".to_vec()),
-                    RpcAction::Hang => {
+                    RpcAction::Hang | RpcAction::Slow(_) => {
                         tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
                         reply(200, Vec::new())
                     }
