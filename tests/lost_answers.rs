@@ -19,7 +19,7 @@ use common::evidence::key_file;
 use common::facilitator_proxy::Settle;
 use common::ledgers::{fresh_ledger_url, sqlite_count, sqlite_file};
 use common::paid_rig::{PRICE, Rig, USDC, VM02, payment_response, reason_of, wait_for};
-use common::{TestServer, decode_header, expect_400, machine_routes};
+use common::{TestServer, decode_header, expect_400, machine_routes, unix_now};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
@@ -395,7 +395,72 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
     let refused = rig.send(&body, &header).await;
     assert_eq!(refused.status().as_u16(), 402);
     assert_eq!(reason_of(&refused), "payment_answer_expired");
+
+    // The same payment once its validBefore has passed too: its nonce, not its window, says
+    // what became of it.
+    let nonce = decode_header(&header)["payload"]["authorization"]["nonce"]
+        .as_str()
+        .expect("nonce")
+        .to_string();
+    let past = (unix_now() - 60).to_string();
+    let (late, _) = rig
+        .sign(&buyer, &body, &["--nonce", &nonce, "--valid-before", &past])
+        .await;
+    let refused = rig.send(&body, &late).await;
+    assert_eq!(refused.status().as_u16(), 402);
+    assert_eq!(reason_of(&refused), "payment_answer_expired");
     assert_facilitator_saw(&rig, 1, 1);
+    assert_charged_once(&rig, &buyer);
+}
+
+/// With retention off (`FACTOMAT_DELIVERY_RETENTION_SECONDS=0`) nothing is kept to collect,
+/// yet a buyer is still never invited to pay again while a payment's outcome is unknown: the
+/// identical resend of a pending settlement is a 503 `payment_in_progress` with
+/// `Retry-After` and no challenge. Once the transfer is on chain, a resend's chain read
+/// resolves the row `settled` and the payment is refused as presented, charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challenge() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let off = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+        ("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0"),
+    ];
+    let rig = Rig::start(stack, Settle::After(Duration::from_secs(4)), &off).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let pending = rig.send(&body, &header).await;
+    assert_eq!(pending.status().as_u16(), 503);
+    assert_eq!(
+        payment_response(&pending)["errorReason"],
+        "settlement_pending"
+    );
+
+    let resent = rig.send(&body, &header).await;
+    assert_eq!(resent.status().as_u16(), 503);
+    assert!(resent.headers().get("retry-after").is_some());
+    assert!(
+        resent.headers().get("payment-required").is_none(),
+        "never a fresh challenge while the outcome is unknown"
+    );
+    let refusal: Value = resent.json().await.expect("JSON error");
+    assert_eq!(refusal["error"]["code"], "payment_in_progress", "{refusal}");
+    assert_eq!(rig.only_row().await.state, "settle_pending");
+
+    wait_for("the late settlement lands", async || {
+        rig.balance(&buyer.address) == FUNDS - PRICE
+    })
+    .await;
+    let decided = rig.send(&body, &header).await;
+    assert_eq!(decided.status().as_u16(), 402);
+    assert_eq!(reason_of(&decided), "payment_nonce_already_presented");
+    assert_eq!(
+        rig.only_row().await.state,
+        "settled",
+        "resolved from the chain"
+    );
+    assert_eq!(rig.facilitator.recorder.verifies(), 1);
     assert_charged_once(&rig, &buyer);
 }
 

@@ -164,7 +164,8 @@ impl From<&Refusal> for ApiError {
             | Refusal::LedgerUnavailableOnResend
             | Refusal::FacilitatorUnavailable { .. }
             | Refusal::RerunFailed
-            | Refusal::InProgress => StatusCode::SERVICE_UNAVAILABLE,
+            | Refusal::InProgress
+            | Refusal::OutcomeUnknown => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::IdentifierInvalid => StatusCode::BAD_REQUEST,
             Refusal::IdentifierConflict => StatusCode::CONFLICT,
         };

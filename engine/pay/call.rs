@@ -128,6 +128,12 @@ pub(crate) enum Refusal {
         "this payment is still being processed; send the identical request again shortly to collect its answer, and do not sign a new payment"
     )]
     InProgress,
+    /// The nonce's earlier presentation has no answer here to collect and its outcome is not
+    /// known yet (still running, or its settlement undecided): it may still be charged.
+    #[error(
+        "this payment is still being processed or its settlement is not decided yet, and it may still be charged; no answer of it is kept for this request: do not sign a new payment for it, send the identical request again later to learn its outcome"
+    )]
+    OutcomeUnknown,
 }
 
 impl Refusal {
@@ -142,7 +148,7 @@ impl Refusal {
             Refusal::Misconfigured => "payment_misconfigured",
             Refusal::IdentifierInvalid => "invalid_payment_identifier",
             Refusal::IdentifierConflict => "payment_identifier_conflict",
-            Refusal::InProgress => "payment_in_progress",
+            Refusal::InProgress | Refusal::OutcomeUnknown => "payment_in_progress",
         }
     }
 }

@@ -12,6 +12,9 @@
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more and the answer is retained (a crash, or an answer that could not be sealed) |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //!
+//! A payment that finds no binding but whose nonce is on record is answered by
+//! [`known_nonce`]: never a fresh challenge while the nonce's outcome is unknown.
+//!
 //! A resend of a pending payment reads the chain at most once per row every two seconds
 //! (`settlement::PendingReads`), however often it is sent.
 
@@ -22,8 +25,8 @@ use tokio::time::Instant;
 
 use crate::catalog::manifest::Manifest;
 use crate::pay::call::{
-    NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, reject, resend_ledger_failure,
-    unix_now,
+    ALREADY_PRESENTED, NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, reject,
+    resend_ledger_failure, unix_now,
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
@@ -212,22 +215,8 @@ impl Resend<'_> {
         }
     }
 
-    /// The outcome the chain gives a row now (read at most once per row and block), if any.
     async fn chain_outcome(&self, row: &AttemptRow) -> Option<Outcome> {
-        let (chain, payment) = (self.rail.trusted_chain()?, payment_of(row).ok()?);
-        let finding = self.rail.pending_reads.find(chain, row, &payment).await;
-        match finding {
-            Finding::Paid {
-                transaction,
-                transfer_log_index,
-                evidence,
-            } => Some(Outcome::Settled {
-                transaction,
-                transfer_log_index: Some(transfer_log_index),
-                evidence: Some(evidence),
-            }),
-            other => outcome_of(&row.state, &other),
-        }
+        chain_outcome(self.rail, row).await
     }
 
     /// The answer as first sent, within its window. One that no longer opens (the delivery
@@ -332,6 +321,70 @@ impl Resend<'_> {
             retry_after_seconds: valid_before(row).saturating_sub(unix_now()).max(1),
             payment_response: response,
         }
+    }
+}
+
+/// The outcome the chain gives a row now (read at most once per row and block), if any.
+async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> {
+    let (chain, payment) = (rail.trusted_chain()?, payment_of(row).ok()?);
+    let finding = rail.pending_reads.find(chain, row, &payment).await;
+    match finding {
+        Finding::Paid {
+            transaction,
+            transfer_log_index,
+            evidence,
+        } => Some(Outcome::Settled {
+            transaction,
+            transfer_log_index: Some(transfer_log_index),
+            evidence: Some(evidence),
+        }),
+        other => outcome_of(&row.state, &other),
+    }
+}
+
+/// What a payment whose nonce the ledger already holds gets when no answer of it is there to
+/// collect (retention off, another payload or `id` than the one that paid, or a window that
+/// passed). While the nonce's outcome is unknown its buyer is never invited to pay again: a
+/// row still running, or whose settlement the chain cannot decide yet, is a 503 without a
+/// challenge. A pending or abandoned row the chain decides now is resolved by the
+/// settlement rules. A settled payment of the same request whose answer is no longer
+/// retained says so; anything else was presented already.
+pub(crate) async fn known_nonce(
+    rail: &PaymentRail,
+    request_sha256: &str,
+    nonce_sha256: &str,
+) -> PaidOutcome {
+    let mut row = match rail.ledger.row_by_nonce(nonce_sha256).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return reject(ALREADY_PRESENTED),
+        Err(error) => return resend_ledger_failure(&error),
+    };
+    let abandoned = row.state == "reserved" && !still_running(&row);
+    if row.state == "settle_pending" || abandoned {
+        let Some(outcome) = chain_outcome(rail, &row).await else {
+            return PaidOutcome::Failed(Refusal::OutcomeUnknown);
+        };
+        match rail.ledger.resolve(row.id, &row.state, &outcome).await {
+            Ok(true) => tracing::warn!(
+                attempt = row.id,
+                state = outcome.state(),
+                "a payment of unknown outcome was resolved from the chain on a resend"
+            ),
+            Ok(false) => return PaidOutcome::Failed(Refusal::OutcomeUnknown),
+            Err(error) => return resend_ledger_failure(&error),
+        }
+        if !matches!(outcome, Outcome::Settled { .. }) {
+            return reject(unpaid_reason(&outcome));
+        }
+        row.state = outcome.state().to_string();
+    }
+    match row.state.as_str() {
+        "reserved" | "settle_pending" => PaidOutcome::Failed(Refusal::OutcomeUnknown),
+        "settled" if rail.retention.is_some() && row.request_sha256 == request_sha256 => {
+            metrics().retained("expired");
+            reject(ANSWER_EXPIRED)
+        }
+        _ => reject(ALREADY_PRESENTED),
     }
 }
 

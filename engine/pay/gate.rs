@@ -28,7 +28,7 @@ use crate::pay::call::{
     ALREADY_PRESENTED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
     reject, unix_now,
 };
-use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent};
+use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent, known_nonce};
 use crate::pay::echo;
 use crate::pay::facilitator::{FacilitatorError, PaymentBody};
 use crate::pay::ledger::{Binding, LedgerError, NewAttempt};
@@ -172,7 +172,7 @@ async fn precheck(
         .await
     {
         Ok(found) if found.nonce_known => {
-            Err(reject(already_presented(rail, call, presented).await))
+            Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await)
         }
         Ok(found) if found.payer_struck => {
             metrics().payment("payer_struck", "");
@@ -181,25 +181,6 @@ async fn precheck(
         }
         Ok(_) => Ok(()),
         Err(error) => Err(ledger_failure(&error)),
-    }
-}
-
-/// Why a known nonce is refused: the same request's settled payment whose answer is no
-/// longer retained says so; anything else was simply presented already.
-async fn already_presented(
-    rail: &PaymentRail,
-    call: &PaidCall<'_>,
-    presented: &Presented,
-) -> &'static str {
-    if rail.retention.is_none() {
-        return ALREADY_PRESENTED;
-    }
-    match rail.ledger.row_by_nonce(&presented.nonce_sha256).await {
-        Ok(Some(row)) if row.state == "settled" && row.request_sha256 == call.request_sha256 => {
-            metrics().retained("expired");
-            ANSWER_EXPIRED
-        }
-        _ => ALREADY_PRESENTED,
     }
 }
 
@@ -212,7 +193,17 @@ async fn admit(
 ) -> Result<Instant, PaidOutcome> {
     echo::check(&presented.payload, call.requirement, call.declared)
         .map_err(|refusal| reject(refusal.reason()))?;
-    let deadline = call_deadline(rail, call.machine, manifest, presented)?;
+    let deadline = match call_deadline(rail, call.machine, manifest, presented) {
+        Ok(deadline) => deadline,
+        // A window that has passed is most often an earlier payment sent again: its nonce
+        // says what became of it, which is the truer answer.
+        Err(refused) => match rail.ledger.knows_nonce(&presented.nonce_sha256).await {
+            Ok(true) => {
+                return Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await);
+            }
+            _ => return Err(refused),
+        },
+    };
     check_locally(rail, call.machine, call.pay_to, presented)?;
     precheck(rail, call, presented).await?;
     Ok(deadline)
@@ -259,7 +250,7 @@ async fn verify(
                 rail.ledger.knows_nonce(&presented.nonce_sha256).await,
                 Ok(true)
             ) {
-                return Err(reject(ALREADY_PRESENTED));
+                return Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await);
             }
             let reason = verdict
                 .invalid_reason
@@ -321,13 +312,23 @@ pub(crate) async fn run<E: std::fmt::Display>(
     let outcome = first_presentation(rail, manifest, &call, &presented, &lookup, work).await;
     // A copy that raced the first presentation of this payment past the lookup is not
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
-    if let (PaidOutcome::Rejected { reason }, Some(retention)) = (&outcome, &rail.retention)
-        && (reason == ALREADY_PRESENTED || reason == ANSWER_EXPIRED)
+    if let Some(retention) = &rail.retention
+        && met_its_own_nonce(&outcome)
         && let Collect::Done(collected) = resend(retention).collect().await
     {
         return collected;
     }
     outcome
+}
+
+/// The refusals of a payment whose nonce the ledger already held ([`known_nonce`]): a copy
+/// racing its first presentation may collect that one's answer.
+fn met_its_own_nonce(outcome: &PaidOutcome) -> bool {
+    match outcome {
+        PaidOutcome::Rejected { reason } => reason == ALREADY_PRESENTED || reason == ANSWER_EXPIRED,
+        PaidOutcome::Failed(refusal) => matches!(refusal, Refusal::OutcomeUnknown),
+        _ => false,
+    }
 }
 
 /// The paid path of a payment not presented before: the checks, `/verify`, the reserve, the
@@ -360,7 +361,9 @@ async fn first_presentation<E: std::fmt::Display>(
     });
     let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
         Ok(id) => id,
-        Err(LedgerError::Duplicate) => return reject(ALREADY_PRESENTED),
+        Err(LedgerError::Duplicate) => {
+            return known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await;
+        }
         Err(LedgerError::IdentifierBound) => {
             metrics().retained("conflict");
             return PaidOutcome::Failed(Refusal::IdentifierConflict);
