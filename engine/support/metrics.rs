@@ -75,6 +75,46 @@ pub(crate) struct Metrics {
     retained: Family<RetainedLabels, Counter>,
     /// `payments{outcome="challenged"}`, resolved once: every unpaid valid request counts it.
     challenged: Counter,
+    /// The `reason` labels given out so far.
+    reasons: ReasonLabels,
+}
+
+/// Distinct `reason` labels at most: a facilitator's `invalidReason` is an open string, so
+/// the series it can open are capped; later new reasons count as `other`.
+const MAX_REASON_LABELS: usize = 64;
+/// The longest reason taken as a code.
+const MAX_REASON_CHARS: usize = 80;
+
+/// The `reason` label of a payment event: the reason itself when it is shaped like an x402
+/// code (lower-case letters, digits and `_`, at most 80) and one of the first
+/// [`MAX_REASON_LABELS`] seen, else `other`.
+#[derive(Default)]
+struct ReasonLabels(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl ReasonLabels {
+    fn label(&self, reason: &str) -> String {
+        if reason.is_empty() {
+            return String::new();
+        }
+        let code_shaped = reason.len() <= MAX_REASON_CHARS
+            && reason
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !code_shaped {
+            return "other".into();
+        }
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !seen.contains(reason) {
+            if seen.len() >= MAX_REASON_LABELS {
+                return "other".into();
+            }
+            seen.insert(reason.to_string());
+        }
+        reason.to_string()
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -102,6 +142,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         listings: Family::default(),
         retained: Family::default(),
         challenged,
+        reasons: ReasonLabels::default(),
     };
     metrics
         .build
@@ -156,12 +197,10 @@ impl Metrics {
     /// One payment event: `challenged`, `verified`, `rejected` (with its reason),
     /// `settled`, `settle_failed` or `work_failed`.
     pub(crate) fn payment(&self, outcome: &'static str, reason: &str) {
-        // A facilitator's reason is a short code; anything longer is not a code.
-        let reason = if reason.len() <= 80 { reason } else { "other" };
         self.payments
             .get_or_create(&PaymentLabels {
                 outcome,
-                reason: reason.to_string(),
+                reason: self.reasons.label(reason),
             })
             .inc();
     }
@@ -317,5 +356,28 @@ pub(crate) struct InFlight;
 impl Drop for InFlight {
     fn drop(&mut self) {
         METRICS.in_flight.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_labels_are_code_shaped_and_capped() {
+        let labels = ReasonLabels::default();
+        assert_eq!(labels.label(""), "");
+        assert_eq!(labels.label("insufficient_funds"), "insufficient_funds");
+        assert_eq!(labels.label("Insufficient funds!"), "other");
+        assert_eq!(labels.label(&"a".repeat(MAX_REASON_CHARS + 1)), "other");
+        for n in 1..MAX_REASON_LABELS {
+            assert_eq!(labels.label(&format!("reason_{n}")), format!("reason_{n}"));
+        }
+        assert_eq!(labels.label("one_too_many"), "other", "the cap is reached");
+        assert_eq!(
+            labels.label("insufficient_funds"),
+            "insufficient_funds",
+            "a reason already labelled keeps its label"
+        );
     }
 }
