@@ -345,6 +345,18 @@ impl WorkError {
     }
 }
 
+/// A numeric limit the machine's work runs with. Required, never defaulted in code, so that
+/// machines.yaml stays its only source.
+pub(crate) fn limit(spec: &Spec, name: &str) -> Result<u64, WorkError> {
+    spec.limit(name)
+        .ok_or_else(|| WorkError::manifest(&spec.machine, format!("no limit {name}")))
+}
+
+/// A limit in milliseconds ([`limit`]), as a duration.
+pub(crate) fn limit_ms(spec: &Spec, name: &str) -> Result<std::time::Duration, WorkError> {
+    limit(spec, name).map(std::time::Duration::from_millis)
+}
+
 /// Something a machine's paid work reads, which this deployment must provide before a caller
 /// pays for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,4 +477,30 @@ pub fn provider_missing(machine: &Spec, what: &str) -> Result<(), NotReady> {
             machine.machine
         ),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::embedded::MANIFEST;
+
+    #[test]
+    fn a_limit_missing_from_the_manifest_is_an_error_not_a_default() {
+        let vm02 = MANIFEST
+            .machines
+            .iter()
+            .find(|m| m.machine == "VM02")
+            .expect("VM02");
+        assert_eq!(
+            limit_ms(vm02, "response_timeout_ms").expect("declared"),
+            std::time::Duration::from_millis(vm02.limit("response_timeout_ms").expect("set"))
+        );
+        let mut trimmed = vm02.clone();
+        trimmed.limits.remove("response_timeout_ms");
+        let error = limit(&trimmed, "response_timeout_ms").expect_err("no default");
+        assert_eq!(
+            error.to_string(),
+            "VM02 manifest: no limit response_timeout_ms"
+        );
+    }
 }

@@ -5,8 +5,6 @@
 //! JSON-RPC batch of eth_call allowance, balanceOf, decimals, symbol, and eth_getCode. A
 //! failing or slow RPC gives a truthful HOLD.
 
-use std::time::Duration;
-
 use alloy::eips::BlockId;
 use alloy::primitives::{Address, Bytes, U256};
 use alloy::providers::{Provider, RootProvider};
@@ -17,7 +15,7 @@ use alloy::sol_types::SolCall;
 use alloy::transports::TransportError;
 use serde::{Deserialize, Serialize};
 
-use super::{Call, CheckFailure, Need, WorkError};
+use super::{Call, CheckFailure, Need, WorkError, limit_ms};
 use crate::catalog::manifest::Machine;
 use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::BASE;
@@ -70,7 +68,7 @@ impl super::Machine for Vm02 {
         let owner = address_field(&request.owner, "owner")?;
         let token = address_field(&request.token, "token")?;
         let spender = address_field(&request.spender, "spender")?;
-        let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+        let timeout = limit_ms(machine, "response_timeout_ms")?;
         let rpc = FailoverRpc::for_chain(&context.gateway, &context.config, BASE, timeout)
             .ok_or_else(|| WorkError::NotConfigured("eip155:8453 RPC endpoint".into()))?;
         let mut reads = read_at_one_block(&rpc.provider(), owner, token, spender).await;

@@ -17,7 +17,7 @@ use alloy::primitives::{Address, U256};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Call, CheckFailure, Need, WorkError};
+use super::{Call, CheckFailure, Need, WorkError, limit, limit_ms};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::machines::checks as rc;
@@ -145,37 +145,32 @@ fn allowlist<T: serde::de::DeserializeOwned>(
 
 impl Settings {
     fn from(machine: &Machine) -> Result<Settings, WorkError> {
-        let millis = |name: &str, default: u64| {
-            Duration::from_millis(machine.limit(name).unwrap_or(default))
-        };
+        let count =
+            |name: &str| limit(machine, name).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let threshold_text = machine
             .limits
             .get("concentration_threshold")
             .and_then(Value::as_str)
-            .unwrap_or("0.40")
+            .ok_or_else(|| WorkError::manifest("VM03", "no limit concentration_threshold"))?
             .to_string();
-        let floor = machine.limit("min_pair_liquidity_usd").unwrap_or(10_000);
-        // Both provider adapters read their answers within this limit; it is required, not
-        // defaulted, so the manifest stays its only source.
-        let max_bytes = machine
-            .limit("max_provider_response_bytes")
-            .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-            .ok_or_else(|| WorkError::manifest("VM03", "no limit max_provider_response_bytes"))?;
+        let floor = limit(machine, "min_pair_liquidity_usd")?;
+        let max_bytes = count("max_provider_response_bytes")?;
         let multicall: String = allowlist(machine, "multicall3")?;
+        let response_timeout = limit_ms(machine, "response_timeout_ms")?;
         Ok(Settings {
-            cap: machine.limit("max_returned_holdings").unwrap_or(40) as usize,
+            cap: count("max_returned_holdings")?,
             inventory: Bounds {
-                timeout: millis("inventory_budget_ms", 8000),
+                timeout: limit_ms(machine, "inventory_budget_ms")?,
                 max_bytes,
             },
-            max_pages: machine.limit("max_inventory_pages").unwrap_or(20) as u32,
-            rpc_timeout: millis("response_timeout_ms", 8000),
+            max_pages: u32::try_from(limit(machine, "max_inventory_pages")?).unwrap_or(u32::MAX),
+            rpc_timeout: response_timeout,
             pricing: Bounds {
-                timeout: millis("response_timeout_ms", 8000),
+                timeout: response_timeout,
                 max_bytes,
             },
-            batch_size: machine.limit("pricing_batch_size").unwrap_or(30) as usize,
-            pair_cap: machine.limit("pricing_answer_pair_cap").unwrap_or(30) as usize,
+            batch_size: count("pricing_batch_size")?,
+            pair_cap: count("pricing_answer_pair_cap")?,
             liquidity_floor: Decimal::from_units(U256::from(floor), 0).unwrap_or(Decimal::ZERO),
             floor_text: floor.to_string(),
             threshold: Decimal::parse(&threshold_text).ok_or_else(|| {

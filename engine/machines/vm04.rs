@@ -17,7 +17,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Call, CheckFailure, Need, WorkError};
+use super::{Call, CheckFailure, Need, WorkError, limit};
 use crate::catalog::manifest::Machine;
 use crate::chain::networks::{self, Chain};
 use crate::machines::checks as rc;
@@ -122,14 +122,11 @@ impl super::Machine for Vm04 {
         let frozen = frozen(machine)?;
         let query = query(machine, &frozen, request)?;
         let (candidates, mut omissions) = select(&frozen, &query);
-        let reads = read(context, machine, &frozen, query.chain, &candidates).await;
-        let ceiling = Decimal::from_units(
-            alloy::primitives::U256::from(
-                machine.limit("max_plausible_apr_percent").unwrap_or(1000),
-            ),
-            2,
-        )
-        .unwrap_or(Decimal::ZERO);
+        let limits = ReadLimits::of(machine)?;
+        let ceiling_percent = limit(machine, "max_plausible_apr_percent")?;
+        let reads = read(context, &limits, &frozen, query.chain, &candidates).await;
+        let ceiling = Decimal::from_units(alloy::primitives::U256::from(ceiling_percent), 2)
+            .unwrap_or(Decimal::ZERO);
         let mut results: Vec<VenueResult> = candidates
             .iter()
             .filter_map(
@@ -214,7 +211,7 @@ mod respond;
 mod venues;
 
 use items::{VenueResult, aave_venue, classify, lido_venue, sort};
-use reads::read;
+use reads::{ReadLimits, read};
 use respond::{Decision, respond};
 use venues::{Frozen, frozen, select};
 
@@ -273,7 +270,7 @@ fn query(machine: &Machine, frozen: &Frozen, request: &Request) -> Result<Query,
             }
         }
     };
-    let default_limit = machine.limit("limit_default").unwrap_or(20);
+    let default_limit = limit(machine, "limit_default")?;
     Ok(Query {
         chain,
         resolved,

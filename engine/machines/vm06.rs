@@ -13,8 +13,6 @@
 //! history, `gas_units × (base fee of the next block + newest block's reward at p)`. They are
 //! observations, not a recommendation, a final cost or (on Base) the layer-1 fee.
 
-use std::time::Duration;
-
 use alloy::eips::{BlockId, BlockNumberOrTag};
 use alloy::network::TransactionBuilder;
 use alloy::primitives::{Address, Bytes, U256};
@@ -23,7 +21,7 @@ use alloy::rpc::types::{FeeHistory, TransactionRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Call, CheckFailure, Need, WorkError};
+use super::{Call, CheckFailure, Need, WorkError, limit, limit_ms};
 use crate::catalog::manifest::Machine;
 use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::{self, Chain};
@@ -90,13 +88,13 @@ impl super::Machine for Vm06 {
         let url = context.rpc_url(intent.chain.caip2).ok_or_else(|| {
             WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
         })?;
-        let timeout = Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000));
+        let timeout = limit_ms(machine, "response_timeout_ms")?;
         let transport =
             FailoverRpc::for_chain(&context.gateway, &context.config, intent.chain, timeout)
                 .ok_or_else(|| {
                     WorkError::NotConfigured(format!("{} RPC endpoint", intent.chain.caip2))
                 })?;
-        let query = history_query(machine);
+        let query = history_query(machine)?;
         let (estimate, history) = read(&transport.provider(), &intent, &query).await;
         let endpoint = rpc::public_endpoint(url);
         let mut answer = respond(machine, &intent, &query, estimate, history, &endpoint);
@@ -148,17 +146,19 @@ struct HistoryQuery {
     percentiles: Vec<u64>,
 }
 
-fn history_query(machine: &Machine) -> HistoryQuery {
+fn history_query(machine: &Machine) -> Result<HistoryQuery, WorkError> {
     let percentiles = machine
         .limits
         .get("fee_history_reward_percentiles")
         .and_then(Value::as_array)
         .map(|list| list.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    HistoryQuery {
-        block_count: machine.limit("fee_history_block_count").unwrap_or(5),
+        .ok_or_else(|| {
+            WorkError::manifest(&machine.machine, "no limit fee_history_reward_percentiles")
+        })?;
+    Ok(HistoryQuery {
+        block_count: limit(machine, "fee_history_block_count")?,
         percentiles,
-    }
+    })
 }
 
 async fn read(

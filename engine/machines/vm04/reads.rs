@@ -7,7 +7,7 @@ use super::venues::{Frozen, VenueSpec};
 use crate::catalog::manifest::Machine;
 use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::Chain;
-use crate::machines::WorkContext;
+use crate::machines::{WorkContext, WorkError, limit, limit_ms};
 use crate::net::upstream::{Bounds, UpstreamError};
 use crate::providers::aave::{self, AaveError, ReserveObservation};
 use crate::providers::lido::{self, SmaObservation};
@@ -22,16 +22,24 @@ pub(super) struct Served<T> {
     pub(super) cached: bool,
 }
 
-pub(super) fn cache_ttl(machine: &Machine) -> Duration {
-    Duration::from_millis(machine.limit("cache_ttl_ms").unwrap_or(60_000))
+/// The manifest limits VM04's provider reads run with.
+pub(super) struct ReadLimits {
+    /// How long an observation is served from the cache.
+    ttl: Duration,
+    /// Each provider read's time and size bounds.
+    bounds: Bounds,
 }
 
-pub(super) fn bounds(machine: &Machine) -> Bounds {
-    Bounds {
-        timeout: Duration::from_millis(machine.limit("response_timeout_ms").unwrap_or(8000)),
-        max_bytes: machine
-            .limit("max_provider_response_bytes")
-            .unwrap_or(65_536) as usize,
+impl ReadLimits {
+    pub(super) fn of(machine: &Machine) -> Result<ReadLimits, WorkError> {
+        Ok(ReadLimits {
+            ttl: limit_ms(machine, "cache_ttl_ms")?,
+            bounds: Bounds {
+                timeout: limit_ms(machine, "response_timeout_ms")?,
+                max_bytes: usize::try_from(limit(machine, "max_provider_response_bytes")?)
+                    .unwrap_or(usize::MAX),
+            },
+        })
     }
 }
 
@@ -62,7 +70,7 @@ pub(super) fn store<T: serde::Serialize>(
 
 pub(super) async fn read_aave(
     context: &WorkContext,
-    machine: &Machine,
+    limits: &ReadLimits,
     frozen: &Frozen,
     chain: Chain,
     reserve: &str,
@@ -79,7 +87,7 @@ pub(super) async fn read_aave(
         .and_then(|a| evm::parse_address(&a).ok())
         .ok_or_else(|| internal("the reserve asset"))?;
     let key = format!("vm04:aave_v3:{}:{asset:#x}", chain.chain_id);
-    let ttl = cache_ttl(machine);
+    let ttl = limits.ttl;
     if let Some(served) = from_cache(context, &key, ttl) {
         return Ok(served);
     }
@@ -87,7 +95,7 @@ pub(super) async fn read_aave(
         &context.gateway,
         &context.config,
         chain,
-        bounds(machine).timeout,
+        limits.bounds.timeout,
     )
     .ok_or_else(|| internal("the RPC endpoint"))?;
     let observation = aave::read_reserve(&transport.provider(), provider_address, asset).await;
@@ -103,10 +111,10 @@ pub(super) async fn read_aave(
 
 pub(super) async fn read_lido(
     context: &WorkContext,
-    machine: &Machine,
+    limits: &ReadLimits,
 ) -> Result<Served<SmaObservation>, UpstreamError> {
     let key = "vm04:lido:steth_apr_sma";
-    let ttl = cache_ttl(machine);
+    let ttl = limits.ttl;
     if let Some(served) = from_cache(context, key, ttl) {
         return Ok(served);
     }
@@ -115,7 +123,7 @@ pub(super) async fn read_lido(
         .lido_api_url
         .as_ref()
         .ok_or_else(|| UpstreamError::Shape("no Lido API URL is configured".into()))?;
-    let observation = lido::read_sma(&context.gateway, base, bounds(machine)).await?;
+    let observation = lido::read_sma(&context.gateway, base, limits.bounds).await?;
     store(context, key, &observation, ttl);
     Ok(Served {
         value: observation,
@@ -134,11 +142,13 @@ pub(super) struct Reads {
     pub(super) lido: Option<Result<Served<SmaObservation>, UpstreamError>>,
     /// Reads that needed a second attempt, in words (empty: none).
     pub(super) rpc_retries: Vec<String>,
+    /// How long an observation is served from the cache.
+    pub(super) cache_ttl: Duration,
 }
 
 pub(super) async fn read(
     context: &WorkContext,
-    machine: &Machine,
+    limits: &ReadLimits,
     frozen: &Frozen,
     chain: Chain,
     candidates: &[&VenueSpec],
@@ -153,14 +163,14 @@ pub(super) async fn read(
     let aave = async {
         match &aave_reserve {
             Some(reserve) => {
-                Some(read_aave(context, machine, frozen, chain, reserve, &mut rpc_retries).await)
+                Some(read_aave(context, limits, frozen, chain, reserve, &mut rpc_retries).await)
             }
             None => None,
         }
     };
     let lido = async {
         match wants_lido {
-            true => Some(read_lido(context, machine).await),
+            true => Some(read_lido(context, limits).await),
             false => None,
         }
     };
@@ -171,5 +181,6 @@ pub(super) async fn read(
         aave,
         lido,
         rpc_retries,
+        cache_ttl: limits.ttl,
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::items::{LIDO_EVIDENCE_ID, aave_evidence_id, sort_json};
-use super::reads::{Reads, cache_ttl};
+use super::reads::Reads;
 use super::venues::Frozen;
 use super::{Query, Request};
 use crate::catalog::manifest::Machine;
@@ -147,7 +147,7 @@ pub(super) fn respond(
         "cached": cached,
         "observation_age_ms": age,
         "venues": outcome.venues,
-        "limitations": limitations(query, reads, age, cached, cache_ttl(machine)),
+        "limitations": limitations(query, reads, age, cached, reads.cache_ttl),
         "errors": outcome.errors,
         "evidence": evidence(reads, query.chain),
     })
