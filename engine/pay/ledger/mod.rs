@@ -289,12 +289,12 @@ const ROW_BY_NONCE_SQL: &str = concat!(
 
 /// A lookup by key or by `id` (none of the tables' column names overlap, so the join needs no
 /// prefixes).
-const RETAINED_SQL: &str = "SELECT lookup_sha256, id_sha256, kind, sealed, collectable_until,
-     id, machine, family, payer, amount_atomic, asset, network, pay_to, state,
-     transaction_hash, nonce, valid_before, failure_reason, evidence, created_at, request_id,
-     transfer_log_index, request_sha256, collected_again, updated_at
-     FROM retained_answers JOIN payment_attempts ON id = attempt_id
-     WHERE lookup_sha256 = ?1 OR id_sha256 = ?2";
+const RETAINED_SQL: &str = concat!(
+    "SELECT lookup_sha256, id_sha256, kind, sealed, collectable_until, ",
+    row_columns!(),
+    " FROM retained_answers JOIN payment_attempts ON id = attempt_id
+     WHERE lookup_sha256 = ?1 OR id_sha256 = ?2"
+);
 
 /// A reserved row: its columns, `?1`–`?12`, and its time `?13`.
 const RESERVE_SQL: &str = "INSERT INTO payment_attempts (machine, family, payer, amount_atomic,
@@ -302,9 +302,19 @@ const RESERVE_SQL: &str = "INSERT INTO payment_attempts (machine, family, payer,
      state, created_at, updated_at)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 'reserved', ?13, ?13)";
 
+/// The columns a binding writes, in this order: the lookup, the row, the `id`'s hash, the
+/// kind and the time (SQLite's [`BIND_SQL`] and PostgreSQL's reserve with its binding, [`BINDING_INSERT`]).
+macro_rules! binding_columns {
+    () => {
+        "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256, kind, retained_at)"
+    };
+}
+
+/// The head of a binding's insert, for PostgreSQL's reserve with its binding.
+const BINDING_INSERT: &str = binding_columns!();
+
 /// Binds a reserved call to where its answer will be retained.
-const BIND_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256,
-     kind, retained_at) VALUES (?1, ?2, ?3, 'in_flight', ?4)";
+const BIND_SQL: &str = concat!(binding_columns!(), " VALUES (?1, ?2, ?3, 'in_flight', ?4)");
 
 /// Retains the answer of a row that has none yet (the work run again for a paid row), or
 /// replaces its binding's.

@@ -17,9 +17,10 @@ use tokio_postgres::error::SqlState;
 use super::tls;
 
 use super::{
-    AttemptRow, Binding, CHANGE_SQL, COLLECTED_SQL, Change, INDEXES, LedgerError, NewAttempt,
-    PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL,
-    Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted, retained_schema, schema,
+    AttemptRow, BINDING_INSERT, Binding, CHANGE_SQL, COLLECTED_SQL, Change, INDEXES, LedgerError,
+    NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL,
+    ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted,
+    retained_schema, schema,
 };
 
 /// One statement argument.
@@ -86,10 +87,10 @@ fn reserve() -> String {
 fn reserve_binding() -> String {
     format!(
         "WITH attempt AS ({}),
-         bound AS (INSERT INTO retained_answers (lookup_sha256, attempt_id, id_sha256, kind,
-             retained_at) SELECT $14, id, $15, 'in_flight', $13 FROM attempt)
+         bound AS ({} SELECT $14, id, $15, 'in_flight', $13 FROM attempt)
          SELECT id FROM attempt",
-        reserve()
+        reserve(),
+        BINDING_INSERT
     )
 }
 
