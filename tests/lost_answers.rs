@@ -416,8 +416,10 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
 /// With retention off (`FACTOMAT_DELIVERY_RETENTION_SECONDS=0`) nothing is kept to collect,
 /// yet a buyer is still never invited to pay again while a payment's outcome is unknown: the
 /// identical resend of a pending settlement is a 503 `payment_in_progress` with
-/// `Retry-After` and no challenge. Once the transfer is on chain, a resend's chain read
-/// resolves the row `settled` and the payment is refused as presented, charged once.
+/// `Retry-After` and no challenge, and so is a copy of its nonce by another payer; resends
+/// at once share one chain reading. Once the
+/// transfer is on chain, the buyer's resend reads the chain, resolves the row `settled` and
+/// is told its answer can no longer be collected (402 `payment_answer_expired`), charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challenge() {
     let stack = shared_stack();
@@ -427,7 +429,7 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
         ("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0"),
     ];
-    let rig = Rig::start(stack, Settle::After(Duration::from_secs(4)), &off).await;
+    let rig = Rig::start(stack, Settle::After(Duration::from_secs(9)), &off).await;
     let body = rig.request(&buyer);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let pending = rig.send(&body, &header).await;
@@ -437,7 +439,10 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
         "settlement_pending"
     );
 
+    let before = chain_reads(&rig);
     let resent = rig.send(&body, &header).await;
+    let one_reading = chain_reads(&rig) - before;
+    assert!(one_reading > 0, "the buyer's resend asks the chain");
     assert_eq!(resent.status().as_u16(), 503);
     assert!(resent.headers().get("retry-after").is_some());
     assert!(
@@ -448,13 +453,58 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
     assert_eq!(refusal["error"]["code"], "payment_in_progress", "{refusal}");
     assert_eq!(rig.only_row().await.state, "settle_pending");
 
+    // Another payer presenting the same nonce learns nothing more and is not challenged.
+    let nonce = decode_header(&header)["payload"]["authorization"]["nonce"]
+        .as_str()
+        .expect("nonce")
+        .to_string();
+    let stranger = rig.stack.fresh_buyer(&FUNDS.to_string());
+    let (copy, _) = rig.sign(&stranger, &body, &["--nonce", &nonce]).await;
+    let copied = rig.send(&body, &copy).await;
+    assert_eq!(copied.status().as_u16(), 503);
+    assert!(copied.headers().get("payment-required").is_none());
+
+    // Concurrent resends share one chain reading: once the last one is 2 s old, four
+    // resends overlap a reading slowed to 500 ms, and the chain is read once.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    rig.rpc.set_delay("eth_call", Duration::from_millis(500));
+    let before = chain_reads(&rig);
+    let burst = tokio::join!(
+        rig.send(&body, &header),
+        rig.send(&body, &header),
+        rig.send(&body, &header),
+        rig.send(&body, &header),
+    );
+    rig.rpc.set_delay("eth_call", Duration::ZERO);
+    for answer in [burst.0, burst.1, burst.2, burst.3] {
+        assert_eq!(answer.status().as_u16(), 503);
+    }
+    assert_eq!(
+        chain_reads(&rig) - before,
+        one_reading,
+        "one reading for four resends"
+    );
+
     wait_for("the late settlement lands", async || {
         rig.balance(&buyer.address) == FUNDS - PRICE
     })
     .await;
-    let decided = rig.send(&body, &header).await;
+    // A chain reading is reused for 2 s: the buyer resends until the row is decided.
+    let mut decided = None;
+    wait_for("a resend learns the outcome", async || {
+        let answer = rig.send(&body, &header).await;
+        match answer.status().as_u16() {
+            503 => false,
+            _ => {
+                decided = Some(answer);
+                true
+            }
+        }
+    })
+    .await;
+    let decided = decided.expect("decided");
     assert_eq!(decided.status().as_u16(), 402);
-    assert_eq!(reason_of(&decided), "payment_nonce_already_presented");
+    assert_eq!(reason_of(&decided), "payment_answer_expired");
     assert_eq!(
         rig.only_row().await.state,
         "settled",
@@ -885,6 +935,20 @@ async fn a_postgres_deployment_needs_a_shared_delivery_key_to_retain_answers() {
     factomat::http::server::start(env("0"))
         .await
         .expect("retention off needs no key");
+}
+
+/// The chain reads the RPC endpoint has answered (batch elements count one each).
+fn chain_reads(rig: &Rig<'_>) -> u64 {
+    [
+        "eth_call",
+        "eth_blockNumber",
+        "eth_getBlockByNumber",
+        "eth_getTransactionReceipt",
+        "eth_getLogs",
+    ]
+    .iter()
+    .map(|method| rig.rpc.calls(method))
+    .sum()
 }
 
 /// Runs one statement on a SQLite ledger.

@@ -222,12 +222,34 @@ async fn reads_retried_past_the_machines_budget_end_in_a_hold() {
     let rig = ChainRig::start(&[
         ("FACTOMAT_RPC_URL_EIP155_8453", one.as_str()),
         ("FACTOMAT_RPC_URLS_EIP155_8453", two.as_str()),
+        ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
     ])
     .await;
     let request = json!({"owner": OWNER, "token": rig.stack.field("usdc"), "spender": SPENDER});
 
     let body = rig.pay(VM02, &request);
     assert_output_valid("VM02", &body);
+    // #1 failed on its own; #2 was cut by our budget, which is not its fault: it is counted
+    // as cut and not cooled down (the cool-down is shared by every reader of the chain).
+    let admin = rig.server.server.admin_addr.expect("admin listener");
+    let text = reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        text.contains("rpc_endpoint=\"eip155:8453#1\",result=\"error\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("rpc_endpoint=\"eip155:8453#2\",result=\"cut\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("rpc_endpoint=\"eip155:8453#2\",result=\"error\""),
+        "{text}"
+    );
     assert_eq!(body["status"], "HOLD", "{body}");
     let limitations = body["limitations"].to_string();
     assert!(

@@ -43,6 +43,8 @@ use crate::support::metrics::metrics;
 pub(crate) const MAX_ATTEMPTS: usize = 2;
 /// Wait before asking a lagging node again: a block reaches every node within a second or so.
 pub(crate) const LAG_RETRY_DELAY: Duration = Duration::from_millis(250);
+/// The least time left worth a lag retry: a node answers a known block in milliseconds.
+const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(250);
 /// Pause for an endpoint that lagged on a read and on its retry (a node more than a block
 /// behind): as long as after an error, and a lone endpoint is still asked meanwhile.
 const LAG_COOL_DOWN: Duration = DEFAULT_COOL_DOWN;
@@ -362,6 +364,9 @@ enum Outcome {
     Answered(ResponsePacket),
     Lagging(ResponsePacket),
     Failed(TransportError, Option<Duration>, &'static str),
+    /// No answer before the call's work budget ran out: the cut is ours, not the endpoint's,
+    /// so it is not cooled down for it.
+    Cut,
 }
 
 impl FailoverRpc {
@@ -472,15 +477,16 @@ impl FailoverRpc {
                 retry_after,
                 rate_limited,
             }) => {
+                if !rate_limited && self.out_of_time() {
+                    endpoint.record("cut");
+                    return Outcome::Cut;
+                }
                 let (result, why) = if rate_limited {
                     ("rate_limited", "HTTP 429")
                 } else {
                     ("error", "no usable answer")
                 };
                 endpoint.record(result);
-                if self.out_of_time() {
-                    return Outcome::Failed(out_of_time(), retry_after, "no answer in time");
-                }
                 Outcome::Failed(error, retry_after, why)
             }
         }
@@ -494,12 +500,13 @@ impl FailoverRpc {
             .is_some_and(|left| left.is_zero())
     }
 
-    /// Whether the budget leaves room for a lagging node's retry after its delay.
+    /// Whether the budget leaves room for a lagging node's retry after its delay, with time
+    /// for an answer.
     fn time_for_lag_retry(&self) -> bool {
         self.inner
             .gateway
             .time_left()
-            .is_none_or(|left| left > LAG_RETRY_DELAY)
+            .is_none_or(|left| left > LAG_RETRY_DELAY + MIN_ATTEMPT_TIME)
     }
 
     async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
@@ -544,6 +551,7 @@ impl FailoverRpc {
                     ));
                     tokio::time::sleep(LAG_RETRY_DELAY).await;
                 }
+                Outcome::Cut => return Err(out_of_time()),
                 Outcome::Failed(error, retry_after, why) => {
                     let endpoint = &self.inner.set.endpoints[index];
                     endpoint.cool_down(

@@ -243,3 +243,16 @@ fn parse_request(request: &Request) -> Result<Parsed, WorkError> {
         declared,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manifest_declares_every_setting_vm03_runs_with() {
+        let spec = crate::catalog::embedded::MANIFEST
+            .machine("VM03")
+            .expect("VM03");
+        Settings::from(spec).expect("settings");
+    }
+}

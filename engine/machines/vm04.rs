@@ -293,6 +293,13 @@ mod tests {
     use super::*;
     use crate::catalog::embedded::MANIFEST;
 
+    #[test]
+    fn the_manifest_declares_every_limit_the_reads_run_with() {
+        ReadLimits::of(vm04()).expect("read limits");
+        limit(vm04(), "max_plausible_apr_percent").expect("APR ceiling");
+        limit(vm04(), "limit_default").expect("default limit");
+    }
+
     fn vm04() -> &'static Machine {
         MANIFEST
             .machines

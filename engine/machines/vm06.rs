@@ -389,6 +389,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_manifest_declares_the_fee_history_query() {
+        let spec = crate::catalog::embedded::MANIFEST
+            .machine("VM06")
+            .expect("VM06");
+        let query = history_query(spec).expect("declared");
+        assert!(query.block_count > 0 && !query.percentiles.is_empty());
+        limit_ms(spec, "response_timeout_ms").expect("response timeout");
+    }
+
+    #[test]
     fn status_follows_the_stated_rules() {
         let reverted = || {
             Err(CallFailure::Reverted {

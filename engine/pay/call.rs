@@ -176,12 +176,19 @@ pub(crate) enum PaidOutcome {
     Failed(Refusal),
 }
 
-/// A 402 with a fresh challenge naming `reason`.
-pub(crate) fn reject(reason: &str) -> PaidOutcome {
+/// A 402 with a fresh challenge naming `reason`, one of our own codes.
+pub(crate) fn reject(reason: &'static str) -> PaidOutcome {
     metrics().payment("rejected", reason);
     PaidOutcome::Rejected {
         reason: reason.to_string(),
     }
+}
+
+/// A 402 with a fresh challenge naming a reason the facilitator reported (an open string,
+/// so its metric label is bounded).
+pub(crate) fn reject_reported(reason: String) -> PaidOutcome {
+    metrics().payment_reported("rejected", &reason);
+    PaidOutcome::Rejected { reason }
 }
 
 /// Now, in unix seconds.

@@ -121,8 +121,8 @@ impl Resend<'_> {
             return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
         }
         // No binding of this exact payload, request and id: nothing of ours to collect. The
-        // gate then treats it as a new presentation, and the nonce pre-check refuses it as
-        // presented or expired. Running the work again for a nonce alone would sell it to
+        // gate then treats it as a new presentation, and the nonce pre-check answers it
+        // ([`known_nonce`]: in progress, expired or presented). Running the work again for a nonce alone would sell it to
         // any copy of the payment (its authorization and signature are public on chain) or
         // to the same payment under a new `id`.
         let Some(entry) = found.into_iter().next() else {
@@ -346,46 +346,77 @@ async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> 
 /// collect (retention off, another payload or `id` than the one that paid, or a window that
 /// passed). While the nonce's outcome is unknown its buyer is never invited to pay again: a
 /// row still running, or whose settlement the chain cannot decide yet, is a 503 without a
-/// challenge. A pending or abandoned row the chain decides now is resolved by the
-/// settlement rules. A settled payment of the same request whose answer is no longer
-/// retained says so; anything else was presented already.
+/// challenge. The payer's own pending or abandoned row is decided from the chain now, by the
+/// settlement rules. A settled payment of the same payer and request says its answer can no
+/// longer be collected; anything else was presented already.
 pub(crate) async fn known_nonce(
     rail: &PaymentRail,
     request_sha256: &str,
-    nonce_sha256: &str,
+    resent: Resent<'_>,
 ) -> PaidOutcome {
-    let mut row = match rail.ledger.row_by_nonce(nonce_sha256).await {
+    let row = match rail.ledger.row_by_nonce(resent.nonce_sha256).await {
         Ok(Some(row)) => row,
         Ok(None) => return reject(ALREADY_PRESENTED),
         Err(error) => return resend_ledger_failure(&error),
     };
-    let abandoned = row.state == "reserved" && !still_running(&row);
-    if row.state == "settle_pending" || abandoned {
-        let Some(outcome) = chain_outcome(rail, &row).await else {
-            return PaidOutcome::Failed(Refusal::OutcomeUnknown);
-        };
-        match rail.ledger.resolve(row.id, &row.state, &outcome).await {
-            Ok(true) => tracing::warn!(
-                attempt = row.id,
-                state = outcome.state(),
-                "a payment of unknown outcome was resolved from the chain on a resend"
-            ),
-            Ok(false) => return PaidOutcome::Failed(Refusal::OutcomeUnknown),
-            Err(error) => return resend_ledger_failure(&error),
-        }
-        if !matches!(outcome, Outcome::Settled { .. }) {
-            return reject(unpaid_reason(&outcome));
-        }
-        row.state = outcome.state().to_string();
-    }
+    let same_payer = row
+        .payer
+        .parse::<Address>()
+        .is_ok_and(|payer| payer == resent.payer);
+    let row = match decided_now(rail, row, &resent, same_payer).await {
+        Ok(row) => row,
+        Err(outcome) => return outcome,
+    };
     match row.state.as_str() {
         "reserved" | "settle_pending" => PaidOutcome::Failed(Refusal::OutcomeUnknown),
-        "settled" if rail.retention.is_some() && row.request_sha256 == request_sha256 => {
+        "settled" if same_payer && row.request_sha256 == request_sha256 => {
             metrics().retained("expired");
             reject(ANSWER_EXPIRED)
         }
         _ => reject(ALREADY_PRESENTED),
     }
+}
+
+/// The row, decided from the chain when it is undecided (pending, or reserved past its
+/// `validBefore`) and presented by its own payer: only they can learn, and make us read, what
+/// became of it. `Err` is the answer already: still unknown, unpaid, or a ledger failure.
+async fn decided_now(
+    rail: &PaymentRail,
+    row: AttemptRow,
+    resent: &Resent<'_>,
+    same_payer: bool,
+) -> Result<AttemptRow, PaidOutcome> {
+    let abandoned = row.state == "reserved" && !still_running(&row);
+    if !same_payer || !(row.state == "settle_pending" || abandoned) {
+        return Ok(row);
+    }
+    let Some(outcome) = chain_outcome(rail, &row).await else {
+        return Err(PaidOutcome::Failed(Refusal::OutcomeUnknown));
+    };
+    match rail.ledger.resolve(row.id, &row.state, &outcome).await {
+        Ok(true) => {}
+        // Another replica decided it first: its record is the answer.
+        Ok(false) => {
+            return match rail.ledger.row_by_nonce(resent.nonce_sha256).await {
+                Ok(Some(row)) => Ok(row),
+                Ok(None) => Err(reject(ALREADY_PRESENTED)),
+                Err(error) => Err(resend_ledger_failure(&error)),
+            };
+        }
+        Err(error) => return Err(resend_ledger_failure(&error)),
+    }
+    tracing::warn!(
+        attempt = row.id,
+        state = outcome.state(),
+        "a payment of unknown outcome was resolved from the chain on a resend"
+    );
+    if !matches!(outcome, Outcome::Settled { .. }) {
+        return Err(reject(unpaid_reason(&outcome)));
+    }
+    Ok(AttemptRow {
+        state: outcome.state().to_string(),
+        ..row
+    })
 }
 
 /// The 402 reason of a payment the chain shows unpaid.

@@ -8,9 +8,11 @@
 //! settlement (`settlement`) → ledger record and the buyer's answer (`record`), with the
 //! answer retained (`retained`).
 //!
-//! A payment refused before `/verify` never costs an outbound request. Nothing goes outbound
-//! before `/verify` says the payment is valid, and the unique nonce in the ledger makes sure
-//! one authorization runs the work at most once.
+//! A payment refused before `/verify` costs no outbound request, with one bounded exception:
+//! a payer presenting its own nonce whose settlement is undecided makes the chain be read
+//! for it (`collect::known_nonce`; at most once per row every 2 s, one reading at a time).
+//! No work and no facilitator call happens before `/verify` says the payment is valid, and
+//! the unique nonce in the ledger makes sure one authorization runs the work at most once.
 
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
@@ -26,7 +28,7 @@ use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::PaymentTerms;
 use crate::pay::call::{
     ALREADY_PRESENTED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
-    reject, unix_now,
+    reject, reject_reported, unix_now,
 };
 use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent, known_nonce};
 use crate::pay::echo;
@@ -172,7 +174,7 @@ async fn precheck(
         .await
     {
         Ok(found) if found.nonce_known => {
-            Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await)
+            Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await)
         }
         Ok(found) if found.payer_struck => {
             metrics().payment("payer_struck", "");
@@ -184,7 +186,15 @@ async fn precheck(
     }
 }
 
-/// Every check before `/verify`, in order; none goes outbound.
+/// The payment as a known nonce's answer needs it.
+fn resent_of(presented: &Presented) -> Resent<'_> {
+    Resent {
+        nonce_sha256: &presented.nonce_sha256,
+        payer: presented.payer,
+    }
+}
+
+/// Every check before `/verify`, in order; none calls the facilitator or runs work.
 async fn admit(
     rail: &PaymentRail,
     manifest: &Manifest,
@@ -195,13 +205,15 @@ async fn admit(
         .map_err(|refusal| reject(refusal.reason()))?;
     let deadline = match call_deadline(rail, call.machine, manifest, presented) {
         Ok(deadline) => deadline,
-        // A window that has passed is most often an earlier payment sent again: its nonce
-        // says what became of it, which is the truer answer.
+        // A window that passed, or is too short to finish in, is often an earlier payment
+        // sent again: its nonce says what became of it, and while that is unknown no
+        // challenge may go out.
         Err(refused) => match rail.ledger.knows_nonce(&presented.nonce_sha256).await {
             Ok(true) => {
-                return Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await);
+                return Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await);
             }
-            _ => return Err(refused),
+            Ok(false) => return Err(refused),
+            Err(error) => return Err(ledger_failure(&error)),
         },
     };
     check_locally(rail, call.machine, call.pay_to, presented)?;
@@ -250,13 +262,13 @@ async fn verify(
                 rail.ledger.knows_nonce(&presented.nonce_sha256).await,
                 Ok(true)
             ) {
-                return Err(known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await);
+                return Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await);
             }
             let reason = verdict
                 .invalid_reason
                 .unwrap_or_else(|| "payment_invalid".into());
             tracing::info!(machine = %call.machine.machine, %reason, "payment refused by the facilitator");
-            Err(reject(&reason))
+            Err(reject_reported(reason))
         }
         Err(error) => Err(facilitator_down("verify", &error)),
     }
@@ -362,7 +374,7 @@ async fn first_presentation<E: std::fmt::Display>(
     let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
         Ok(id) => id,
         Err(LedgerError::Duplicate) => {
-            return known_nonce(rail, call.request_sha256, &presented.nonce_sha256).await;
+            return known_nonce(rail, call.request_sha256, resent_of(presented)).await;
         }
         Err(LedgerError::IdentifierBound) => {
             metrics().retained("conflict");

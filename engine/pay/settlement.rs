@@ -17,7 +17,7 @@
 //! nothing is concluded from the chain: every non-success is pending.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alloy_primitives::B256;
@@ -382,6 +382,9 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
 #[derive(Default)]
 pub(crate) struct PendingReads {
     findings: Mutex<HashMap<i64, (Instant, Finding)>>,
+    /// One reading at a time per row: concurrent resends of one row wait for the reading
+    /// under way instead of each reading the chain.
+    reading: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl PendingReads {
@@ -396,12 +399,27 @@ impl PendingReads {
         if let Some(finding) = self.recent(row.id) {
             return finding;
         }
+        let row_lock = self.row_lock(row.id);
+        let _one_reading = row_lock.lock().await;
+        if let Some(finding) = self.recent(row.id) {
+            return finding;
+        }
         let finding = find(chain, payment, row.transaction_hash.as_deref()).await;
         if let Ok(mut findings) = self.findings.lock() {
             findings.retain(|_, (at, _)| at.elapsed() < PENDING_READ_TTL);
             findings.insert(row.id, (Instant::now(), finding.clone()));
         }
         finding
+    }
+
+    /// The row's reading lock; locks no reading holds any more are dropped.
+    fn row_lock(&self, id: i64) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .reading
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(locks.entry(id).or_default())
     }
 
     fn recent(&self, id: i64) -> Option<Finding> {

@@ -79,8 +79,9 @@ pub(crate) struct Metrics {
     reasons: ReasonLabels,
 }
 
-/// Distinct `reason` labels at most: a facilitator's `invalidReason` is an open string, so
-/// the series it can open are capped; later new reasons count as `other`.
+/// Distinct reported `reason` labels at most: a facilitator's `invalidReason` is an open
+/// string, so the series it can open are capped; later new reasons count as `other`. Our own
+/// codes are a fixed set and always keep their label.
 const MAX_REASON_LABELS: usize = 64;
 /// The longest reason taken as a code.
 const MAX_REASON_CHARS: usize = 80;
@@ -196,7 +197,18 @@ impl Metrics {
 
     /// One payment event: `challenged`, `verified`, `rejected` (with its reason),
     /// `settled`, `settle_failed` or `work_failed`.
-    pub(crate) fn payment(&self, outcome: &'static str, reason: &str) {
+    pub(crate) fn payment(&self, outcome: &'static str, reason: &'static str) {
+        self.payments
+            .get_or_create(&PaymentLabels {
+                outcome,
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// A payment event whose reason an upstream reported (an open string): labelled only as
+    /// [`ReasonLabels`] allows, so such reasons cannot open unbounded series.
+    pub(crate) fn payment_reported(&self, outcome: &'static str, reason: &str) {
         self.payments
             .get_or_create(&PaymentLabels {
                 outcome,

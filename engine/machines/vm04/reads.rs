@@ -31,6 +31,7 @@ pub(super) struct ReadLimits {
 }
 
 impl ReadLimits {
+    /// The limits from the machine's manifest entry; each is required.
     pub(super) fn of(machine: &Machine) -> Result<ReadLimits, WorkError> {
         Ok(ReadLimits {
             ttl: limit_ms(machine, "cache_ttl_ms")?,
