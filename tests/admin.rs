@@ -184,10 +184,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "20000"),
     ])
     .await;
-    let admin = format!(
-        "http://{}",
-        server.server.admin_addr.expect("admin listener")
-    );
+    let admin = server.admin_url();
     let client = server.client.clone();
     assert_eq!(get(&client, format!("{admin}/livez")).await.0, 200);
     let (status, body) = get(&client, format!("{admin}/readyz")).await;

@@ -545,10 +545,7 @@ async fn the_index_verdict_is_counted_and_shown_to_the_operator_only() {
             "{text}"
         );
     }
-    let admin = format!(
-        "http://{}",
-        server.server.admin_addr.expect("admin listener")
-    );
+    let admin = server.admin_url();
     let view: Value = server
         .client
         .get(format!("{admin}/health"))

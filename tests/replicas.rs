@@ -185,10 +185,7 @@ async fn a_database_outage_answers_503_before_any_work_and_heals_without_restart
     env.push(("FACTOMAT_DATABASE_CONNECT_TIMEOUT_MS", "1000".into()));
     env.push(("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0".into()));
     let server = TestServer::with_env(&pairs(&env)).await;
-    let admin = format!(
-        "http://{}",
-        server.server.admin_addr.expect("admin listener")
-    );
+    let admin = server.admin_url();
     let (status, ready) = fresh_readiness(&admin).await;
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["ledger"], "ok");

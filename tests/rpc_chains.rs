@@ -138,13 +138,7 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
     assert!(second_seen.lock().expect("seen").len() > 3);
 
     // Metrics name both endpoints by position, never by URL.
-    let admin = rig.server.server.admin_addr.expect("admin listener");
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = rig.server.admin_metrics().await;
     for series in [
         "rpc_endpoint=\"eip155:8453#1\",result=\"rate_limited\"",
         "rpc_endpoint=\"eip155:8453#1\",result=\"error\"",
@@ -231,13 +225,7 @@ async fn reads_retried_past_the_machines_budget_end_in_a_hold() {
     assert_output_valid("VM02", &body);
     // #1 failed on its own; #2 was cut by our budget, which is not its fault: it is counted
     // as cut and not cooled down (the cool-down is shared by every reader of the chain).
-    let admin = rig.server.server.admin_addr.expect("admin listener");
-    let text = reqwest::get(format!("http://{admin}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = rig.server.admin_metrics().await;
     assert!(
         text.contains("rpc_endpoint=\"eip155:8453#1\",result=\"error\""),
         "{text}"

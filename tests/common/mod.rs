@@ -103,6 +103,23 @@ impl TestServer {
         self.server.state.gateway.outbound_requests()
     }
 
+    /// `http://` and the admin listener's address (`FACTOMAT_ADMIN_LISTEN` must be set).
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.server.admin_addr.expect("admin listener"))
+    }
+
+    /// The admin listener's `/metrics` exposition.
+    pub async fn admin_metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.admin_url()))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.client
             .get(format!("{}{path}", self.url))
