@@ -190,7 +190,7 @@ impl Resend<'_> {
     /// chain decides it now by the settlement rules.
     async fn stale(&self, row: AttemptRow) -> Collect {
         let in_progress = || Collect::Done(PaidOutcome::Failed(Refusal::InProgress));
-        let Some(outcome) = self.chain_outcome(&row).await else {
+        let Some(outcome) = chain_outcome(self.rail, &row).await else {
             return in_progress();
         };
         match self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
@@ -213,10 +213,6 @@ impl Resend<'_> {
             },
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
-    }
-
-    async fn chain_outcome(&self, row: &AttemptRow) -> Option<Outcome> {
-        chain_outcome(self.rail, row).await
     }
 
     /// The answer as first sent, within its window. One that no longer opens (the delivery
@@ -255,7 +251,7 @@ impl Resend<'_> {
     /// A result held back while its settlement was pending: the chain decides now.
     async fn held(&self, entry: &Retained) -> PaidOutcome {
         let row = &entry.attempt;
-        match self.chain_outcome(row).await {
+        match chain_outcome(self.rail, row).await {
             Some(settled @ Outcome::Settled { .. }) => self.paid_late(entry, &settled).await,
             Some(outcome) if row.state != "settled" => {
                 if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
@@ -348,22 +344,33 @@ async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> 
 /// row still running, or whose settlement the chain cannot decide yet, is a 503 without a
 /// challenge. The payer's own pending or abandoned row is decided from the chain now, by the
 /// settlement rules. A settled payment of the same payer and request says its answer can no
-/// longer be collected; anything else was presented already.
+/// longer be collected; anything else was presented already. None: the nonce is not on
+/// record (one ledger read answers both whether it is and what became of it).
 pub(crate) async fn known_nonce(
     rail: &PaymentRail,
     request_sha256: &str,
     resent: Resent<'_>,
-) -> PaidOutcome {
+) -> Option<PaidOutcome> {
     let row = match rail.ledger.row_by_nonce(resent.nonce_sha256).await {
         Ok(Some(row)) => row,
-        Ok(None) => return reject(ALREADY_PRESENTED),
-        Err(error) => return resend_ledger_failure(&error),
+        Ok(None) => return None,
+        Err(error) => return Some(resend_ledger_failure(&error)),
     };
+    Some(known_row(rail, request_sha256, &resent, row).await)
+}
+
+/// [`known_nonce`]'s answer for the nonce's row.
+async fn known_row(
+    rail: &PaymentRail,
+    request_sha256: &str,
+    resent: &Resent<'_>,
+    row: AttemptRow,
+) -> PaidOutcome {
     let same_payer = row
         .payer
         .parse::<Address>()
         .is_ok_and(|payer| payer == resent.payer);
-    let row = match decided_now(rail, row, &resent, same_payer).await {
+    let row = match decided_now(rail, row, resent, same_payer).await {
         Ok(row) => row,
         Err(outcome) => return outcome,
     };

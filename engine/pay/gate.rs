@@ -173,9 +173,7 @@ async fn precheck(
         .precheck(&presented.nonce_sha256, &payer, unix_now())
         .await
     {
-        Ok(found) if found.nonce_known => {
-            Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await)
-        }
+        Ok(found) if found.nonce_known => Err(known_nonce_answer(rail, call, presented).await),
         Ok(found) if found.payer_struck => {
             metrics().payment("payer_struck", "");
             tracing::info!(%payer, "payer refused before /verify: a recent verified payment ended unpaid");
@@ -186,12 +184,28 @@ async fn precheck(
     }
 }
 
-/// The payment as a known nonce's answer needs it.
-fn resent_of(presented: &Presented) -> Resent<'_> {
-    Resent {
+/// What the ledger says became of this payment's nonce; None when it is not on record.
+async fn nonce_on_record(
+    rail: &PaymentRail,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> Option<PaidOutcome> {
+    let resent = Resent {
         nonce_sha256: &presented.nonce_sha256,
         payer: presented.payer,
-    }
+    };
+    known_nonce(rail, call.request_sha256, resent).await
+}
+
+/// The answer to a nonce the ledger holds (a row that vanished meanwhile was presented).
+async fn known_nonce_answer(
+    rail: &PaymentRail,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> PaidOutcome {
+    nonce_on_record(rail, call, presented)
+        .await
+        .unwrap_or_else(|| reject(ALREADY_PRESENTED))
 }
 
 /// Every check before `/verify`, in order; none calls the facilitator or runs work.
@@ -208,13 +222,11 @@ async fn admit(
         // A window that passed, or is too short to finish in, is often an earlier payment
         // sent again: its nonce says what became of it, and while that is unknown no
         // challenge may go out.
-        Err(refused) => match rail.ledger.knows_nonce(&presented.nonce_sha256).await {
-            Ok(true) => {
-                return Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await);
-            }
-            Ok(false) => return Err(refused),
-            Err(error) => return Err(ledger_failure(&error)),
-        },
+        Err(refused) => {
+            return Err(nonce_on_record(rail, call, presented)
+                .await
+                .unwrap_or(refused));
+        }
     };
     check_locally(rail, call.machine, call.pay_to, presented)?;
     precheck(rail, call, presented).await?;
@@ -258,11 +270,8 @@ async fn verify(
             // A copy racing the first presentation of the same payment can reach /verify after
             // that one settled, and the facilitator then calls the nonce used: the buyer's
             // truthful reason is ours, the payment was already presented here.
-            if matches!(
-                rail.ledger.knows_nonce(&presented.nonce_sha256).await,
-                Ok(true)
-            ) {
-                return Err(known_nonce(rail, call.request_sha256, resent_of(presented)).await);
+            if let Some(outcome) = nonce_on_record(rail, call, presented).await {
+                return Err(outcome);
             }
             let reason = verdict
                 .invalid_reason
@@ -373,9 +382,7 @@ async fn first_presentation<E: std::fmt::Display>(
     });
     let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
         Ok(id) => id,
-        Err(LedgerError::Duplicate) => {
-            return known_nonce(rail, call.request_sha256, resent_of(presented)).await;
-        }
+        Err(LedgerError::Duplicate) => return known_nonce_answer(rail, call, presented).await,
         Err(LedgerError::IdentifierBound) => {
             metrics().retained("conflict");
             return PaidOutcome::Failed(Refusal::IdentifierConflict);
