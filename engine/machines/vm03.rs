@@ -111,7 +111,14 @@ struct NativeAsset {
     symbol: String,
     decimals: u8,
     /// The wrapped token whose DEX pairs price the native asset.
-    price_reference: String,
+    #[serde(deserialize_with = "checked_address")]
+    price_reference: Address,
+}
+
+/// An address the manifest writes as text, checked as a request's would be.
+fn checked_address<'de, D: serde::Deserializer<'de>>(text: D) -> Result<Address, D::Error> {
+    let text = String::deserialize(text)?;
+    evm::parse_address(&text).map_err(serde::de::Error::custom)
 }
 
 /// Everything VM03 takes from the manifest.
@@ -139,19 +146,24 @@ fn allowlist<T: serde::de::DeserializeOwned>(
     name: &str,
 ) -> Result<T, WorkError> {
     let value = machine.allowlists.get(name).cloned().unwrap_or(Value::Null);
-    serde_json::from_value(value)
-        .map_err(|e| WorkError::manifest("VM03", format!("allowlists.{name} is unreadable: {e}")))
+    serde_json::from_value(value).map_err(|e| {
+        WorkError::manifest(
+            &machine.machine,
+            format!("allowlists.{name} is unreadable: {e}"),
+        )
+    })
 }
 
 impl Settings {
     fn from(machine: &Machine) -> Result<Settings, WorkError> {
+        let id = machine.machine.as_str();
         let count =
             |name: &str| limit(machine, name).map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let threshold_text = machine
             .limits
             .get("concentration_threshold")
             .and_then(Value::as_str)
-            .ok_or_else(|| WorkError::manifest("VM03", "no limit concentration_threshold"))?
+            .ok_or_else(|| WorkError::manifest(id, "no limit concentration_threshold"))?
             .to_string();
         let floor = limit(machine, "min_pair_liquidity_usd")?;
         let max_bytes = count("max_provider_response_bytes")?;
@@ -174,11 +186,11 @@ impl Settings {
             liquidity_floor: Decimal::from_units(U256::from(floor), 0).unwrap_or(Decimal::ZERO),
             floor_text: floor.to_string(),
             threshold: Decimal::parse(&threshold_text).ok_or_else(|| {
-                WorkError::manifest("VM03", "concentration_threshold is not a decimal")
+                WorkError::manifest(id, "concentration_threshold is not a decimal")
             })?,
             threshold_text,
             multicall: evm::parse_address(&multicall)
-                .map_err(|e| WorkError::manifest("VM03", format!("multicall3: {e}")))?,
+                .map_err(|e| WorkError::manifest(id, format!("multicall3: {e}")))?,
             dex_chain_ids: allowlist(machine, "dexscreener_chain_ids")?,
             natives: allowlist(machine, "native_assets")?,
         })
@@ -186,7 +198,10 @@ impl Settings {
 
     fn native(&self, chain: Chain) -> Result<&NativeAsset, WorkError> {
         self.natives.get(chain.caip2).ok_or_else(|| {
-            WorkError::manifest("VM03", format!("no native asset for {}", chain.caip2))
+            WorkError::manifest(
+                <Vm03 as super::Machine>::ID,
+                format!("no native asset for {}", chain.caip2),
+            )
         })
     }
 }
@@ -254,5 +269,22 @@ mod tests {
             .machine("VM03")
             .expect("VM03");
         Settings::from(spec).expect("settings");
+    }
+
+    #[test]
+    fn a_price_reference_that_is_not_an_address_is_a_manifest_error_at_settings() {
+        let mut spec = crate::catalog::embedded::MANIFEST
+            .machine("VM03")
+            .expect("VM03")
+            .clone();
+        spec.allowlists["native_assets"]["eip155:1"]["price_reference"] = "0xnot".into();
+        let Err(WorkError::Manifest { machine, what }) = Settings::from(&spec) else {
+            panic!("a bad price_reference was accepted");
+        };
+        assert_eq!(machine, "VM03");
+        assert!(
+            what.starts_with("allowlists.native_assets is unreadable"),
+            "{what}"
+        );
     }
 }

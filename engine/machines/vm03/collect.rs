@@ -16,7 +16,6 @@ use crate::machines::{WorkContext, WorkError};
 use crate::providers::dexscreener::{self, Batch, Pricing};
 use crate::providers::erc20::{self, TokenRead};
 use crate::providers::inventory::{self, Inventory};
-use crate::support::evm;
 use crate::support::timestamp::now_millis as now;
 
 /// Why a holding is in the list.
@@ -241,8 +240,7 @@ async fn complete(
     let chain = outcome.chain;
     let native = settings.native(chain)?;
     let tokens: Vec<Address> = outcome.holdings.iter().filter_map(|h| h.token).collect();
-    let reference = evm::parse_address(&native.price_reference)
-        .map_err(|e| WorkError::manifest("VM03", format!("price_reference: {e}")))?;
+    let reference = native.price_reference;
     let mut to_price = tokens.clone();
     if outcome.holdings.iter().any(|h| h.token.is_none()) && !to_price.contains(&reference) {
         to_price.push(reference);
