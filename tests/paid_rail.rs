@@ -457,9 +457,12 @@ async fn a_failed_settlement_withholds_the_result_and_is_recorded() {
     assert_eq!(settlement["success"], false);
     assert_eq!(
         settlement["errorReason"],
-        "invalid_exact_evm_transaction_failed"
+        "invalid_exact_evm_transaction_simulation_failed"
     );
-    assert_eq!(reason_of(&response), "invalid_exact_evm_transaction_failed");
+    assert_eq!(
+        reason_of(&response),
+        "invalid_exact_evm_transaction_simulation_failed"
+    );
     let challenge: Value = response.json().await.expect("json body");
     assert_eq!(challenge["x402Version"], 2, "the body is a fresh challenge");
     assert!(

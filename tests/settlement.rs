@@ -44,6 +44,32 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
     assert_eq!(rig.only_row().await.state, "settle_pending");
 }
 
+/// A failure naming no transaction after the node took the transfer (the reference
+/// facilitator's answer when its `writeContract` throws) is not taken for "never sent": the
+/// chain is followed, the transfer found once mined, and the buyer gets the answer, charged
+/// once. Read as "unused, so unpaid", it was a fresh 402 while the transfer sat in the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_naming_no_transaction_after_a_broadcast_is_followed_to_the_chain() {
+    // Blocks every 2 s, so the answer comes while the transfer waits in the pool.
+    let stack = DevStack::start_with(&["--block-time", "2"]);
+    let rig = Rig::start(&stack, Settle::BroadcastThenFailNamingNoTx, &[]).await;
+    let buyer = stack.buyer();
+    let body = rig.request(&buyer);
+    let before = rig.balance(&buyer.address);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 200, "followed to the chain");
+    assert!(response.headers().get("payment-required").is_none());
+    let settlement = payment_response(&response);
+    assert_eq!(settlement["success"], true, "{settlement}");
+    let answer: Value = response.json().await.expect("json");
+    assert_eq!(answer["machine"], "VM02");
+    assert_eq!(before - rig.balance(&buyer.address), PRICE, "one transfer");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled", "{row:?}");
+    assert!(row.transfer_log_index.is_some(), "proven on chain");
+}
+
 /// One official client's paid call: the stack, the buyer, the URL and the body.
 type PaidCall = fn(&DevStack, &Buyer, &str, &Value) -> Value;
 

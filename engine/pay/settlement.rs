@@ -6,7 +6,8 @@
 //! | `success` with a transaction | paid (the facilitator's answer) |
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
-//! | a failure with no transaction | read `authorizationState`: unused → unpaid now; used → follow |
+//! | a refusal from its settle-time re-verification, with no transaction | read `authorizationState`: unused → unpaid now; used → follow |
+//! | any other failure with no transaction (a broadcast's answer may have been lost) | follow the chain |
 //!
 //! Following polls, until the wait ends or the call's deadline: the hash's receipt (the
 //! proof rule of `chain::authorization`), else `authorizationState` at a pinned block, and,
@@ -292,12 +293,48 @@ async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String>
     }
 }
 
-/// A failure before any broadcast: unpaid now if the chain shows the authorization unused.
+/// The facilitator's refusals that come from its settle-time re-verification, before any
+/// transaction is sent (x402 v2 §9 and the reference facilitators' codes). Any other failure
+/// naming no transaction may follow a broadcast whose answer was lost: the reference
+/// facilitator answers `invalid_exact_evm_transaction_failed` with an empty `transaction`
+/// when its `writeContract` call throws, and a node may have taken the transaction by then.
+const REFUSED_BEFORE_BROADCAST: &[&str] = &[
+    "insufficient_funds",
+    "invalid_exact_evm_insufficient_balance",
+    "invalid_exact_evm_insufficient_funds",
+    "invalid_exact_evm_payload_signature",
+    "invalid_exact_evm_signature",
+    "invalid_exact_evm_payload_authorization_valid_before",
+    "invalid_exact_evm_payload_authorization_valid_after",
+    "invalid_exact_evm_payload_authorization_value",
+    "invalid_exact_evm_authorization_value",
+    "invalid_exact_evm_payload_recipient_mismatch",
+    "invalid_exact_evm_recipient_mismatch",
+    "invalid_exact_evm_network_mismatch",
+    "invalid_exact_evm_scheme",
+    "invalid_exact_evm_token_name_mismatch",
+    "invalid_exact_evm_token_version_mismatch",
+    "invalid_exact_evm_transaction_simulation_failed",
+    "invalid_exact_evm_nonce_already_used",
+    "invalid_network",
+    "invalid_payload",
+    "invalid_payment_requirements",
+    "invalid_scheme",
+    "unsupported_scheme",
+];
+
+/// A failure naming no transaction: unpaid now if the facilitator refused before
+/// broadcasting and the chain shows the authorization unused; any other such failure is
+/// followed on chain like a timeout, so a lost broadcast is never answered with a fresh 402.
 async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlement {
     let reason = outcome
         .error_reason
         .clone()
         .unwrap_or_else(|| "settlement_failed".into());
+    if !REFUSED_BEFORE_BROADCAST.contains(&reason.as_str()) {
+        tracing::warn!(%reason, "settle failed naming no transaction, for a reason that may follow a broadcast: following the chain");
+        return follow(s, None).await;
+    }
     let Some(chain) = s.chain else {
         return pending(
             None,

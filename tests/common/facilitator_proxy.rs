@@ -18,7 +18,9 @@ use super::onchain::serve;
 pub enum Settle {
     /// Forward as is (the proxy only records).
     Forward,
-    /// Answer `success: false` without asking the real facilitator.
+    /// Answer `success: false` without asking the real facilitator, with a refusal of its
+    /// settle-time re-verification (`invalid_exact_evm_transaction_simulation_failed`) and
+    /// an empty `transaction`: nothing was broadcast.
     Fail,
     /// Forward after this delay.
     After(Duration),
@@ -32,6 +34,10 @@ pub enum Settle {
     /// "settlement_pending"` with that real hash. A retry of the same payload (same nonce) gets
     /// the same answer from the proxy: nothing is broadcast twice.
     PendingWithRealHash,
+    /// As [`Settle::PendingWithRealHash`], but the answer is the reference facilitator's when
+    /// its `writeContract` throws after the node took the transaction: `success: false`,
+    /// `errorReason: "invalid_exact_evm_transaction_failed"` and an empty `transaction`.
+    BroadcastThenFailNamingNoTx,
     /// Answer `success: false` naming a transaction hash that never gets mined, after (when
     /// `advance_past_valid_before`) moving anvil's clock past the authorization's
     /// `validBefore` and mining a block. The real facilitator is not asked.
@@ -242,7 +248,7 @@ impl Proxy {
                 return reply(
                     200,
                     json!({"success": false,
-                        "errorReason": "invalid_exact_evm_transaction_failed",
+                        "errorReason": "invalid_exact_evm_transaction_simulation_failed",
                         "transaction": "", "network": "eip155:8453"})
                     .to_string()
                     .into_bytes(),
@@ -254,7 +260,10 @@ impl Proxy {
                 return reply(500, b"{\"error\":\"internal error\"}".to_vec());
             }
             Settle::BurnNonceThenForward { buyer_key } => self.burn_nonce(&body, &buyer_key).await,
-            Settle::PendingWithRealHash => return reply(200, self.pending(body).await),
+            Settle::PendingWithRealHash => return reply(200, self.pending(body, true).await),
+            Settle::BroadcastThenFailNamingNoTx => {
+                return reply(200, self.pending(body, false).await);
+            }
             Settle::FailNamingUnminedTx {
                 advance_past_valid_before,
             } => {
@@ -321,8 +330,10 @@ impl Proxy {
         );
     }
 
-    /// The `settlement_pending` answer with the real hash (see [`Settle::PendingWithRealHash`]).
-    async fn pending(&self, body: bytes::Bytes) -> Vec<u8> {
+    /// The `settlement_pending` answer with the real hash (see [`Settle::PendingWithRealHash`]),
+    /// or, unless `name_it`, the failure naming no transaction of
+    /// [`Settle::BroadcastThenFailNamingNoTx`].
+    async fn pending(&self, body: bytes::Bytes, name_it: bool) -> Vec<u8> {
         let auth = authorization(&body);
         let nonce = auth["nonce"].as_str().expect("nonce").to_lowercase();
         let mut pending = self.pending.lock().await;
@@ -333,8 +344,14 @@ impl Proxy {
         let (client, real) = (self.client.clone(), self.real.clone());
         let settled = tokio::spawn(async move { forward_to(&client, &real, "settle", body).await });
         let hash = wait_for_settlement(&self.rpc_url(), &nonce, settled).await;
-        let answer = json!({"success": false, "errorReason": "settlement_pending",
-            "transaction": hash, "network": "eip155:8453", "payer": auth["from"]});
+        let answer = if name_it {
+            json!({"success": false, "errorReason": "settlement_pending",
+                "transaction": hash, "network": "eip155:8453", "payer": auth["from"]})
+        } else {
+            json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
+                "errorMessage": "The request took too long to respond.",
+                "transaction": "", "network": "eip155:8453", "payer": auth["from"]})
+        };
         pending.insert(nonce, answer.clone());
         answer.to_string().into_bytes()
     }
