@@ -683,6 +683,49 @@ async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
     assert_charged_once(&rig, &buyer);
 }
 
+/// A held answer whose row `ledger reconcile` has proven settled is handed over on the resend
+/// from the ledger's record, with no chain reading: a node that answers nothing in time
+/// (or a replica without a chain reader) does not keep a paid answer from its buyer until
+/// the held answer is swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_answer_whose_row_reconcile_settled_is_delivered_without_reading_the_chain() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let short = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+    ];
+    let rig = Rig::start(stack, Settle::After(Duration::from_secs(4)), &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let pending = rig.send(&body, &header).await;
+    assert_eq!(pending.status().as_u16(), 503);
+    wait_for("the late settlement lands", async || {
+        rig.balance(&buyer.address) == FUNDS - PRICE
+    })
+    .await;
+    let entries = rig.reconcile();
+    assert!(
+        entries.iter().any(|e| e["state_after"] == "settled"),
+        "{entries:?}"
+    );
+    for method in [
+        "eth_call",
+        "eth_getBlockByNumber",
+        "eth_getTransactionReceipt",
+        "eth_getLogs",
+    ] {
+        rig.rpc.set_delay(method, Duration::from_secs(30));
+    }
+    let reads = chain_reads(&rig);
+    let collected = paid(&rig, &body, &header).await;
+    assert_eq!(collected.status, 200, "{collected:?}");
+    assert_eq!(collected.json()["machine"], "VM02");
+    assert_eq!(collected.settlement()["success"], true);
+    assert_eq!(chain_reads(&rig), reads, "the ledger's record is the proof");
+    assert_charged_once(&rig, &buyer);
+}
+
 /// The collected answer carries the evidence a first-time paid answer does: a receipt in its
 /// PAYMENT-RESPONSE naming its transaction, and a seal over its body bytes, both verifying
 /// against the server's DID document and agreeing with each other.

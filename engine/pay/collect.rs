@@ -7,6 +7,7 @@
 //! | settled, answer within its window | the same status, body bytes and payment headers |
 //! | settled, answer past its window | 402 `payment_answer_expired` |
 //! | `settle_pending`, answer held | the chain asked by the settlement rules: paid → 200 with the answer; unknown → the same 503 `settlement_pending`; unpaid → 402, the answer deleted |
+//! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more and the answer is retained (a crash, or an answer that could not be sealed) |
@@ -248,10 +249,16 @@ impl Resend<'_> {
             .ok()
     }
 
-    /// A result held back while its settlement was pending: the chain decides now.
+    /// A result held back while its settlement was pending: the chain decides now, unless
+    /// the ledger already records the row settled (reconcile, or another replica's resend,
+    /// proved it), whose record is the proof.
     async fn held(&self, entry: &Retained) -> PaidOutcome {
         let row = &entry.attempt;
-        match chain_outcome(self.rail, row).await {
+        let decided = match recorded_settlement(row) {
+            Some(settled) => Some(settled),
+            None => chain_outcome(self.rail, row).await,
+        };
+        match decided {
             Some(settled @ Outcome::Settled { .. }) => self.paid_late(entry, &settled).await,
             Some(outcome) if row.state != "settled" => {
                 if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
@@ -318,6 +325,18 @@ impl Resend<'_> {
             payment_response: response,
         }
     }
+}
+
+/// A `settled` row's own record of its transfer, as the outcome that proved it.
+fn recorded_settlement(row: &AttemptRow) -> Option<Outcome> {
+    if row.state != "settled" {
+        return None;
+    }
+    Some(Outcome::Settled {
+        transaction: row.transaction_hash.clone()?,
+        transfer_log_index: row.transfer_log_index.and_then(|i| u64::try_from(i).ok()),
+        evidence: None,
+    })
 }
 
 /// The outcome the chain gives a row now (read at most once per row and block), if any.
