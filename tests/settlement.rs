@@ -70,6 +70,32 @@ async fn a_failure_naming_no_transaction_after_a_broadcast_is_followed_to_the_ch
     assert!(row.transfer_log_index.is_some(), "proven on chain");
 }
 
+/// A success naming another network than ours proves nothing about our transfer: the chain
+/// is read, the transfer proven, and the answer's PAYMENT-RESPONSE (and so its receipt)
+/// states the network the payment settled on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_naming_another_network_is_proven_on_chain_and_states_ours() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer("1000000");
+    let testnet = Settle::ForwardNaming("network", "eip155:84532");
+    let rig = Rig::start(stack, testnet, &[]).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let settlement = payment_response(&response);
+    assert_eq!(settlement["success"], true, "{settlement}");
+    assert_eq!(settlement["network"], "eip155:8453", "{settlement}");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled", "{row:?}");
+    assert!(row.transfer_log_index.is_some(), "proven on chain: {row:?}");
+    assert_eq!(
+        rig.balance(&buyer.address),
+        1_000_000 - PRICE,
+        "charged once"
+    );
+}
+
 /// One official client's paid call: the stack, the buyer, the URL and the body.
 type PaidCall = fn(&DevStack, &Buyer, &str, &Value) -> Value;
 

@@ -416,6 +416,7 @@ async fn first_presentation<E: std::fmt::Display>(
         wait: rail.settlement_wait,
         listing: &rail.listing,
         machine: &call.machine.machine,
+        network: &manifest.payment.network,
     };
     let settled = settlement::settle(&settling).await;
     let row = Row {

@@ -3,7 +3,8 @@
 //!
 //! | The facilitator answers | We do |
 //! |---|---|
-//! | `success` with a transaction | paid (the facilitator's answer) |
+//! | `success` with a transaction hash, on our network if it names one | paid (the facilitator's answer) |
+//! | `success` naming no transaction hash, or another network | follow the chain |
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
 //! | a refusal from its settle-time re-verification, with no transaction | read `authorizationState`: unused → unpaid now; used → follow |
@@ -236,6 +237,8 @@ pub(crate) struct Settling<'a> {
     pub listing: &'a ListingBoard,
     /// The machine sold, for the listing record.
     pub machine: &'a str,
+    /// The network the payment must settle on (CAIP-2).
+    pub network: &'a str,
 }
 
 impl Settling<'_> {
@@ -254,7 +257,7 @@ impl Settling<'_> {
 pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
     let first = s.ask().await;
     let hint = match first {
-        Ok(outcome) if outcome.success && outcome.transaction.is_some() => {
+        Ok(outcome) if outcome.success && names_our_transfer(&outcome, s.network) => {
             return Settlement::Paid {
                 transaction: outcome.transaction.unwrap_or_default(),
                 transfer_log_index: None,
@@ -263,10 +266,11 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
             };
         }
         Ok(outcome) if outcome.is_pending() => retry_pending(s, outcome).await,
-        // A success that names no transaction still says money may move: the chain decides,
-        // never a fresh 402.
+        // A success that names no transaction, or not one of ours, still says money may
+        // move: the chain decides, never a fresh 402.
         Ok(outcome) if outcome.success => {
-            tracing::warn!("settle succeeded naming no transaction: following the chain");
+            let network = outcome.response.get("network").and_then(Value::as_str);
+            tracing::warn!(transaction = ?outcome.transaction, ?network, "settle succeeded naming no transaction hash on our network: following the chain");
             None
         }
         Ok(outcome) if outcome.transaction.is_none() => return before_broadcast(s, outcome).await,
@@ -280,6 +284,17 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
         }
     };
     follow(s, hint).await
+}
+
+/// Whether a success names a transaction hash, on our network when it names one (x402 lets
+/// the facilitator leave `network` out): the receipt and the seal state both.
+fn names_our_transfer(outcome: &SettleOutcome, network: &str) -> bool {
+    let is_hash = outcome
+        .transaction
+        .as_deref()
+        .is_some_and(|t| t.len() == 66 && t.parse::<B256>().is_ok());
+    let said = outcome.response.get("network").and_then(Value::as_str);
+    is_hash && said.is_none_or(|said| said.is_empty() || said == network)
 }
 
 /// x402's pending answer: the reference servers' one retry with the identical payload, which

@@ -49,6 +49,9 @@ pub enum Settle {
     Hang,
     /// Forward, then leave this field out of the answer (x402 makes `payer` optional).
     ForwardWithout(&'static str),
+    /// Forward, then set this field of the answer to this string (a facilitator naming
+    /// another network than the one it settled on).
+    ForwardNaming(&'static str, &'static str),
     /// Answer `success: true` naming no transaction, without asking the real facilitator:
     /// nothing is on chain, yet the facilitator claims the money moved.
     SucceedNamingNoTx,
@@ -288,6 +291,12 @@ impl Proxy {
                 let (status, answer) = self.forward(step, body).await;
                 let mut answer: Value = serde_json::from_slice(&answer).expect("settle answer");
                 answer.as_object_mut().expect("object").remove(field);
+                return reply(status, answer.to_string().into_bytes());
+            }
+            Settle::ForwardNaming(field, value) => {
+                let (status, answer) = self.forward(step, body).await;
+                let mut answer: Value = serde_json::from_slice(&answer).expect("settle answer");
+                answer[field] = Value::String(value.to_string());
                 return reply(status, answer.to_string().into_bytes());
             }
         }
