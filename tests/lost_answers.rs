@@ -464,6 +464,15 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
     assert_eq!(copied.status().as_u16(), 503);
     assert!(copied.headers().get("payment-required").is_none());
 
+    // Nor is the buyer's payment sent again on other terms (as after a price change): its
+    // `accepted` no longer matches ours, but its outcome is still unknown.
+    let mut other_terms = decode_header(&header);
+    other_terms["accepted"]["maxTimeoutSeconds"] = json!(61);
+    let other_terms = STANDARD.encode(other_terms.to_string());
+    let refused = rig.send(&body, &other_terms).await;
+    assert_eq!(refused.status().as_u16(), 503);
+    assert!(refused.headers().get("payment-required").is_none());
+
     // Concurrent resends share one chain reading: once the last one is 2 s old, four
     // resends overlap a reading slowed to 500 ms, and the chain is read once.
     tokio::time::sleep(Duration::from_millis(2100)).await;

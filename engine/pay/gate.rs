@@ -215,21 +215,33 @@ async fn admit(
     call: &PaidCall<'_>,
     presented: &Presented,
 ) -> Result<Instant, PaidOutcome> {
+    match checked_on_its_terms(rail, manifest, call, presented) {
+        Ok(deadline) => {
+            precheck(rail, call, presented).await?;
+            Ok(deadline)
+        }
+        // A payment refused on its own terms (a window that passed or is too short, terms
+        // changed since, another replica's manifest) is often an earlier payment sent again:
+        // its nonce says what became of it, and while that is unknown no challenge may go
+        // out.
+        Err(refused) => Err(nonce_on_record(rail, call, presented)
+            .await
+            .unwrap_or(refused)),
+    }
+}
+
+/// The checks of the payment against our terms alone, without the ledger: the echo, the
+/// window (the call's deadline) and the local check.
+fn checked_on_its_terms(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+) -> Result<Instant, PaidOutcome> {
     echo::check(&presented.payload, call.requirement, call.declared)
         .map_err(|refusal| reject(refusal.reason()))?;
-    let deadline = match call_deadline(rail, call.machine, manifest, presented) {
-        Ok(deadline) => deadline,
-        // A window that passed, or is too short to finish in, is often an earlier payment
-        // sent again: its nonce says what became of it, and while that is unknown no
-        // challenge may go out.
-        Err(refused) => {
-            return Err(nonce_on_record(rail, call, presented)
-                .await
-                .unwrap_or(refused));
-        }
-    };
+    let deadline = call_deadline(rail, call.machine, manifest, presented)?;
     check_locally(rail, call.machine, call.pay_to, presented)?;
-    precheck(rail, call, presented).await?;
     Ok(deadline)
 }
 
