@@ -429,7 +429,9 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
         ("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0"),
     ];
-    let rig = Rig::start(stack, Settle::After(Duration::from_secs(9)), &off).await;
+    // The transfer lands 14 s after /settle: every resend below comes before it, with room
+    // for a loaded CI machine (at 9 s, one run's burst came after it and was decided).
+    let rig = Rig::start(stack, Settle::After(Duration::from_secs(14)), &off).await;
     let body = rig.request(&buyer);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let pending = rig.send(&body, &header).await;
@@ -704,7 +706,7 @@ async fn a_held_answer_whose_row_reconcile_settled_is_delivered_without_reading_
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
     ];
-    let rig = Rig::start(stack, Settle::After(Duration::from_secs(4)), &short).await;
+    let rig = Rig::start(stack, Settle::After(Duration::from_secs(6)), &short).await;
     let body = rig.request(&buyer);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let pending = rig.send(&body, &header).await;
