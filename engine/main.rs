@@ -419,13 +419,16 @@ async fn ledger_reconcile(config: Config, json: bool, ids: Vec<i64>) -> ExitCode
         );
         return ExitCode::from(2);
     }
-    let examined = match factomat::pay::reconcile::run(&ledger, &chain, &ids).await {
-        Ok(examined) => examined,
-        Err(error) => {
-            eprintln!("factomat: ledger: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let examined =
+        match factomat::pay::reconcile::run(&ledger, &chain, &ids, config.unpaid_strike_seconds)
+            .await
+        {
+            Ok(examined) => examined,
+            Err(error) => {
+                eprintln!("factomat: ledger: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     if json {
         println!(
             "{}",

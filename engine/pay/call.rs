@@ -199,6 +199,12 @@ pub(crate) fn unix_now() -> u64 {
         .unwrap_or_default()
 }
 
+/// Until when a payer whose payment ended unpaid by their doing is refused before `/verify`
+/// (`unpaid_strike_seconds` from now; none when it is 0).
+pub(crate) fn strike_until(strike_seconds: u64) -> Option<u64> {
+    (strike_seconds > 0).then(|| unix_now().saturating_add(strike_seconds))
+}
+
 /// A 503 for a ledger that cannot answer.
 pub(crate) fn ledger_failure(error: &LedgerError) -> PaidOutcome {
     tracing::error!(%error, "ledger failure");

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use crate::catalog::manifest::Manifest;
 use crate::pay::call::{
     ALREADY_PRESENTED, NONCE_BURNED, PaidCall, PaidOutcome, PaymentRail, Refusal, reject,
-    resend_ledger_failure, unix_now,
+    resend_ledger_failure, strike_until, unix_now,
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
@@ -353,7 +353,7 @@ async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> 
             transfer_log_index: Some(transfer_log_index),
             evidence: Some(evidence),
         }),
-        other => outcome_of(&row.state, &other),
+        other => outcome_of(&row.state, &other, strike_until(rail.strike_seconds)),
     }
 }
 

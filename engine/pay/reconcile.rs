@@ -14,6 +14,7 @@ use alloy_primitives::{Address, B256, U256};
 use serde::Serialize;
 
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
+use crate::pay::call::strike_until;
 use crate::pay::ledger::{AttemptRow, Ledger, LedgerError, Outcome, UNRESOLVED};
 use crate::pay::settlement::{self, Finding, Payment};
 
@@ -86,10 +87,17 @@ pub(crate) fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
     })
 }
 
-/// The outcome a finding gives a row in `state`, if any.
-pub(crate) fn outcome_of(state: &str, finding: &Finding) -> Option<Outcome> {
+/// The outcome a finding gives a row in `state`, if any. Rows whose state is final
+/// (`settled`, `work_failed`, `nonce_burned`, `expired`) stay as they are; a nonce found
+/// burned strikes its payer until `burn_strike_until`, as a burn found at settlement does.
+pub(crate) fn outcome_of(
+    state: &str,
+    finding: &Finding,
+    burn_strike_until: Option<u64>,
+) -> Option<Outcome> {
     match (finding, state) {
-        (_, "settled") | (Finding::Unknown { .. }, _) => None,
+        (_, "settled" | "work_failed" | "nonce_burned" | "expired")
+        | (Finding::Unknown { .. }, _) => None,
         (
             Finding::Paid {
                 transaction,
@@ -111,7 +119,7 @@ pub(crate) fn outcome_of(state: &str, finding: &Finding) -> Option<Outcome> {
         ) => Some(Outcome::NonceBurned {
             transaction: transaction.clone(),
             evidence: evidence.clone(),
-            strike_until: None,
+            strike_until: burn_strike_until,
         }),
         (Finding::Unpaid { evidence }, "settle_pending") => Some(Outcome::SettleFailed {
             reason: "settlement_failed".into(),
@@ -138,6 +146,7 @@ async fn examine(
     ledger: &Ledger,
     chain: &AuthorizationReader,
     row: &AttemptRow,
+    strike_seconds: u64,
 ) -> Result<Examined, LedgerError> {
     let finding = match payment_of(row) {
         Err(why) => Finding::Unknown {
@@ -151,7 +160,7 @@ async fn examine(
             format!("NOT proven by a Transfer of the row's terms, check by hand: {evidence}");
     }
     let mut state_after = row.state.clone();
-    if let Some(outcome) = outcome_of(&row.state, &finding) {
+    if let Some(outcome) = outcome_of(&row.state, &finding, strike_until(strike_seconds)) {
         match ledger.resolve(row.id, &row.state, &outcome).await {
             Ok(true) => state_after = outcome.state().to_string(),
             Ok(false) => {
@@ -177,11 +186,13 @@ async fn examine(
 }
 
 /// Reconciles every `reserved`, `settle_pending` and `settle_failed` row, or only the rows
-/// named by `ids` (whatever their state).
+/// named by `ids` (a row in a final state is examined and reported, never changed). A nonce
+/// found burned strikes its payer for `strike_seconds`.
 pub async fn run(
     ledger: &Ledger,
     chain: &AuthorizationReader,
     ids: &[i64],
+    strike_seconds: u64,
 ) -> Result<Vec<Examined>, LedgerError> {
     let rows = if ids.is_empty() {
         ledger.unresolved().await?
@@ -190,7 +201,7 @@ pub async fn run(
     };
     let mut examined = Vec::new();
     for row in rows {
-        let entry = examine(ledger, chain, &row).await?;
+        let entry = examine(ledger, chain, &row, strike_seconds).await?;
         tracing::info!(
             attempt = entry.id, before = %entry.state_before, after = %entry.state_after,
             evidence = %entry.evidence, "reconciled"
@@ -213,4 +224,34 @@ pub fn render_text(examined: &[Examined]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burn_found_later_strikes_and_final_rows_are_never_changed() {
+        let burned = Finding::Burned {
+            transaction: format!("0x{}", "cd".repeat(32)),
+            evidence: "AuthorizationUsed by another authorization".into(),
+        };
+        let Some(Outcome::NonceBurned { strike_until, .. }) =
+            outcome_of("settle_pending", &burned, Some(99))
+        else {
+            panic!("a pending row whose nonce was burned is nonce_burned");
+        };
+        assert_eq!(strike_until, Some(99));
+        let unpaid = Finding::Unpaid {
+            evidence: "unused past validBefore".into(),
+        };
+        for state in ["settled", "work_failed", "nonce_burned", "expired"] {
+            assert_eq!(outcome_of(state, &burned, Some(99)), None, "{state}");
+            assert_eq!(outcome_of(state, &unpaid, Some(99)), None, "{state}");
+        }
+        assert!(matches!(
+            outcome_of("settle_failed", &unpaid, Some(99)),
+            Some(Outcome::Expired { .. })
+        ));
+    }
 }

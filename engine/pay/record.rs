@@ -6,7 +6,7 @@ use alloy_primitives::Address;
 use serde_json::Value;
 
 use crate::catalog::manifest::{Machine, Manifest};
-use crate::pay::call::{NONCE_BURNED, PaidOutcome, PaymentRail, Refusal, unix_now};
+use crate::pay::call::{NONCE_BURNED, PaidOutcome, PaymentRail, Refusal, strike_until, unix_now};
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{Keep, LedgerError, Outcome};
 use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
@@ -53,8 +53,7 @@ pub(super) struct Row<'a> {
 impl Row<'_> {
     /// Until when the payer is refused, when the payment ended unpaid by their doing.
     fn strike_until(&self) -> Option<u64> {
-        let seconds = self.rail.strike_seconds;
-        (seconds > 0).then(|| unix_now().saturating_add(seconds))
+        strike_until(self.rail.strike_seconds)
     }
 
     /// Our own SettleResponse, encoded for PAYMENT-RESPONSE.

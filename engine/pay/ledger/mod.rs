@@ -493,10 +493,14 @@ struct Change<'a> {
 }
 
 /// The UPDATE both backends run (PostgreSQL's copy numbers its placeholders `$n`).
+/// A row's strike outlives its later changes (a `settle_failed` row that reconcile expires
+/// keeps its payer refused) unless the row turns out paid.
 const CHANGE_SQL: &str = "UPDATE payment_attempts
      SET state = ?1, transaction_hash = COALESCE(?2, transaction_hash),
          transfer_log_index = ?3, failure_reason = COALESCE(?4, failure_reason),
-         evidence = COALESCE(?5, evidence), strike_until = ?6, updated_at = ?7
+         evidence = COALESCE(?5, evidence),
+         strike_until = CASE WHEN ?1 = 'settled' THEN NULL ELSE COALESCE(?6, strike_until) END,
+         updated_at = ?7
      WHERE id = ?8 AND state = ?9";
 
 /// The pre-`/verify` query both backends run: is the nonce known, is the payer struck?

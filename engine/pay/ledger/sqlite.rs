@@ -474,6 +474,59 @@ mod tests {
     }
 
     #[test]
+    fn a_strike_outlives_the_rows_later_changes_unless_it_turns_out_paid() {
+        let dir = fresh_dir("strikes");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let struck = |ledger: &SqliteLedger| {
+            ledger
+                .precheck("none", "0xabc", 1_000)
+                .expect("precheck")
+                .payer_struck
+        };
+        let failed = Outcome::SettleFailed {
+            reason: "invalid_exact_evm_insufficient_balance".into(),
+            evidence: None,
+            strike_until: Some(2_000),
+        };
+        for n in [1, 2] {
+            let id = ledger.reserve(&attempt(n), None).expect("reserve");
+            assert!(resolve(&ledger, id, "reserved", &failed));
+        }
+        assert!(struck(&ledger));
+        assert!(resolve(
+            &ledger,
+            1,
+            "settle_failed",
+            &expired("past validBefore")
+        ));
+        assert!(resolve(
+            &ledger,
+            2,
+            "settle_failed",
+            &expired("past validBefore")
+        ));
+        assert!(struck(&ledger), "reconcile's expiry keeps the strike");
+        let paid = Outcome::Settled {
+            transaction: format!("0x{}", "ab".repeat(32)),
+            transfer_log_index: Some(1),
+            evidence: None,
+        };
+        let id = ledger.reserve(&attempt(3), None).expect("reserve");
+        assert!(resolve(&ledger, id, "reserved", &failed));
+        assert!(resolve(&ledger, id, "settle_failed", &paid));
+        let strikes: Vec<Option<i64>> = ledger
+            .with(|c| {
+                c.prepare("SELECT strike_until FROM payment_attempts ORDER BY id")?
+                    .query_map([], |r| r.get(0))?
+                    .collect()
+            })
+            .expect("strikes");
+        assert_eq!(strikes, [Some(2_000), Some(2_000), None], "paid lifts it");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_paid_paths_lookups_are_not_prepared_again_for_each_key() {
         let dir = fresh_dir("prepared");
         let path = dir.join("ledger.db");
