@@ -1031,8 +1031,8 @@ fn forget_retained_answers(ledger_url: &str) {
 /// A paid row whose answer was never retained (a crash, or a seal that failed) is not a lost
 /// purchase: the identical resend within the window runs the work once more — the provider
 /// is asked again, nothing is verified or settled again — and gets a paid 200 naming the
-/// row's transaction, which is then retained and collected byte for byte. Past the window the
-/// same resend is refused as expired.
+/// row's transaction, which is then retained and collected byte for byte; concurrent resends
+/// run it once. Past the window the same resend is refused as expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window() {
     let short = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "4")];
@@ -1043,14 +1043,24 @@ async fn a_paid_row_without_its_answer_runs_the_work_once_more_within_the_window
     let per_call = rig.rpc.calls("eth_call");
     unanswer_retained_answers(&rig.ledger_url);
 
-    let again = paid(&rig, &body, &header).await;
+    // Four resends at once: one runs the work again, the others collect its answer.
+    let resends = tokio::join!(
+        paid(&rig, &body, &header),
+        paid(&rig, &body, &header),
+        paid(&rig, &body, &header),
+        paid(&rig, &body, &header),
+    );
+    let again = resends.0;
     assert_eq!(again.status, 200, "{again:?}");
     assert_eq!(again.json()["machine"], "VM02");
     assert_eq!(
         rig.rpc.calls("eth_call"),
         2 * per_call,
-        "the work ran once more"
+        "the work ran once more, once"
     );
+    for other in [resends.1, resends.2, resends.3] {
+        assert_eq!(other, again, "the same answer");
+    }
     let row = rig.only_row().await;
     assert_eq!(
         again.settlement()["transaction"].as_str(),

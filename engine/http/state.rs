@@ -278,6 +278,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
         listing: Default::default(),
         retention: retention(config)?,
         pending_reads: Default::default(),
+        reruns: Default::default(),
     }))
 }
 

@@ -16,6 +16,7 @@ use crate::pay::ledger::{Ledger, LedgerError};
 use crate::pay::listing::ListingBoard;
 use crate::pay::local_check::PaymentDomain;
 use crate::pay::retained::{Answer, Finisher, Retention};
+use crate::pay::row_locks::RowLocks;
 use crate::pay::settlement::PendingReads;
 use crate::support::metrics::metrics;
 
@@ -51,6 +52,8 @@ pub(crate) struct PaymentRail {
     pub retention: Option<Retention>,
     /// Recent chain readings about pending rows (resends of a pending payment).
     pub pending_reads: PendingReads,
+    /// One re-run at a time of a paid row's work whose answer was not retained.
+    pub reruns: RowLocks,
 }
 
 impl PaymentRail {

@@ -10,7 +10,7 @@
 //! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
-//! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more and the answer is retained (a crash, or an answer that could not be sealed) |
+//! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //!
 //! A payment that finds no binding but whose nonce is on record is answered by

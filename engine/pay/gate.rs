@@ -325,19 +325,28 @@ pub(crate) async fn run<E: std::fmt::Display>(
     if let Some(retention) = &rail.retention {
         match resend(retention).collect().await {
             Collect::Done(outcome) => return outcome,
-            Collect::RunAgain {
-                row,
-                collectable_until,
-            } => {
-                let again = Again {
-                    rail,
-                    retention,
-                    manifest,
-                    lookup: &lookup,
-                    row,
-                    collectable_until,
-                };
-                return again.run(&call, work).await;
+            Collect::RunAgain { row, .. } => {
+                // Concurrent resends run it once: the others, let in after it, collect the
+                // answer it retained.
+                let _one_run = rail.reruns.lock(row.id).await;
+                match resend(retention).collect().await {
+                    Collect::Done(outcome) => return outcome,
+                    Collect::RunAgain {
+                        row,
+                        collectable_until,
+                    } => {
+                        let again = Again {
+                            rail,
+                            retention,
+                            manifest,
+                            lookup: &lookup,
+                            row,
+                            collectable_until,
+                        };
+                        return again.run(&call, work).await;
+                    }
+                    Collect::New => {}
+                }
             }
             Collect::New => {}
         }

@@ -14,5 +14,6 @@ pub mod reconcile;
 pub(crate) mod record;
 pub mod report;
 pub(crate) mod retained;
+pub(crate) mod row_locks;
 pub(crate) mod settlement;
 pub(crate) mod window;

@@ -19,7 +19,7 @@
 //! nothing is concluded from the chain: every non-success is pending.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use alloy_primitives::B256;
@@ -30,6 +30,7 @@ use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerd
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, PaymentBody, SettleOutcome};
 use crate::pay::ledger::AttemptRow;
 use crate::pay::listing::ListingBoard;
+use crate::pay::row_locks::RowLocks;
 
 /// How often a pending settlement is asked about: about one Base block.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -434,9 +435,8 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
 #[derive(Default)]
 pub(crate) struct PendingReads {
     findings: Mutex<HashMap<i64, (Instant, Finding)>>,
-    /// One reading at a time per row: concurrent resends of one row wait for the reading
-    /// under way instead of each reading the chain.
-    reading: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// One reading at a time per row.
+    reading: RowLocks,
 }
 
 impl PendingReads {
@@ -451,8 +451,7 @@ impl PendingReads {
         if let Some(finding) = self.recent(row.id) {
             return finding;
         }
-        let row_lock = self.row_lock(row.id);
-        let _one_reading = row_lock.lock().await;
+        let _one_reading = self.reading.lock(row.id).await;
         if let Some(finding) = self.recent(row.id) {
             return finding;
         }
@@ -462,16 +461,6 @@ impl PendingReads {
             findings.insert(row.id, (Instant::now(), finding.clone()));
         }
         finding
-    }
-
-    /// The row's reading lock; locks no reading holds any more are dropped.
-    fn row_lock(&self, id: i64) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self
-            .reading
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        Arc::clone(locks.entry(id).or_default())
     }
 
     fn recent(&self, id: i64) -> Option<Finding> {
