@@ -52,12 +52,8 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 async fn a_failure_naming_no_transaction_after_a_broadcast_is_followed_to_the_chain() {
     // Blocks every 2 s, so the answer comes while the transfer waits in the pool.
     let stack = DevStack::start_with(&["--block-time", "2"]);
-    let rig = Rig::start(&stack, Settle::BroadcastThenFailNamingNoTx, &[]).await;
-    let buyer = stack.buyer();
-    let body = rig.request(&buyer);
-    let before = rig.balance(&buyer.address);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (rig, buyer, before, response) =
+        one_paid_call(&stack, Settle::BroadcastThenFailNamingNoTx).await;
     assert_eq!(response.status().as_u16(), 200, "followed to the chain");
     assert!(response.headers().get("payment-required").is_none());
     let settlement = payment_response(&response);
@@ -94,6 +90,21 @@ async fn a_success_naming_another_network_is_proven_on_chain_and_states_ours() {
         1_000_000 - PRICE,
         "charged once"
     );
+}
+
+/// One paid VM02 call by the stack's buyer through a facilitator that settles as `settle`
+/// says: the rig, the buyer, the buyer's balance before the call, and the answer.
+async fn one_paid_call(
+    stack: &DevStack,
+    settle: Settle,
+) -> (Rig<'_>, Buyer, u128, reqwest::Response) {
+    let rig = Rig::start(stack, settle, &[]).await;
+    let buyer = stack.buyer();
+    let body = rig.request(&buyer);
+    let before = rig.balance(&buyer.address);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    (rig, buyer, before, response)
 }
 
 /// One official client's paid call: the stack, the buyer, the URL and the body.
@@ -263,12 +274,7 @@ async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice
 async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {
     // Blocks every 2 s, so the facilitator's answer comes before the receipt.
     let stack = DevStack::start_with(&["--block-time", "2"]);
-    let rig = Rig::start(&stack, Settle::PendingWithRealHash, &[]).await;
-    let buyer = stack.buyer();
-    let body = rig.request(&buyer);
-    let before = rig.balance(&buyer.address);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (rig, buyer, before, response) = one_paid_call(&stack, Settle::PendingWithRealHash).await;
     assert_eq!(response.status().as_u16(), 200);
     let settlement = payment_response(&response);
     assert_eq!(settlement["success"], true, "{settlement}");
