@@ -27,6 +27,10 @@ pub(crate) const NONCE_BURNED: &str = "payment_nonce_burned";
 /// The 402 reason of a payer refused during the cooling period after an unpaid payment.
 pub(crate) const PAYER_STRUCK: &str = "payer_recently_unpaid";
 
+/// How far past its own `overall_timeout_ms` a machine's work may run before the gate cuts
+/// it (the settle margin of `window` absorbs it).
+pub(crate) const WORK_GRACE: Duration = Duration::from_secs(2);
+
 /// The configured facilitator and ledger, and what the local check needs.
 pub(crate) struct PaymentRail {
     /// The facilitator client (`/verify`, `/settle`, `/supported`).

@@ -22,6 +22,7 @@
 use std::time::Duration;
 
 use alloy_primitives::Address;
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use crate::catalog::manifest::Manifest;
@@ -57,16 +58,30 @@ pub(crate) struct Resent<'a> {
 pub(crate) enum Collect {
     /// Answer with this.
     Done(PaidOutcome),
-    /// Paid, but no answer was retained: run the work once more and deliver it, retained
-    /// until `collectable_until`.
-    RunAgain {
-        /// The paid row.
-        row: Box<AttemptRow>,
-        /// Until when the new answer may be collected (the original window).
-        collectable_until: i64,
-    },
+    /// Paid, but no answer was retained: run the work once more (`rerun`) and deliver it.
+    RunAgain(Rerun),
     /// Nothing retained for this payment: process it as a new one.
     New,
+}
+
+/// A paid row whose answer was not retained, to run once more for its buyer.
+pub(crate) struct Rerun {
+    /// The paid row.
+    pub row: Box<AttemptRow>,
+    /// Until when the new answer may be collected (the original window).
+    pub collectable_until: i64,
+    /// The row's re-run lock, held until the answer is retained; None until taken.
+    _one_run: Option<OwnedMutexGuard<()>>,
+}
+
+/// The work of paid `row` to run once more, its answer collectable until
+/// `collectable_until`.
+fn run_again(row: AttemptRow, collectable_until: i64) -> Collect {
+    Collect::RunAgain(Rerun {
+        row: Box::new(row),
+        collectable_until,
+        _one_run: None,
+    })
 }
 
 /// What one look at the retained answers decided; None while the original still runs.
@@ -95,8 +110,26 @@ pub(crate) struct Resend<'a> {
 
 impl Resend<'_> {
     /// What the resend gets: waits (bounded by `delivery_in_flight_wait_ms`) while the
-    /// original is still running.
+    /// original is still running. Concurrent resends of a paid row whose answer was not
+    /// retained take its re-run lock in turn: the first runs the work, and the others, let in
+    /// after it, collect the answer it retained.
     pub(crate) async fn collect(&self) -> Collect {
+        let rerun = match self.decided().await {
+            Collect::RunAgain(rerun) => rerun,
+            other => return other,
+        };
+        let one_run = self.rail.reruns.lock(rerun.row.id).await;
+        match self.decided().await {
+            Collect::RunAgain(rerun) => Collect::RunAgain(Rerun {
+                _one_run: Some(one_run),
+                ..rerun
+            }),
+            other => other,
+        }
+    }
+
+    /// What the retained answers decide, waited for while the original still runs.
+    async fn decided(&self) -> Collect {
         let until = Instant::now() + self.retention.in_flight_wait;
         loop {
             match self.look().await {
@@ -170,10 +203,7 @@ impl Resend<'_> {
                     attempt = row.id,
                     "a paid row has no retained answer: running its work once more"
                 );
-                Collect::RunAgain {
-                    row: Box::new(row),
-                    collectable_until: until,
-                }
+                run_again(row, until)
             }
             _ => Collect::New,
         }
@@ -205,13 +235,14 @@ impl Resend<'_> {
             "a stale reserved row was resolved from the chain on a resend"
         );
         match outcome {
-            Outcome::Settled { .. } => Collect::RunAgain {
-                collectable_until: self.retention.collectable_until(self.lookup, unix_now()),
-                row: Box::new(AttemptRow {
+            Outcome::Settled { .. } => {
+                let until = self.retention.collectable_until(self.lookup, unix_now());
+                let row = AttemptRow {
                     state: "settled".into(),
                     ..row
-                }),
-            },
+                };
+                run_again(row, until)
+            }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
     }

@@ -1,7 +1,8 @@
 //! The x402 payment gate of a structurally valid request that carries `PAYMENT-SIGNATURE`.
 //! It keeps only the order of the steps; each step's rules live in their own module:
 //!
-//! decode → a retained answer for this exact payment and request (`collect`) → `accepted`
+//! decode → a retained answer for this exact payment and request (`collect`; or its work
+//! run again, `rerun`) → `accepted`
 //! and the buyer's echo (`echo`) → the authorization's window (`window`) → the local check
 //! (`local_check`) → the ledger's nonce and strike pre-check → facilitator `/verify` →
 //! ledger reserve (binding where the answer will be retained) → the machine's work → the
@@ -16,7 +17,6 @@
 
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use alloy_primitives::{Address, B256, U256};
 use base64::Engine as _;
@@ -27,8 +27,8 @@ use tokio::time::Instant;
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::chain::authorization::PaymentTerms;
 use crate::pay::call::{
-    ALREADY_PRESENTED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal, ledger_failure,
-    reject, reject_reported, unix_now,
+    ALREADY_PRESENTED, PAYER_STRUCK, PaidCall, PaidOutcome, PaymentRail, Refusal, WORK_GRACE,
+    ledger_failure, reject, reject_reported, unix_now,
 };
 use crate::pay::collect::{ANSWER_EXPIRED, Collect, Resend, Resent, known_nonce};
 use crate::pay::echo;
@@ -37,17 +37,14 @@ use crate::pay::ledger::{Binding, LedgerError, NewAttempt};
 use crate::pay::local_check::{self, Expected, LocalVerdict};
 use crate::pay::payload::{Echoes, Payload};
 use crate::pay::record::{Row, work_failed};
-use crate::pay::retained::{self, Answer, Lookup, Retention};
-use crate::pay::settlement::{self, Payment, Settling, our_settle_response};
+use crate::pay::retained::{self, Lookup};
+use crate::pay::settlement::{self, Payment, Settling};
 use crate::pay::window::{self, Bounds, WindowRefusal};
 use crate::support::canonical::sha256_hex;
 use crate::support::metrics::metrics;
 
 /// Payment headers are small; anything larger is not a payment.
 const MAX_PAYMENT_HEADER_BYTES: usize = 16 * 1024;
-/// How far past its own `overall_timeout_ms` a machine's work may run before the gate cuts
-/// it (the settle margin of `window` absorbs it).
-const WORK_GRACE: Duration = Duration::from_secs(2);
 
 /// The parts of a PaymentPayload the gate relies on.
 struct Presented {
@@ -325,29 +322,7 @@ pub(crate) async fn run<E: std::fmt::Display>(
     if let Some(retention) = &rail.retention {
         match resend(retention).collect().await {
             Collect::Done(outcome) => return outcome,
-            Collect::RunAgain { row, .. } => {
-                // Concurrent resends run it once: the others, let in after it, collect the
-                // answer it retained.
-                let _one_run = rail.reruns.lock(row.id).await;
-                match resend(retention).collect().await {
-                    Collect::Done(outcome) => return outcome,
-                    Collect::RunAgain {
-                        row,
-                        collectable_until,
-                    } => {
-                        let again = Again {
-                            rail,
-                            retention,
-                            manifest,
-                            lookup: &lookup,
-                            row,
-                            collectable_until,
-                        };
-                        return again.run(&call, work).await;
-                    }
-                    Collect::New => {}
-                }
-            }
+            Collect::RunAgain(rerun) => return resend(retention).run_again(rerun, work).await,
             Collect::New => {}
         }
     }
@@ -451,69 +426,6 @@ async fn first_presentation<E: std::fmt::Display>(
         finisher: call.finisher,
     };
     row.record(settled, body).await
-}
-
-/// The work of a paid row whose answer was not retained, run once more for its buyer: the
-/// answer goes out as a paid 200 naming the row's transaction, and is retained.
-struct Again<'a> {
-    rail: &'a PaymentRail,
-    retention: &'a Retention,
-    manifest: &'a Manifest,
-    lookup: &'a Lookup,
-    row: Box<crate::pay::ledger::AttemptRow>,
-    collectable_until: i64,
-}
-
-impl Again<'_> {
-    async fn run<E: std::fmt::Display>(
-        self,
-        call: &PaidCall<'_>,
-        work: impl Future<Output = Result<Vec<u8>, E>>,
-    ) -> PaidOutcome {
-        let budget = call.machine.overall_timeout() + WORK_GRACE;
-        let body = match tokio::time::timeout(budget, work).await {
-            Ok(Ok(body)) => body,
-            Ok(Err(error)) => {
-                tracing::error!(machine = %call.machine.machine, %error, attempt = self.row.id, "the paid work run again failed");
-                return PaidOutcome::Failed(Refusal::RerunFailed);
-            }
-            Err(_) => return PaidOutcome::Failed(Refusal::RerunFailed),
-        };
-        let network = &self.manifest.payment.network;
-        let transaction = self.row.transaction_hash.as_deref();
-        let response = our_settle_response(network, &self.row.payer, true, None, transaction);
-        let answer = call.finisher.finish(body, &response);
-        self.keep(&answer).await;
-        metrics().retained("collected");
-        PaidOutcome::Answered(answer)
-    }
-
-    async fn keep(&self, answer: &Answer) {
-        let binding = Binding {
-            lookup_sha256: self.lookup.key_hex(),
-            id_sha256: self.lookup.id_sha256.clone(),
-        };
-        let stored = match retained::seal(&self.retention.secret, self.lookup, answer) {
-            Ok(sealed) => {
-                let until = self.collectable_until;
-                self.rail
-                    .ledger
-                    .retain(self.row.id, &binding, &sealed, until)
-                    .await
-            }
-            Err(error) => Err(LedgerError::Storage(error.to_string())),
-        };
-        match stored {
-            Ok(()) => {
-                if let Err(error) = self.rail.ledger.note_collected(self.row.id).await {
-                    tracing::warn!(%error, attempt = self.row.id, "could not count a collected answer");
-                }
-            }
-            Err(error) => {
-                tracing::error!(%error, attempt = self.row.id, "the answer run again was not retained")
-            }
-        }
-    }
 }
 
 fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> NewAttempt {

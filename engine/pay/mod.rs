@@ -13,6 +13,7 @@ pub(crate) mod payload;
 pub mod reconcile;
 pub(crate) mod record;
 pub mod report;
+pub(crate) mod rerun;
 pub(crate) mod retained;
 pub(crate) mod row_locks;
 pub(crate) mod settlement;
