@@ -123,6 +123,8 @@ fn checked_address<'de, D: serde::Deserializer<'de>>(text: D) -> Result<Address,
 
 /// Everything VM03 takes from the manifest.
 struct Settings {
+    /// The manifest entry's name for this machine, for manifest errors.
+    machine: String,
     cap: usize,
     /// The inventory pagination's whole budget and each page's answer size limit.
     inventory: Bounds,
@@ -170,6 +172,7 @@ impl Settings {
         let multicall: String = allowlist(machine, "multicall3")?;
         let response_timeout = limit_ms(machine, "response_timeout_ms")?;
         Ok(Settings {
+            machine: id.to_string(),
             cap: count("max_returned_holdings")?,
             inventory: Bounds {
                 timeout: limit_ms(machine, "inventory_budget_ms")?,
@@ -199,7 +202,7 @@ impl Settings {
     fn native(&self, chain: Chain) -> Result<&NativeAsset, WorkError> {
         self.natives.get(chain.caip2).ok_or_else(|| {
             WorkError::manifest(
-                <Vm03 as super::Machine>::ID,
+                &self.machine,
                 format!("no native asset for {}", chain.caip2),
             )
         })
