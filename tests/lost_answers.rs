@@ -99,6 +99,32 @@ async fn bought_once() -> (Rig<'static>, Buyer, Value, String) {
     (rig, buyer, body, header)
 }
 
+/// One payment left pending: a rig whose transfer lands `delay` after `/settle`, with the
+/// settle timeout and the settlement wait cut to 1 s (then `env`); a fresh buyer; its VM02
+/// request and PAYMENT-SIGNATURE; and the first answer, a 503 `settlement_pending`.
+async fn left_pending(
+    delay: Duration,
+    env: &[(&str, &str)],
+) -> (Rig<'static>, Buyer, Value, String, reqwest::Response) {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let mut short = vec![
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+    ];
+    short.extend_from_slice(env);
+    let rig = Rig::start(stack, Settle::After(delay), &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let pending = rig.send(&body, &header).await;
+    assert_eq!(pending.status().as_u16(), 503);
+    assert_eq!(
+        payment_response(&pending)["errorReason"],
+        "settlement_pending"
+    );
+    (rig, buyer, body, header, pending)
+}
+
 /// The answer to one paid call with this header.
 async fn paid(rig: &Rig<'_>, body: &Value, header: &str) -> Received {
     Received::of(rig.send(body, header).await).await
@@ -422,24 +448,10 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
 /// is told its answer can no longer be collected (402 `payment_answer_expired`), charged once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challenge() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let off = [
-        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
-        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
-        ("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0"),
-    ];
+    let off = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0")];
     // The transfer lands 14 s after /settle: every resend below comes before it, with room
     // for a loaded CI machine (at 9 s, one run's burst came after it and was decided).
-    let rig = Rig::start(stack, Settle::After(Duration::from_secs(14)), &off).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let pending = rig.send(&body, &header).await;
-    assert_eq!(pending.status().as_u16(), 503);
-    assert_eq!(
-        payment_response(&pending)["errorReason"],
-        "settlement_pending"
-    );
+    let (rig, buyer, body, header, _) = left_pending(Duration::from_secs(14), &off).await;
 
     let before = chain_reads(&rig);
     let resent = rig.send(&body, &header).await;
@@ -641,28 +653,13 @@ async fn a_resend_while_the_original_works_runs_nothing_and_settles_nothing() {
 /// its signed receipt and an evidence seal over the body (signing is on), no /verify or
 /// /settle of its own, one ledger row and one transfer.
 async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let late = Settle::After(Duration::from_secs(4));
     let signing_key = key_file("evidence.pem").display().to_string();
-    let short = [
-        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
-        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
-        ("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str()),
-    ];
-    let rig = Rig::start(stack, late, &short).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let pending = rig.send(&body, &header).await;
-    assert_eq!(pending.status().as_u16(), 503);
+    let signing = [("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str())];
+    let (rig, buyer, body, header, pending) = left_pending(Duration::from_secs(4), &signing).await;
     assert!(pending.headers().get("retry-after").is_some());
     assert!(
         pending.headers().get("payment-required").is_none(),
         "never a fresh challenge"
-    );
-    assert_eq!(
-        payment_response(&pending)["errorReason"],
-        "settlement_pending"
     );
     let settles = rig.facilitator.recorder.settles();
 
@@ -700,17 +697,7 @@ async fn a_pending_settlement_is_collected_once_the_transfer_is_on_chain() {
 /// the held answer is swept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_answer_whose_row_reconcile_settled_is_delivered_without_reading_the_chain() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let short = [
-        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
-        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
-    ];
-    let rig = Rig::start(stack, Settle::After(Duration::from_secs(6)), &short).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let pending = rig.send(&body, &header).await;
-    assert_eq!(pending.status().as_u16(), 503);
+    let (rig, buyer, body, header, _) = left_pending(Duration::from_secs(6), &[]).await;
     wait_for("the late settlement lands", async || {
         rig.balance(&buyer.address) == FUNDS - PRICE
     })
