@@ -11,7 +11,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize as _;
 use serde::Serialize;
@@ -186,7 +186,8 @@ impl<M: Machine> PaidWork for Accepted<M> {
         Box::pin(async move {
             // Every outbound read of the call, retries included, ends within the machine's
             // own budget, so that a slow upstream is its HOLD, not work the gate must cut.
-            let context = context.ending_by(Instant::now() + self.spec.overall_timeout());
+            let context =
+                context.for_call(self.spec, Instant::now() + self.spec.overall_timeout())?;
             let call = Call {
                 context: &context,
                 spec: self.spec,
@@ -202,8 +203,8 @@ impl<M: Machine> PaidWork for Accepted<M> {
     }
 }
 
-/// A request the schema accepted but a machine's semantic check refuses (HTTP 400 at the
-/// edge), naming the field when there is one.
+/// A request the schema accepted but a machine's semantic check refuses, before any payment
+/// is asked for, naming the field when there is one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct CheckFailure {
@@ -239,7 +240,7 @@ impl CheckFailure {
     }
 }
 
-/// Why a machine cannot take paid calls on this deployment (HTTP 503 at the edge).
+/// Why a machine cannot take paid calls on this deployment (no payment is asked for).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct NotReady {
@@ -265,20 +266,29 @@ pub struct WorkContext {
     /// The one counted outbound gateway.
     pub gateway: Gateway,
     /// The deployment's configuration (provider URLs among it); shared, so that each paid
-    /// call's bounded copy of the context ([`WorkContext::ending_by`]) is cheap.
+    /// call's bounded copy of the context ([`WorkContext::for_call`]) is cheap.
     pub config: Arc<Config>,
     /// In-process cache of upstream observations (VM04's optional cache).
     pub cache: TtlCache,
 }
 
 impl WorkContext {
-    /// The same context whose gateway ends every request by `deadline`.
-    pub fn ending_by(&self, deadline: Instant) -> WorkContext {
-        WorkContext {
-            gateway: self.gateway.ending_by(deadline),
+    /// The context of one paid call of `machine`: its gateway connects within the machine's
+    /// `connect_timeout_ms` (when the manifest sets one) and ends every request by
+    /// `deadline`.
+    pub fn for_call(&self, machine: &Spec, deadline: Instant) -> Result<WorkContext, WorkError> {
+        let gateway = match machine.limit("connect_timeout_ms") {
+            Some(ms) => self
+                .gateway
+                .with_connect_timeout(Duration::from_millis(ms))
+                .map_err(|e| WorkError::Client(e.to_string()))?,
+            None => self.gateway.clone(),
+        };
+        Ok(WorkContext {
+            gateway: gateway.ending_by(deadline),
             config: Arc::clone(&self.config),
             cache: self.cache.clone(),
-        }
+        })
     }
 
     /// The configured JSON-RPC URL of a CAIP-2 chain.
@@ -326,6 +336,9 @@ pub enum WorkError {
     /// The page fetcher could not be set up.
     #[error(transparent)]
     Fetch(#[from] crate::web::fetch::FetchSetupError),
+    /// The outbound HTTP client of the machine's connect timeout could not be built.
+    #[error("the outbound HTTP client could not be built: {0}")]
+    Client(String),
 }
 
 impl WorkError {
@@ -483,6 +496,33 @@ pub fn provider_missing(machine: &Spec, what: &str) -> Result<(), NotReady> {
 mod tests {
     use super::*;
     use crate::catalog::embedded::MANIFEST;
+
+    #[test]
+    fn a_paid_calls_gateway_connects_within_the_machines_own_limit() {
+        let context = WorkContext {
+            gateway: Gateway::new().expect("gateway"),
+            config: Arc::new(Config::from_env([]).expect("defaults")),
+            cache: TtlCache::default(),
+        };
+        let vm02 = MANIFEST.machine("VM02").expect("VM02");
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut quick = vm02.clone();
+        quick.limits.insert("connect_timeout_ms".into(), 750.into());
+        let call = context.for_call(&quick, deadline).expect("context");
+        assert_eq!(call.gateway.connect_timeout(), Duration::from_millis(750));
+        assert!(
+            call.gateway
+                .time_left()
+                .is_some_and(|left| left <= Duration::from_secs(1))
+        );
+        let declared = vm02.limit("connect_timeout_ms").expect("declared");
+        let call = context.for_call(vm02, deadline).expect("context");
+        assert_eq!(
+            call.gateway.connect_timeout(),
+            Duration::from_millis(declared)
+        );
+        assert_eq!(call.gateway.outbound_requests(), 0, "one shared count");
+    }
 
     #[test]
     fn a_limit_missing_from_the_manifest_is_an_error_not_a_default() {

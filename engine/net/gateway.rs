@@ -6,8 +6,9 @@
 //! each provider (facilitator, RPC endpoints, data APIs, the page fetcher) is measured in
 //! this one place.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::metrics::{CallResult, metrics};
@@ -142,6 +143,9 @@ fn within(mut request: reqwest::Request, started: Instant) -> Option<reqwest::Re
 pub struct Gateway {
     client: reqwest::Client,
     connect_timeout: Duration,
+    /// The client of each connect timeout asked for, built once and shared by every clone (a
+    /// client per call would lose its connection pool).
+    derived: Arc<Mutex<HashMap<Duration, reqwest::Client>>>,
     sent: Arc<AtomicU64>,
     /// When every request through this gateway must have ended (a paid call's work budget,
     /// see [`Gateway::ending_by`]); None: each request's own timeout only.
@@ -166,9 +170,12 @@ fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, reqwest::E
 impl Gateway {
     /// A gateway with its own HTTP client and a zero count.
     pub fn new() -> Result<Gateway, reqwest::Error> {
+        let client = build_client(DEFAULT_CONNECT_TIMEOUT)?;
+        let derived = HashMap::from([(DEFAULT_CONNECT_TIMEOUT, client.clone())]);
         Ok(Gateway {
-            client: build_client(DEFAULT_CONNECT_TIMEOUT)?,
+            client,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            derived: Arc::new(Mutex::new(derived)),
             sent: Arc::new(AtomicU64::new(0)),
             ends_by: None,
         })
@@ -203,7 +210,8 @@ impl Gateway {
     }
 
     /// The same counted gateway with another connect timeout. reqwest fixes the connect
-    /// timeout per client, so a different value needs its own client; the count is shared.
+    /// timeout per client, so a different value needs its own client: built on first use,
+    /// then shared. The count is shared too.
     pub fn with_connect_timeout(
         &self,
         connect_timeout: Duration,
@@ -211,12 +219,30 @@ impl Gateway {
         if connect_timeout == self.connect_timeout {
             return Ok(self.clone());
         }
+        let client = {
+            let mut derived = self
+                .derived
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match derived.get(&connect_timeout) {
+                Some(client) => client.clone(),
+                None => {
+                    let client = build_client(connect_timeout)?;
+                    derived.insert(connect_timeout, client.clone());
+                    client
+                }
+            }
+        };
         Ok(Gateway {
-            client: build_client(connect_timeout)?,
+            client,
             connect_timeout,
-            sent: self.sent.clone(),
-            ends_by: self.ends_by,
+            ..self.clone()
         })
+    }
+
+    /// How long a request through this gateway may take to connect.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// How many outbound requests this gateway has started since start-up.
@@ -405,6 +431,60 @@ mod tests {
             1,
             "counted by the shared count"
         );
+    }
+
+    /// A keep-alive server answering every request; counts the connections it accepted.
+    async fn server_counting_connections() -> (String, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    while read_head(&mut socket).await {
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if socket.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    #[tokio::test]
+    async fn gateways_derived_for_one_connect_timeout_share_one_client_and_its_connections() {
+        let (url, accepted) = server_counting_connections().await;
+        let gateway = Gateway::new().expect("gateway");
+        let three_seconds = Duration::from_secs(3);
+        for _ in 0..2 {
+            // Derived anew for each call, as each paid call derives its own.
+            let derived = gateway
+                .with_connect_timeout(three_seconds)
+                .expect("derived");
+            let answer = get(&derived, &url, "derived").await.expect("answered");
+            assert_eq!(answer.text().await.expect("body"), "ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one pooled connection");
+        let other = gateway
+            .with_connect_timeout(Duration::from_secs(4))
+            .expect("derived");
+        get(&other, &url, "derived").await.expect("answered");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "another client");
+        let back = other
+            .with_connect_timeout(DEFAULT_CONNECT_TIMEOUT)
+            .expect("derived");
+        get(&back, &url, "derived").await.expect("answered");
+        get(&gateway, &url, "derived").await.expect("answered");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            3,
+            "the default client, once"
+        );
+        assert_eq!(gateway.outbound_requests(), 5, "one shared count");
     }
 
     #[tokio::test]
