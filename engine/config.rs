@@ -303,7 +303,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
 /// The default drain: a paid call ends by its authorization's deadline, at most the
 /// payment's `maxTimeoutSeconds` (60, machines.yaml) after it arrives, so the drain is that
 /// plus a 10 s margin for the ledger record. A start-up warning names a shorter drain; a
-/// unit test in `http::server` holds this figure to the manifest's.
+/// unit test of the server holds this figure to the manifest's.
 pub const DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS: u64 = 70_000;
 
 /// The margin of the drain over `maxTimeoutSeconds`.
@@ -420,8 +420,8 @@ pub struct Config {
     pub delivery_key_file: Option<PathBuf>,
     /// Connection deadlines and the connection cap (see `ConnectionLimits`).
     pub connections: ConnectionLimits,
-    /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only through
-    /// `pay::ledger::redacted`.
+    /// `sqlite:PATH` or `postgres://…`; may hold a password: log it only redacted (the
+    /// ledger's `redacted`).
     pub database_url: Secret,
     /// PostgreSQL connections per replica at most.
     pub database_pool_size: usize,

@@ -1,6 +1,8 @@
 //! Structural semantic checks shared by the machines' pre-payment validation. None of them
 //! does I/O: no DNS, no RPC, no fetch. Each refusal names the field.
 
+use std::ops::RangeInclusive;
+
 use alloy_primitives::{Address, U256};
 use serde_json::Value;
 
@@ -122,19 +124,25 @@ pub(crate) fn normalize_query(query: &str) -> String {
     query.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Normalizes the `queries` array: whitespace collapsed, each 2..=400 characters after
-/// normalization, ordered lexicographically, duplicates rejected.
-pub(crate) fn normalized_queries(raw: &[String]) -> Result<Vec<String>, CheckFailure> {
+/// Normalizes the `queries` array: whitespace collapsed, each within `chars` characters
+/// after normalization (the manifest's `min_query_chars` to `max_query_chars`), ordered
+/// lexicographically, duplicates rejected.
+pub(crate) fn normalized_queries(
+    raw: &[String],
+    chars: &RangeInclusive<usize>,
+) -> Result<Vec<String>, CheckFailure> {
     let mut queries = Vec::new();
     for (i, item) in raw.iter().enumerate() {
         let normalized = normalize_query(item);
-        let chars = normalized.chars().count();
-        if !(2..=400).contains(&chars) {
+        let count = normalized.chars().count();
+        if !chars.contains(&count) {
             return Err(CheckFailure::field(
                 "invalid_query",
                 format!("/queries/{i}"),
                 format!(
-                    "a query must hold 2 to 400 characters after whitespace is collapsed; this one has {chars}"
+                    "a query must hold {} to {} characters after whitespace is collapsed; this one has {count}",
+                    chars.start(),
+                    chars.end()
                 ),
             ));
         }

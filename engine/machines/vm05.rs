@@ -19,8 +19,8 @@ impl super::Machine for Vm05 {
     type Answer = Value;
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
-    fn check(_machine: &Machine, request: &ListingRequest) -> Result<(), CheckFailure> {
-        request.check().map(|_| ())
+    fn check(machine: &Machine, request: &ListingRequest) -> Result<(), CheckFailure> {
+        request.check(machine).map(|_| ())
     }
 
     async fn observe(call: Call<'_, ListingRequest>) -> Result<Value, WorkError> {

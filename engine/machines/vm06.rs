@@ -143,6 +143,9 @@ fn intent(request: &Request) -> Result<Intent, WorkError> {
 /// The fee-history parameters, from the manifest's limits.
 struct HistoryQuery {
     block_count: u64,
+    /// The newest block asked for (`fee_history_newest_block`), and its text as the
+    /// manifest writes it.
+    newest_block: (BlockNumberOrTag, String),
     percentiles: Vec<u64>,
 }
 
@@ -155,8 +158,17 @@ fn history_query(machine: &Machine) -> Result<HistoryQuery, WorkError> {
         .ok_or_else(|| {
             WorkError::manifest(&machine.machine, "no limit fee_history_reward_percentiles")
         })?;
+    let newest_block = machine
+        .limits
+        .get("fee_history_newest_block")
+        .and_then(Value::as_str)
+        .and_then(|text| Some((text.parse().ok()?, text.to_string())))
+        .ok_or_else(|| {
+            WorkError::manifest(&machine.machine, "no block tag fee_history_newest_block")
+        })?;
     Ok(HistoryQuery {
         block_count: limit(machine, "fee_history_block_count")?,
+        newest_block,
         percentiles,
     })
 }
@@ -179,7 +191,7 @@ async fn read(
     let percentiles: Vec<f64> = query.percentiles.iter().map(|p| *p as f64).collect();
     let (estimate, history) = tokio::join!(
         provider.estimate_gas(tx).block(BlockId::latest()),
-        provider.get_fee_history(query.block_count, BlockNumberOrTag::Latest, &percentiles),
+        provider.get_fee_history(query.block_count, query.newest_block.0, &percentiles),
     );
     (
         estimate.map_err(|e| rpc::classify_call_error(&e)),
@@ -314,7 +326,7 @@ fn fee_history_json(history: &FeeHistory, query: &HistoryQuery) -> Value {
         .collect();
     json!({
         "block_count": query.block_count,
-        "newest_block": "latest",
+        "newest_block": query.newest_block.1,
         "reward_percentiles": query.percentiles,
         "oldest_block": format!("{:#x}", history.oldest_block),
         "base_fee_per_gas": strings(&history.base_fee_per_gas),
@@ -395,6 +407,11 @@ mod tests {
             .expect("VM06");
         let query = history_query(spec).expect("declared");
         assert!(query.block_count > 0 && !query.percentiles.is_empty());
+        let declared = spec.limits.get("fee_history_newest_block");
+        assert_eq!(
+            declared.and_then(Value::as_str),
+            Some(query.newest_block.1.as_str())
+        );
         limit_ms(spec, "response_timeout_ms").expect("response timeout");
     }
 

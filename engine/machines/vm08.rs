@@ -8,16 +8,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::probe_reads::{self, ProbeRequest};
-use super::{Call, CheckFailure, Need, WorkError};
+use super::{Call, CheckFailure, Need, WorkError, limit};
 use crate::catalog::manifest::Machine;
 use crate::machines::checks as rc;
 use crate::support::canonical::{canonical_json, canonical_sha256};
 use crate::support::evm;
 use crate::web::x402_probe::{Probe, ProbeOutcome, Requirement};
-
-/// Defaults when the caller sends no price_policy (or only one of its keys).
-pub(crate) const DEFAULT_MODEST_INCREASE_BPS: u64 = 500;
-pub(crate) const DEFAULT_MAX_INCREASE_BPS: u64 = 2000;
 
 /// VM08 x402 service change snapshot.
 pub(crate) struct Vm08;
@@ -89,7 +85,7 @@ impl super::Machine for Vm08 {
         let (context, machine, request) = call.parts();
         let target = request.probe.target()?;
         let probe = probe_reads::probe(context, machine, target).await?;
-        Ok(response(machine, request, &probe, &super::vm01::now()))
+        response(machine, request, &probe, &super::vm01::now())
     }
 }
 
@@ -165,17 +161,19 @@ pub(crate) fn fingerprint(requirements: &[Requirement]) -> Option<Value> {
     }))
 }
 
-/// The caller's price policy with defaults; modest is capped at max.
-fn price_policy(request: &Request) -> (u64, u64) {
+/// The caller's price policy, each key it leaves out taken from the manifest's
+/// `default_modest_increase_bps` and `default_max_increase_bps`; modest is capped at max.
+fn price_policy(machine: &Machine, request: &Request) -> Result<(u64, u64), WorkError> {
     let policy = request.price_policy.as_ref();
-    let max = policy
-        .and_then(|p| p.max_increase_bps)
-        .unwrap_or(DEFAULT_MAX_INCREASE_BPS);
-    let modest = policy
-        .and_then(|p| p.modest_increase_bps)
-        .unwrap_or(DEFAULT_MODEST_INCREASE_BPS)
-        .min(max);
-    (modest, max)
+    let max = match policy.and_then(|p| p.max_increase_bps) {
+        Some(max) => max,
+        None => limit(machine, "default_max_increase_bps")?,
+    };
+    let modest = match policy.and_then(|p| p.modest_increase_bps) {
+        Some(modest) => modest,
+        None => limit(machine, "default_modest_increase_bps")?,
+    };
+    Ok((modest.min(max), max))
 }
 
 /// The amount class of a change from `old` to `new` under (modest, max) basis points.
@@ -477,11 +475,11 @@ pub(crate) fn response(
     request: &Request,
     probe: &Probe,
     checked_at: &str,
-) -> Value {
+) -> Result<Value, WorkError> {
     let listed = requirement_fingerprints(probe.requirements());
     let current = fingerprint(probe.requirements());
     let prior = prior_requirements(request);
-    let policy = price_policy(request);
+    let policy = price_policy(machine, request)?;
     let verdict = verdict(probe, listed.as_deref(), prior.as_deref(), policy);
     let current_sha = current.as_ref().map(canonical_sha256);
     let baseline = baseline_block(machine, probe, current.as_ref(), &verdict, checked_at);
@@ -497,7 +495,7 @@ pub(crate) fn response(
         );
     }
     let compared_amount = prior.is_some() && current.is_some();
-    json!({
+    Ok(json!({
         "status": verdict.status,
         "machine": machine.machine,
         "methodology_version": machine.methodology_version,
@@ -521,7 +519,7 @@ pub(crate) fn response(
         "fingerprint_sha256": current_sha,
         "baseline": baseline,
         "limitations": limitations,
-    })
+    }))
 }
 
 /// Compares a caller-supplied listing (x402 discovery item shape: `resource`, `accepts[]`)

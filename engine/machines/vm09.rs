@@ -294,13 +294,15 @@ pub(crate) fn response(
     let mut limitations = vec!["READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.".to_string()];
     limitations.extend(probe.limitation());
     if let Selection::UnsupportedMethod(r) = selection {
-        limitations.push(format!("The requirement uses asset transfer method {}; only eip3009 is supported, so the packet fails closed.", r.asset_transfer_method()));
+        let supported = x402_probe::allowlist_text(machine, "asset_transfer_methods", "or");
+        limitations.push(format!("The requirement uses asset transfer method {}; only {supported} is supported, so the packet fails closed.", r.asset_transfer_method()));
     }
     if let Some(reads) = reads {
         limitations.extend(reads.limitations.iter().cloned());
     }
     if !usable && selected.is_none() && !matches!(selection, Selection::NoChallenge) {
-        limitations.push("No requirement on scheme exact, network eip155:8453 and the USDC asset with every contract field present was found.".into());
+        let listed = |name| x402_probe::allowlist_text(machine, name, "or");
+        limitations.push(format!("No requirement on scheme {}, network {} and asset {} with every contract field present was found.", listed("schemes"), listed("networks"), listed("assets")));
     }
     let mut packet = json!({
         "status": decision.status,

@@ -200,7 +200,8 @@ pub(crate) fn response(
         vec!["READY_EXISTING is not authorization to pay; native gas is not judged.".to_string()];
     limitations.extend(probe.limitation());
     if let Selection::UnsupportedMethod(r) = selection {
-        limitations.push(format!("The requirement uses asset transfer method {}; only eip3009 and permit2 authority paths are classified.", r.asset_transfer_method()));
+        let classified = x402_probe::allowlist_text(machine, "asset_transfer_methods", "and");
+        limitations.push(format!("The requirement uses asset transfer method {}; only {classified} authority paths are classified.", r.asset_transfer_method()));
     }
     if let Some(reads) = reads {
         limitations.extend(reads.limitations.iter().cloned());

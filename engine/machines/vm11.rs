@@ -40,7 +40,7 @@ impl super::Machine for Vm11 {
     const NEEDS: &'static [Need] = &[Need::Discovery];
 
     fn check(machine: &Machine, request: &Request) -> Result<(), CheckFailure> {
-        let queries = request.listing.check()?;
+        let queries = request.listing.check(machine)?;
         let Some(baseline) = &request.baseline else {
             return Ok(());
         };

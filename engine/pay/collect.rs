@@ -151,7 +151,7 @@ impl Resend<'_> {
         };
         if found.iter().any(|entry| entry.lookup_sha256 != key) {
             metrics().retained("conflict");
-            tracing::info!(machine = %self.call.machine.machine, "payment identifier reused on another payment or request: 409");
+            tracing::info!(machine = %self.call.machine.machine, "payment identifier reused on another payment or request: payment_identifier_conflict");
             return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
         }
         // No binding of this exact payload, request and id: nothing of ours to collect. The

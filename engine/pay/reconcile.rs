@@ -13,13 +13,11 @@
 use alloy_primitives::{Address, B256, U256};
 use serde::Serialize;
 
+use crate::catalog::embedded::MANIFEST;
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
 use crate::pay::call::strike_until;
 use crate::pay::ledger::{AttemptRow, Ledger, LedgerError, Outcome, UNRESOLVED};
 use crate::pay::settlement::{self, Finding, Payment};
-
-/// The only network whose RPC endpoint reconciliation reads.
-pub const NETWORK: &str = "eip155:8453";
 
 /// One examined row, as `--json` prints it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -53,7 +51,8 @@ pub(crate) enum Unreadable {
 
 /// What the chain is asked about a row's payment.
 pub(crate) fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
-    if row.network != NETWORK {
+    // The payment chain's reader is the only one reconciliation has.
+    if row.network != MANIFEST.payment.network {
         return Err(Unreadable::OtherNetwork(row.network.clone()));
     }
     let nonce = row

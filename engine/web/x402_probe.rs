@@ -185,6 +185,12 @@ pub(crate) fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
     strings(machine.allowlists.get(name))
 }
 
+/// A machine's allowlist as answer text, its values joined by `joiner` ("or", "and"), so an
+/// answer states the manifest's list, not a copy of it.
+pub(crate) fn allowlist_text(machine: &Machine, name: &str, joiner: &str) -> String {
+    allowlist(machine, name).join(&format!(" {joiner} "))
+}
+
 /// Selects per the machine's allowlists (`schemes`, `networks`, `assets`,
 /// `asset_transfer_methods`; a missing list allows any value). Addresses compare
 /// case-insensitively.
