@@ -564,8 +564,57 @@ fn discovery_comparison(listing: &Value, probe: &Probe) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{amount_class, changes, requirement_changes};
+    use super::{Request, amount_class, changes, price_policy, requirement_changes};
+    use crate::catalog::embedded::MANIFEST;
     use serde_json::{Value, json};
+
+    #[test]
+    fn a_missing_price_policy_key_takes_the_manifests_default() {
+        let vm08 = MANIFEST.machine("VM08").expect("VM08");
+        let mut example = vm08.input_example.clone();
+        example
+            .as_object_mut()
+            .expect("an object")
+            .remove("price_policy");
+        let request = |policy: Value| {
+            let mut body = example.clone();
+            if !policy.is_null() {
+                body["price_policy"] = policy;
+            }
+            serde_json::from_value::<Request>(body).expect("a request")
+        };
+        let declared = |name| vm08.limit(name).expect("declared");
+        let defaults = (
+            declared("default_modest_increase_bps"),
+            declared("default_max_increase_bps"),
+        );
+        assert_eq!(
+            price_policy(vm08, &request(Value::Null)).ok(),
+            Some(defaults)
+        );
+        let mut other = vm08.clone();
+        other
+            .limits
+            .insert("default_modest_increase_bps".into(), 7.into());
+        other
+            .limits
+            .insert("default_max_increase_bps".into(), 70.into());
+        assert_eq!(
+            price_policy(&other, &request(Value::Null)).ok(),
+            Some((7, 70))
+        );
+        let only_max = request(json!({"max_increase_bps": 3}));
+        assert_eq!(
+            price_policy(&other, &only_max).ok(),
+            Some((3, 3)),
+            "modest capped"
+        );
+        other.limits.remove("default_max_increase_bps");
+        assert!(
+            price_policy(&other, &request(Value::Null)).is_err(),
+            "no typed default"
+        );
+    }
 
     fn requirement() -> Value {
         json!({"scheme": "exact", "network": "eip155:8453", "asset": "0xaa",
