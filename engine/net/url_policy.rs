@@ -331,6 +331,40 @@ fn v6_in_prefix(addr: u128, net: u128, len: u8) -> bool {
 mod tests {
     use super::*;
 
+    /// The policy is structural (https on its default port), so the manifest's URL
+    /// allowlists can only state it: a machine allowing another scheme or port would
+    /// promise what the policy refuses.
+    #[test]
+    fn the_manifests_url_allowlists_state_this_policy() {
+        let manifest = &crate::catalog::embedded::MANIFEST;
+        let mut stated = 0;
+        for machine in &manifest.machines {
+            let listed = |name: &str| {
+                machine
+                    .allowlists
+                    .get(name)
+                    .and_then(serde_json::Value::as_array)
+                    .cloned()
+            };
+            // `ports` marks a URL allowlist; VM09/VM10's `schemes` are x402 schemes.
+            if let Some(ports) = listed("ports") {
+                assert_eq!(ports, [serde_json::json!(443)], "{}", machine.machine);
+                let schemes = listed("schemes");
+                assert_eq!(schemes, Some(vec!["https".into()]), "{}", machine.machine);
+                stated += 1;
+            }
+            if let Some(port) = machine.limit("allowed_port") {
+                assert_eq!(port, 443, "{}", machine.machine);
+            }
+        }
+        assert!(
+            stated >= 5,
+            "the URL-taking machines declare their allowlists"
+        );
+        let refused = check_public_https_url("https://example.com:8443/");
+        assert!(matches!(refused, Err(UrlPolicyError::PortNotAllowed(8443))));
+    }
+
     /// Spellings that must be refused, with the expected stable code.
     const REJECTED: &[(&str, &str)] = &[
         // --- invalid ---
