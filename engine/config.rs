@@ -975,86 +975,82 @@ impl RawLayer {
         Ok(proofs)
     }
 
-    fn check(self) -> Result<Config, ConfigError> {
+    fn listen(&self) -> Result<SocketAddr, ConfigError> {
         let listen_text = self.get("listen").map(|(v, _)| v).unwrap_or(DEFAULT_LISTEN);
-        let listen: SocketAddr = listen_text.parse().map_err(|_| {
+        listen_text.parse().map_err(|_| {
             self.error(
                 "listen",
                 format!("{listen_text:?} is not a socket address such as 127.0.0.1:8402"),
             )
+        })
+    }
+
+    /// The admin address, never the public one.
+    fn admin_listen(&self, listen: SocketAddr) -> Result<Option<SocketAddr>, ConfigError> {
+        let Some((value, _)) = self.get("admin_listen") else {
+            return Ok(None);
+        };
+        let admin: SocketAddr = value.parse().map_err(|_| {
+            self.error(
+                "admin_listen",
+                format!("{value:?} is not a socket address such as 127.0.0.1:9402"),
+            )
         })?;
-        let admin_listen = match self.get("admin_listen") {
-            None => None,
-            Some((value, _)) => {
-                let admin: SocketAddr = value.parse().map_err(|_| {
-                    self.error(
-                        "admin_listen",
-                        format!("{value:?} is not a socket address such as 127.0.0.1:9402"),
-                    )
-                })?;
-                if admin == listen && admin.port() != 0 {
-                    return Err(self.error(
-                        "admin_listen",
-                        "must differ from listen: the admin endpoints are never public",
-                    ));
-                }
-                Some(admin)
-            }
+        if admin == listen && admin.port() != 0 {
+            return Err(self.error(
+                "admin_listen",
+                "must differ from listen: the admin endpoints are never public",
+            ));
+        }
+        Ok(Some(admin))
+    }
+
+    fn base_url(&self) -> Result<Option<String>, ConfigError> {
+        self.get("base_url")
+            .map(|(value, _)| {
+                check_base_url(value).map_err(|m| self.error("base_url", m.to_string()))
+            })
+            .transpose()
+    }
+
+    /// The payee, checksummed; never the zero address.
+    fn pay_to(&self) -> Result<Option<String>, ConfigError> {
+        let Some((value, _)) = self.get("pay_to") else {
+            return Ok(None);
         };
-        let base_url = match self.get("base_url") {
-            Some((value, _)) => {
-                Some(check_base_url(value).map_err(|m| self.error("base_url", m.to_string()))?)
-            }
-            None => None,
-        };
-        let pay_to = match self.get("pay_to") {
-            Some((value, _)) => {
-                let address = evm::parse_address(value)
-                    .map_err(|e| self.error("pay_to", format!("{value:?}: {e}")))?;
-                if address.is_zero() {
-                    return Err(self.error("pay_to", "the zero address cannot receive payments"));
-                }
-                Some(address.to_checksum(None))
-            }
-            None => None,
-        };
-        let log_format = match self.get("log_format").map(|(v, _)| v) {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(other) => {
-                return Err(self.error("log_format", format!("{other:?} is not text or json")));
-            }
-        };
-        let unpaid_empty_body = match self.get("unpaid_empty_body").map(|(v, _)| v) {
-            None | Some("reject") => UnpaidEmptyBody::Reject,
-            Some("challenge") => UnpaidEmptyBody::Challenge,
-            Some(other) => {
-                return Err(self.error(
-                    "unpaid_empty_body",
-                    format!("{other:?} is not reject or challenge"),
-                ));
-            }
-        };
-        let log_level = self
-            .get("log_level")
-            .map(|(v, _)| v)
-            .unwrap_or("info")
-            .to_string();
-        let facilitator_url = self.service_url("facilitator_url")?;
-        let facilitator_verify_timeout_ms = self.millis("facilitator_verify_timeout_ms", 10_000)?;
-        let facilitator_settle_timeout_ms = self.millis("facilitator_settle_timeout_ms", 60_000)?;
-        let settlement_wait_ms = self.millis("settlement_wait_ms", 20_000)?;
-        let unpaid_strike_seconds = self.seconds("unpaid_strike_seconds", 3_600)?;
-        let rpc_max_log_blocks = self.count("rpc_max_log_blocks", 1_000)? as u64;
-        let delivery_retention_seconds = self.seconds("delivery_retention_seconds", 600)?;
-        let delivery_collect_without_id_seconds =
-            self.seconds("delivery_collect_without_id_seconds", 60)?;
-        let delivery_in_flight_wait_ms = self.millis("delivery_in_flight_wait_ms", 15_000)?;
+        let address = evm::parse_address(value)
+            .map_err(|e| self.error("pay_to", format!("{value:?}: {e}")))?;
+        if address.is_zero() {
+            return Err(self.error("pay_to", "the zero address cannot receive payments"));
+        }
+        Ok(Some(address.to_checksum(None)))
+    }
+
+    fn log_format(&self) -> Result<LogFormat, ConfigError> {
+        match self.get("log_format").map(|(v, _)| v) {
+            None | Some("text") => Ok(LogFormat::Text),
+            Some("json") => Ok(LogFormat::Json),
+            Some(other) => Err(self.error("log_format", format!("{other:?} is not text or json"))),
+        }
+    }
+
+    fn unpaid_empty_body(&self) -> Result<UnpaidEmptyBody, ConfigError> {
+        match self.get("unpaid_empty_body").map(|(v, _)| v) {
+            None | Some("reject") => Ok(UnpaidEmptyBody::Reject),
+            Some("challenge") => Ok(UnpaidEmptyBody::Challenge),
+            Some(other) => Err(self.error(
+                "unpaid_empty_body",
+                format!("{other:?} is not reject or challenge"),
+            )),
+        }
+    }
+
+    /// The ledger's URL; its value is never echoed (it may hold a password).
+    fn database_url(&self) -> Result<Secret, ConfigError> {
         let database_url = self
             .get("database_url")
             .map(|(v, _)| v)
-            .unwrap_or(DEFAULT_DATABASE_URL)
-            .to_string();
+            .unwrap_or(DEFAULT_DATABASE_URL);
         if !database_url.starts_with("sqlite:")
             && !database_url.starts_with("postgres://")
             && !database_url.starts_with("postgresql://")
@@ -1064,89 +1060,101 @@ impl RawLayer {
                 "is neither sqlite:PATH nor postgres://… (value withheld: it may hold a password)",
             ));
         }
-        let database_pool_size = match self.get("database_pool_size") {
-            None => 16,
-            Some((value, _)) => value
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=1000).contains(n))
-                .ok_or_else(|| {
-                    self.error(
-                        "database_pool_size",
-                        format!("{value:?} is not a number from 1 to 1000"),
-                    )
-                })?,
+        Ok(Secret(database_url.to_string()))
+    }
+
+    fn database_pool_size(&self) -> Result<usize, ConfigError> {
+        let Some((value, _)) = self.get("database_pool_size") else {
+            return Ok(16);
         };
-        let database_connect_timeout_ms = self.millis("database_connect_timeout_ms", 5_000)?;
-        let shutdown_drain_timeout_ms = self.millis(
-            "shutdown_drain_timeout_ms",
-            DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS,
-        )?;
-        let secret = |key: &'static str| -> Result<Option<Secret>, ConfigError> {
-            match self.get(key) {
-                None => Ok(None),
-                Some((value, _))
-                    if key.starts_with("rpc_url") || key.starts_with("inventory_url") =>
-                {
-                    // Never echo the value: it may carry a provider key.
-                    check_service_url(value).map_err(|_| {
-                        self.error(
-                            key,
-                            "is not an http(s) URL (value withheld: it may hold a key)",
-                        )
-                    })?;
-                    Ok(Some(Secret(value.to_string())))
-                }
-                Some((value, _)) => Ok(Some(Secret(value.to_string()))),
-            }
+        value
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| {
+                self.error(
+                    "database_pool_size",
+                    format!("{value:?} is not a number from 1 to 1000"),
+                )
+            })
+    }
+
+    /// A secret value; an RPC or inventory URL must be an http(s) URL, and is never echoed
+    /// (it may carry a provider key).
+    fn secret(&self, key: &'static str) -> Result<Option<Secret>, ConfigError> {
+        let Some((value, _)) = self.get(key) else {
+            return Ok(None);
         };
+        if key.starts_with("rpc_url") || key.starts_with("inventory_url") {
+            check_service_url(value).map_err(|_| {
+                self.error(
+                    key,
+                    "is not an http(s) URL (value withheld: it may hold a key)",
+                )
+            })?;
+        }
+        Ok(Some(Secret(value.to_string())))
+    }
+
+    fn check(self) -> Result<Config, ConfigError> {
+        let listen = self.listen()?;
+        let base_url = self.base_url()?;
+        let pay_to = self.pay_to()?;
         let ownership_proofs = self.ownership_proofs(base_url.as_deref(), pay_to.as_deref())?;
         Ok(Config {
             listen,
-            admin_listen,
+            admin_listen: self.admin_listen(listen)?,
             base_url,
             pay_to,
-            log_format,
-            log_level,
-            facilitator_url,
+            log_format: self.log_format()?,
+            log_level: self
+                .get("log_level")
+                .map(|(v, _)| v)
+                .unwrap_or("info")
+                .to_string(),
+            facilitator_url: self.service_url("facilitator_url")?,
             facilitator_auth: self.facilitator_auth()?,
-            facilitator_verify_timeout_ms,
-            facilitator_settle_timeout_ms,
-            settlement_wait_ms,
-            unpaid_strike_seconds,
-            rpc_max_log_blocks,
+            facilitator_verify_timeout_ms: self.millis("facilitator_verify_timeout_ms", 10_000)?,
+            facilitator_settle_timeout_ms: self.millis("facilitator_settle_timeout_ms", 60_000)?,
+            settlement_wait_ms: self.millis("settlement_wait_ms", 20_000)?,
+            unpaid_strike_seconds: self.seconds("unpaid_strike_seconds", 3_600)?,
+            rpc_max_log_blocks: self.count("rpc_max_log_blocks", 1_000)? as u64,
             connections: self.connection_limits()?,
             sample_path: PathBuf::from(
                 self.get("sample_path")
                     .map(|(v, _)| v)
                     .unwrap_or(DEFAULT_SAMPLE_PATH),
             ),
-            database_url: Secret(database_url),
-            database_pool_size,
-            database_connect_timeout_ms,
-            shutdown_drain_timeout_ms,
+            database_url: self.database_url()?,
+            database_pool_size: self.database_pool_size()?,
+            database_connect_timeout_ms: self.millis("database_connect_timeout_ms", 5_000)?,
+            shutdown_drain_timeout_ms: self.millis(
+                "shutdown_drain_timeout_ms",
+                DEFAULT_SHUTDOWN_DRAIN_TIMEOUT_MS,
+            )?,
             evidence_signing_key_files: self
                 .list("evidence_signing_key_file")
                 .into_iter()
                 .map(PathBuf::from)
                 .collect(),
             evidence_retired_public_keys: self.list("evidence_retired_public_keys"),
-            delivery_retention_seconds,
-            delivery_collect_without_id_seconds,
-            delivery_in_flight_wait_ms,
+            delivery_retention_seconds: self.seconds("delivery_retention_seconds", 600)?,
+            delivery_collect_without_id_seconds: self
+                .seconds("delivery_collect_without_id_seconds", 60)?,
+            delivery_in_flight_wait_ms: self.millis("delivery_in_flight_wait_ms", 15_000)?,
             delivery_key_file: self
                 .get("delivery_key_file")
                 .map(|(path, _)| PathBuf::from(path)),
-            rpc_url_eip155_8453: secret("rpc_url_eip155_8453")?,
-            rpc_url_eip155_1: secret("rpc_url_eip155_1")?,
+            rpc_url_eip155_8453: self.secret("rpc_url_eip155_8453")?,
+            rpc_url_eip155_1: self.secret("rpc_url_eip155_1")?,
             rpc_urls_eip155_8453: self.secret_list("rpc_urls_eip155_8453")?,
             rpc_urls_eip155_1: self.secret_list("rpc_urls_eip155_1")?,
-            inventory_url_eip155_1: secret("inventory_url_eip155_1")?,
-            inventory_url_eip155_8453: secret("inventory_url_eip155_8453")?,
+            inventory_url_eip155_1: self.secret("inventory_url_eip155_1")?,
+            inventory_url_eip155_8453: self.secret("inventory_url_eip155_8453")?,
             dexscreener_url: self.service_url("dexscreener_url")?,
             lido_api_url: self.service_url("lido_api_url")?,
             discovery_url: self.service_url("discovery_url")?,
-            unpaid_empty_body,
+            unpaid_empty_body: self.unpaid_empty_body()?,
             ownership_proofs,
             unsafe_test_connect_to: self
                 .host_pairs("unsafe_test_connect_to", parse_loopback_socket)?,
