@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use super::collect::{ChainOutcome, Holding, Origin, Timed};
 use super::{Parsed, Settings};
 use crate::catalog::manifest::Machine;
-use crate::providers::dexscreener::{Pricing, Quote, Side};
+use crate::providers::dexscreener::{Batch, Pricing, Quote, Side};
+use crate::providers::erc20;
+use crate::providers::inventory::Inventory;
 use crate::support::decimal::Decimal;
 use crate::support::timestamp;
 use crate::support::timestamp::now_millis as now;
@@ -359,16 +361,37 @@ fn concentration_assessable(concentration: &Value) -> bool {
     !concentration["largest_priced_share"].is_null()
 }
 
+/// One chain's sources and, for each, its evidence entry: the native read always, then the
+/// inventory, the token metadata and the DEX pricing when they were read.
 fn sources_and_evidence(
     outcome: &ChainOutcome,
     settings: &Settings,
     priced: usize,
 ) -> (Vec<Value>, Vec<Value>) {
+    let at_block = outcome
+        .block
+        .as_ref()
+        .map_or("no block".to_string(), |b| format!("block {b}"));
+    let mut read = vec![native_source(outcome, &at_block)];
+    if let Some(found) = &outcome.inventory {
+        read.push(inventory_source(outcome, found));
+        if let Some(metadata) = &outcome.metadata {
+            read.push(metadata_source(outcome, metadata, &at_block));
+        }
+        if let Some(pricing) = &outcome.pricing {
+            read.push(dex_source(outcome, pricing, settings, priced));
+        }
+    }
+    read.into_iter().unzip()
+}
+
+/// A source's evidence entry.
+fn evidence_of(source: &Value, kind: &str, summary: String) -> Value {
+    json!({"id": source["id"], "kind": kind, "summary": summary})
+}
+
+fn native_source(outcome: &ChainOutcome, at_block: &str) -> (Value, Value) {
     let slug = outcome.chain.slug;
-    let block = outcome.block.as_ref().ok().copied();
-    let mut sources = Vec::new();
-    let mut evidence = Vec::new();
-    let at_block = block.map_or("no block".to_string(), |b| format!("block {b}"));
     let native_at = outcome
         .native
         .as_ref()
@@ -399,7 +422,7 @@ fn sources_and_evidence(
     };
     native_limitations.push(NATIVE_NOT_PAGINATED.to_string());
     native["limitations"] = json!(native_limitations);
-    let summary = match (&outcome.native, block) {
+    let summary = match (&outcome.native, outcome.block.as_ref().ok()) {
         (
             Some(Timed {
                 value: Ok(balance), ..
@@ -408,11 +431,12 @@ fn sources_and_evidence(
         ) => format!("Native balance {balance} wei read at block {b}."),
         _ => "The native balance was not observed.".to_string(),
     };
-    evidence.push(json!({"id": native["id"], "kind": "rpc_read", "summary": summary}));
-    sources.push(native);
-    let Some(found) = &outcome.inventory else {
-        return (sources, evidence);
-    };
+    let evidence = evidence_of(&native, "rpc_read", summary);
+    (native, evidence)
+}
+
+fn inventory_source(outcome: &ChainOutcome, found: &Timed<Inventory>) -> (Value, Value) {
+    let slug = outcome.chain.slug;
     let mut inventory = source(
         format!("src-{slug}-inventory"),
         "token_inventory",
@@ -435,88 +459,104 @@ fn sources_and_evidence(
             .map(|s| s.describe())
             .collect::<Vec<_>>()
     );
-    evidence.push(json!({"id": inventory["id"], "kind": "inventory_read", "summary": format!(
+    let summary = format!(
         "{} inventory page(s) read; pagination {}; {} non-zero ERC-20 balances discovered; {} of {} offered holdings returned.",
         found.value.pages_read,
-        if found.value.pagination_complete() { "complete" } else { "incomplete" },
+        if found.value.pagination_complete() {
+            "complete"
+        } else {
+            "incomplete"
+        },
         found.value.tokens.len(),
         outcome.holdings.len(),
         outcome.offered,
-    )}));
-    sources.push(inventory);
-    if let Some(metadata) = &outcome.metadata {
-        let tokens = outcome
-            .holdings
+    );
+    let evidence = evidence_of(&inventory, "inventory_read", summary);
+    (inventory, evidence)
+}
+
+fn metadata_source(
+    outcome: &ChainOutcome,
+    metadata: &Timed<Result<usize, erc20::ReadError>>,
+    at_block: &str,
+) -> (Value, Value) {
+    let slug = outcome.chain.slug;
+    let tokens = outcome
+        .holdings
+        .iter()
+        .filter(|h| h.token.is_some())
+        .count();
+    let mut read = source(
+        format!("src-{slug}-metadata"),
+        "token_metadata",
+        format!("{slug}-rpc"),
+        outcome,
+        &metadata.retrieved_at,
+    );
+    read["request_scope"] = json!(format!(
+        "Multicall3.aggregate3 eth_call at {at_block}: balanceOf, decimals, symbol of {tokens} tokens"
+    ));
+    read["provider_response_complete"] = json!(metadata.value.is_ok());
+    read["limitations"] = json!(
+        metadata_failed(outcome)
+            .map(|w| vec![w.to_string()])
+            .unwrap_or_default()
+    );
+    let summary = match &metadata.value {
+        Ok(n) => format!(
+            "balanceOf, decimals and symbol of {n} tokens read in one eth_call at {at_block}."
+        ),
+        Err(why) => format!("The same-block token read failed: {why}."),
+    };
+    let evidence = evidence_of(&read, "rpc_read", summary);
+    (read, evidence)
+}
+
+fn dex_source(
+    outcome: &ChainOutcome,
+    pricing: &Timed<Vec<Batch>>,
+    settings: &Settings,
+    priced: usize,
+) -> (Value, Value) {
+    let tokens: usize = pricing.value.iter().map(|b| b.tokens).sum();
+    let dex_chain = settings
+        .dex_chain_ids
+        .get(outcome.chain.caip2)
+        .cloned()
+        .unwrap_or_default();
+    let mut dex = source(
+        format!("src-{}-dex", outcome.chain.slug),
+        "dex_pricing",
+        "dexscreener".to_string(),
+        outcome,
+        &pricing.retrieved_at,
+    );
+    dex["block_number"] = Value::Null;
+    dex["request_scope"] = json!(format!(
+        "GET /tokens/v1/{dex_chain}/... for {tokens} tokens in {} batch(es) of at most {}; per token the base-token pair with the largest liquidity.usd, or for a token only on the quote side its quote-side pair with the largest liquidity.usd (price = priceUsd / priceNative); pairs under ${} liquidity are not used",
+        pricing.value.len(),
+        settings.batch_size,
+        settings.floor_text
+    ));
+    dex["provider_response_complete"] = json!(
+        pricing
+            .value
             .iter()
-            .filter(|h| h.token.is_some())
-            .count();
-        let mut read = source(
-            format!("src-{slug}-metadata"),
-            "token_metadata",
-            format!("{slug}-rpc"),
-            outcome,
-            &metadata.retrieved_at,
-        );
-        read["request_scope"] = json!(format!(
-            "Multicall3.aggregate3 eth_call at {at_block}: balanceOf, decimals, symbol of {tokens} tokens"
-        ));
-        read["provider_response_complete"] = json!(metadata.value.is_ok());
-        read["limitations"] = json!(
-            metadata_failed(outcome)
-                .map(|w| vec![w.to_string()])
-                .unwrap_or_default()
-        );
-        let summary = match &metadata.value {
-            Ok(n) => format!(
-                "balanceOf, decimals and symbol of {n} tokens read in one eth_call at {at_block}."
-            ),
-            Err(why) => format!("The same-block token read failed: {why}."),
-        };
-        evidence.push(json!({"id": read["id"], "kind": "rpc_read", "summary": summary}));
-        sources.push(read);
-    }
-    if let Some(pricing) = &outcome.pricing {
-        let tokens: usize = pricing.value.iter().map(|b| b.tokens).sum();
-        let dex_chain = settings
-            .dex_chain_ids
-            .get(outcome.chain.caip2)
-            .cloned()
-            .unwrap_or_default();
-        let mut dex = source(
-            format!("src-{slug}-dex"),
-            "dex_pricing",
-            "dexscreener".to_string(),
-            outcome,
-            &pricing.retrieved_at,
-        );
-        dex["block_number"] = Value::Null;
-        dex["request_scope"] = json!(format!(
-            "GET /tokens/v1/{dex_chain}/... for {tokens} tokens in {} batch(es) of at most {}; per token the base-token pair with the largest liquidity.usd, or for a token only on the quote side its quote-side pair with the largest liquidity.usd (price = priceUsd / priceNative); pairs under ${} liquidity are not used",
-            pricing.value.len(),
-            settings.batch_size,
-            settings.floor_text
-        ));
-        dex["provider_response_complete"] = json!(
-            pricing
-                .value
-                .iter()
-                .all(|b| b.error.is_none() && !b.possibly_cut)
-        );
-        let mut notes = vec![
-            "DEX prices are observed pair prices, not oracle or exchange-wide prices.".to_string(),
-        ];
-        notes.extend(pricing_failures(outcome));
-        notes.extend(possibly_cut(outcome, settings));
-        dex["limitations"] = json!(notes);
-        evidence.push(
-            json!({"id": dex["id"], "kind": "dex_quote", "summary": format!(
-                "{priced} of {} holdings on {} have a usable DEX price.",
-                outcome.holdings.len(), outcome.chain.caip2
-            )}),
-        );
-        sources.push(dex);
-    }
-    (sources, evidence)
+            .all(|b| b.error.is_none() && !b.possibly_cut)
+    );
+    let mut notes = vec![
+        "DEX prices are observed pair prices, not oracle or exchange-wide prices.".to_string(),
+    ];
+    notes.extend(pricing_failures(outcome));
+    notes.extend(possibly_cut(outcome, settings));
+    dex["limitations"] = json!(notes);
+    let summary = format!(
+        "{priced} of {} holdings on {} have a usable DEX price.",
+        outcome.holdings.len(),
+        outcome.chain.caip2
+    );
+    let evidence = evidence_of(&dex, "dex_quote", summary);
+    (dex, evidence)
 }
 
 // ---------------------------------------------------------------- totals and verdicts
