@@ -242,7 +242,7 @@ pub(crate) fn response(
     let freshness = machine
         .limit("freshness_ms")
         .and_then(|ms| i64::try_from(ms).ok())
-        .ok_or_else(|| WorkError::manifest("VM09", "no limit freshness_ms"))?;
+        .ok_or_else(|| WorkError::manifest(&machine.machine, "no limit freshness_ms"))?;
     // Millisecond timestamps on both ends, so expires_at - observed_at is exactly freshness_ms.
     let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
         .unwrap_or(observed_at);
@@ -251,7 +251,6 @@ pub(crate) fn response(
         Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
         _ => None,
     };
-    let usable = matches!(selection, Selection::Selected(_));
     let direct_url = probe.target.url.as_str();
     let caller_url = request.probe.resource_url.as_str();
     let identity_match = selected
@@ -283,28 +282,9 @@ pub(crate) fn response(
         baseline_matches,
     );
     let selected_json = selected.map(x402_probe::requirement_json);
-    let direct_contract_sha256 = selected.map(|r| {
-        canonical_sha256(&json!({
-            "probe": probe.target.to_json(),
-            "challenge_resource_url": r.resource_url,
-            "selected_requirement": x402_probe::requirement_json(r),
-            "extra": r.extra,
-        }))
-    });
-    let mut limitations = vec!["READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.".to_string()];
-    limitations.extend(probe.limitation());
-    if let Selection::UnsupportedMethod(r) = selection {
-        let supported = x402_probe::allowlist_text(machine, "asset_transfer_methods", "or");
-        limitations.push(format!("The requirement uses asset transfer method {}; only {supported} is supported, so the packet fails closed.", r.asset_transfer_method()));
-    }
-    if let Some(reads) = reads {
-        limitations.extend(reads.limitations.iter().cloned());
-    }
-    if !usable && selected.is_none() && !matches!(selection, Selection::NoChallenge) {
-        let listed = |name| x402_probe::allowlist_text(machine, name, "or");
-        limitations.push(format!("No requirement on scheme {}, network {} and asset {} with every contract field present was found.", listed("schemes"), listed("networks"), listed("assets")));
-    }
-    let mut packet = json!({
+    let direct_contract_sha256 = selected.map(|r| direct_contract_sha256(probe, r));
+    let limitations = limitations(machine, probe, selection, reads);
+    let packet = json!({
         "status": decision.status,
         "machine": machine.machine,
         "methodology_version": machine.methodology_version,
@@ -336,7 +316,50 @@ pub(crate) fn response(
         "direct_contract_sha256": direct_contract_sha256,
         "limitations": limitations,
     });
-    // handoff_sha256 seals the whole packet except itself.
+    Ok(with_handoff_seal(packet))
+}
+
+/// What the packet does not say, in order: READY is no authorization, the probe's own
+/// limitation, an unsupported transfer method, the token reads', and no usable requirement.
+fn limitations(
+    machine: &Machine,
+    probe: &Probe,
+    selection: &Selection,
+    reads: Option<&TokenReads>,
+) -> Vec<String> {
+    let mut limitations = vec!["READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.".to_string()];
+    limitations.extend(probe.limitation());
+    if let Selection::UnsupportedMethod(r) = selection {
+        let supported = x402_probe::allowlist_text(machine, "asset_transfer_methods", "or");
+        limitations.push(format!("The requirement uses asset transfer method {}; only {supported} is supported, so the packet fails closed.", r.asset_transfer_method()));
+    }
+    if let Some(reads) = reads {
+        limitations.extend(reads.limitations.iter().cloned());
+    }
+    if matches!(
+        selection,
+        Selection::Incomplete | Selection::NoSupportedRequirement
+    ) {
+        let listed = |name| x402_probe::allowlist_text(machine, name, "or");
+        limitations.push(format!("No requirement on scheme {}, network {} and asset {} with every contract field present was found.", listed("schemes"), listed("networks"), listed("assets")));
+    }
+    limitations
+}
+
+/// The hash of the contract the packet hands off: the probe, the challenge's resource and
+/// the selected requirement with its `extra`.
+fn direct_contract_sha256(probe: &Probe, selected: &Requirement) -> String {
+    canonical_sha256(&json!({
+        "probe": probe.target.to_json(),
+        "challenge_resource_url": selected.resource_url,
+        "selected_requirement": x402_probe::requirement_json(selected),
+        "extra": selected.extra,
+    }))
+}
+
+/// The packet with `handoff_sha256`, which seals the whole packet except itself, before its
+/// limitations.
+fn with_handoff_seal(mut packet: Value) -> Value {
     let handoff = canonical_sha256(&packet);
     if let Some(object) = packet.as_object_mut() {
         let limitations = object.remove("limitations");
@@ -346,5 +369,5 @@ pub(crate) fn response(
             limitations.unwrap_or_else(|| json!([])),
         );
     }
-    Ok(packet)
+    packet
 }

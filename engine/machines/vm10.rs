@@ -172,40 +172,17 @@ pub(crate) fn response(
         "recovery_path": recovery_path,
         "evidence_block_number": block(evidence_block),
     });
-    let baseline_changes = request.baseline.as_ref().map(|prior| {
-        let compared = [
-            "resource_url",
-            "method",
-            "body_sha256",
-            "payer_address",
-            "selected_requirement",
-            "balance_raw",
-            "allowance_raw",
-            "authority_path",
-            "recovery_path",
-        ];
-        compared
-            .iter()
-            .filter(|k| !same(prior.get(**k), current_baseline.get(**k)))
-            .map(|k| json!(k))
-            .collect::<Vec<Value>>()
-    });
+    let baseline_changes = request
+        .baseline
+        .as_ref()
+        .map(|prior| baseline_changes(prior, &current_baseline));
     // HOLD evidence never replaces the caller's baseline; without one there is none to give.
     let baseline = if state == "HOLD" {
         request.baseline.clone().unwrap_or(Value::Null)
     } else {
         seal(current_baseline)
     };
-    let mut limitations =
-        vec!["READY_EXISTING is not authorization to pay; native gas is not judged.".to_string()];
-    limitations.extend(probe.limitation());
-    if let Selection::UnsupportedMethod(r) = selection {
-        let classified = x402_probe::allowlist_text(machine, "asset_transfer_methods", "and");
-        limitations.push(format!("The requirement uses asset transfer method {}; only {classified} authority paths are classified.", r.asset_transfer_method()));
-    }
-    if let Some(reads) = reads {
-        limitations.extend(reads.limitations.iter().cloned());
-    }
+    let limitations = limitations(machine, probe, selection, reads);
     let status = if state == "HOLD" { "HOLD" } else { "OK" };
     let mut snapshot = json!({
         "status": status,
@@ -243,6 +220,47 @@ pub(crate) fn response(
         object.insert("snapshot_sha256".into(), Value::String(sha));
     }
     snapshot
+}
+
+/// The fields of the caller's baseline that differ from this observation's.
+fn baseline_changes(prior: &Value, current: &Value) -> Vec<Value> {
+    const COMPARED: [&str; 9] = [
+        "resource_url",
+        "method",
+        "body_sha256",
+        "payer_address",
+        "selected_requirement",
+        "balance_raw",
+        "allowance_raw",
+        "authority_path",
+        "recovery_path",
+    ];
+    COMPARED
+        .iter()
+        .filter(|k| !same(prior.get(**k), current.get(**k)))
+        .map(|k| json!(k))
+        .collect()
+}
+
+/// What the snapshot does not say: READY_EXISTING is no authorization, the probe's own
+/// limitation, an unclassified transfer method, and the token reads'.
+fn limitations(
+    machine: &Machine,
+    probe: &Probe,
+    selection: &Selection,
+    reads: Option<&TokenReads>,
+) -> Vec<String> {
+    let mut limitations =
+        vec!["READY_EXISTING is not authorization to pay; native gas is not judged.".to_string()];
+    limitations.extend(probe.limitation());
+    if let Selection::UnsupportedMethod(r) = selection {
+        let classified = x402_probe::allowlist_text(machine, "asset_transfer_methods", "and");
+        limitations.push(format!("The requirement uses asset transfer method {}; only {classified} authority paths are classified.", r.asset_transfer_method()));
+    }
+    if let Some(reads) = reads {
+        limitations.extend(reads.limitations.iter().cloned());
+    }
+    limitations
 }
 
 /// Equal values, addresses and other strings compared case-insensitively where both are
