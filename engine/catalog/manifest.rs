@@ -377,6 +377,22 @@ impl Manifest {
                 format!("is required, from 1 to {MAX_OVERALL_TIMEOUT_MS} ms"),
             ),
         }
+        if let Some(limit) = machine.limits.get("max_request_bytes")
+            && limit.as_u64().is_none_or(|n| n == 0)
+        {
+            push(
+                "limits.max_request_bytes",
+                "must be a positive integer".into(),
+            );
+        }
+        self.check_route_and_price(machine, &mut push);
+        self.check_related(machine, &mut push);
+        check_examples(machine, &mut push);
+    }
+
+    /// The route, the methodology and the price: POST under /v1/, a named methodology, and
+    /// an atomic price that is the price at the payment's decimals.
+    fn check_route_and_price(&self, machine: &Machine, push: &mut impl FnMut(&str, String)) {
         if machine.method != "POST" {
             push(
                 "method",
@@ -400,13 +416,19 @@ impl Manifest {
             ),
             Err(why) => push("price", format!("{:?}: {why}", machine.price)),
         }
+    }
+
+    /// `related` names other machines of the same family only.
+    fn check_related(&self, machine: &Machine, push: &mut impl FnMut(&str, String)) {
         for related in &machine.related {
             match self.machine(related) {
                 None => push(
                     "related",
                     format!("names {related}, which is not in the manifest"),
                 ),
-                Some(_) if related == id => push("related", "names the machine itself".into()),
+                Some(_) if *related == machine.machine => {
+                    push("related", "names the machine itself".into())
+                }
                 Some(other) if other.family != machine.family => push(
                     "related",
                     format!("names {related} of family {}; only siblings", other.family),
@@ -414,35 +436,31 @@ impl Manifest {
                 Some(_) => {}
             }
         }
-        if let Some(limit) = machine.limits.get("max_request_bytes")
-            && limit.as_u64().is_none_or(|n| n == 0)
-        {
-            push(
-                "limits.max_request_bytes",
-                "must be a positive integer".into(),
-            );
+    }
+}
+
+/// Each schema is a valid JSON Schema in our dialect, and each example passes its schema.
+fn check_examples(machine: &Machine, push: &mut impl FnMut(&str, String)) {
+    for (schema_field, example_field) in [
+        ("input_schema", "input_example"),
+        ("output_schema", "output_example"),
+    ] {
+        let (schema, example) = match schema_field {
+            "input_schema" => (&machine.input_schema, &machine.input_example),
+            _ => (&machine.output_schema, &machine.output_example),
+        };
+        for problem in dialect_problems(schema, "") {
+            push(schema_field, problem);
         }
-        for (schema_field, example_field) in [
-            ("input_schema", "input_example"),
-            ("output_schema", "output_example"),
-        ] {
-            let (schema, example) = match schema_field {
-                "input_schema" => (&machine.input_schema, &machine.input_example),
-                _ => (&machine.output_schema, &machine.output_example),
-            };
-            for problem in dialect_problems(schema, "") {
-                push(schema_field, problem);
-            }
-            match compile_schema(schema) {
-                Err(why) => push(schema_field, format!("is not a valid JSON Schema: {why}")),
-                Ok(validator) => {
-                    for error in validator.iter_errors(example) {
-                        let at = error.instance_path().as_str().to_string();
-                        push(
-                            example_field,
-                            format!("fails its own schema at {:?}: {error}", display_path(&at)),
-                        );
-                    }
+        match compile_schema(schema) {
+            Err(why) => push(schema_field, format!("is not a valid JSON Schema: {why}")),
+            Ok(validator) => {
+                for error in validator.iter_errors(example) {
+                    let at = error.instance_path().as_str().to_string();
+                    push(
+                        example_field,
+                        format!("fails its own schema at {:?}: {error}", display_path(&at)),
+                    );
                 }
             }
         }
