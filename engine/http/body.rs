@@ -133,33 +133,11 @@ impl RequestValidator {
         let at = error.instance_path().as_str();
         let field = if at.is_empty() { "/" } else { at }.to_string();
         let last = || at.rsplit('/').next().unwrap_or("");
-        let parent_is = |name: &str| {
-            let mut segments = at.rsplit('/');
-            segments.next();
-            segments.next() == Some(name)
-        };
         // jsonschema's own wording, formatted only for the kinds that report it.
         let message = || shorten(&error.to_string());
         match error.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected } => {
-                let name = unexpected.first().cloned().unwrap_or_default();
-                let pointer = format!("{at}/{name}");
-                let listed = at
-                    .is_empty()
-                    .then(|| self.unsupported.iter().find(|(f, _)| *f == name))
-                    .flatten();
-                match listed {
-                    Some((_, code)) => ApiError::invalid_field(
-                        code.clone(),
-                        pointer,
-                        format!("field {name:?} is not supported by this machine"),
-                    ),
-                    None => ApiError::invalid_field(
-                        "unknown_field",
-                        pointer,
-                        format!("field {name:?} is not accepted here; no other fields are allowed"),
-                    ),
-                }
+                self.unexpected_field(at, unexpected.first().cloned().unwrap_or_default())
             }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or_default();
@@ -173,18 +151,7 @@ impl RequestValidator {
                 ApiError::invalid_field("invalid_type", field, message())
             }
             ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
-                let last = last();
-                let code = if matches!(last, "chain" | "chain_id" | "chains") || parent_is("chains")
-                {
-                    "unsupported_chain"
-                } else if last == "symbol" {
-                    "unsupported_symbol"
-                } else if last == "method" {
-                    "unsupported_method"
-                } else {
-                    "invalid_value"
-                };
-                ApiError::invalid_field(code, field, message())
+                ApiError::invalid_field(value_outside_list(at), field, message())
             }
             ValidationErrorKind::Pattern { pattern } => match known_pattern(pattern) {
                 Some((code, wanted)) => {
@@ -219,6 +186,44 @@ impl RequestValidator {
             }
             _ => ApiError::invalid_field("invalid_value", field, message()),
         }
+    }
+
+    /// A field the schema does not allow: at the top level, one the machine lists as
+    /// unsupported gets that entry's code; any other is unknown.
+    fn unexpected_field(&self, at: &str, name: String) -> ApiError {
+        let pointer = format!("{at}/{name}");
+        let listed = at
+            .is_empty()
+            .then(|| self.unsupported.iter().find(|(f, _)| *f == name))
+            .flatten();
+        match listed {
+            Some((_, code)) => ApiError::invalid_field(
+                code.clone(),
+                pointer,
+                format!("field {name:?} is not supported by this machine"),
+            ),
+            None => ApiError::invalid_field(
+                "unknown_field",
+                pointer,
+                format!("field {name:?} is not accepted here; no other fields are allowed"),
+            ),
+        }
+    }
+}
+
+/// The code of a value outside its field's enum or constant, named after the field at `at`.
+fn value_outside_list(at: &str) -> &'static str {
+    let mut segments = at.rsplit('/');
+    let last = segments.next().unwrap_or("");
+    let parent = segments.next();
+    if matches!(last, "chain" | "chain_id" | "chains") || parent == Some("chains") {
+        "unsupported_chain"
+    } else if last == "symbol" {
+        "unsupported_symbol"
+    } else if last == "method" {
+        "unsupported_method"
+    } else {
+        "invalid_value"
     }
 }
 
