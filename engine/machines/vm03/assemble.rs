@@ -760,42 +760,20 @@ pub(super) fn respond(
     let status = status(outcomes);
     let gaps = evidence_gaps(outcomes, overflow, unpriced, &described);
     let every_chain_complete = outcomes.iter().all(|o| inventory_status(o) == "COMPLETE");
-    let confidence = if status == "HOLD" || !all_complete {
-        "LOW"
-    } else if status == "OK"
-        && every_chain_complete
-        && described.iter().all(|(_, d)| d.confidence == "HIGH")
-    {
-        "HIGH"
-    } else {
-        "MEDIUM"
-    };
+    let confidence = confidence(status, outcomes, &described);
     let readiness_status = match status {
         "HOLD" => "HOLD",
         "OK" if gaps.is_empty() => "READY",
         _ => "PARTIAL",
     };
-    let share = Decimal::from_units(U256::from(priced), 0)
-        .zip(Decimal::from_units(U256::from(returned), 0))
-        .and_then(|(p, r)| p.ratio(r, 4))
-        .map_or("0.0000".to_string(), |s| s.to_fixed(4));
+    let share = priced_share(priced, returned);
     let mut flags = factual_flags(outcomes, &described);
     let mut limitations = overall_limitations(outcomes, request, settings, overflow);
     if !concentration_assessable(&concentration) {
         flags.push(CONCENTRATION_NOT_ASSESSABLE);
         limitations.push("No holding was priced, so concentration could not be assessed: concentrated false and concentration_flag false are not observations (factual flag CONCENTRATION_NOT_ASSESSABLE).".into());
     }
-    let mut sources = Vec::new();
-    let mut evidence = Vec::new();
-    for outcome in outcomes {
-        let chain_priced = described
-            .iter()
-            .filter(|(o, d)| std::ptr::eq(*o, outcome) && d.value.is_some())
-            .count();
-        let (s, e) = sources_and_evidence(outcome, settings, chain_priced);
-        sources.extend(s);
-        evidence.extend(e);
-    }
+    let (sources, evidence) = every_source_and_evidence(outcomes, &described, settings);
     json!({
         "status": status,
         "machine": machine.machine,
@@ -830,4 +808,53 @@ pub(super) fn respond(
             "evidence_gaps": gaps,
         },
     })
+}
+
+/// The answer's confidence: LOW on HOLD or an incomplete inventory; HIGH when every chain's
+/// inventory is complete and every holding's confidence is HIGH; otherwise MEDIUM.
+fn confidence(
+    status: &str,
+    outcomes: &[ChainOutcome],
+    described: &[(&ChainOutcome, Described)],
+) -> &'static str {
+    let all_complete = outcomes.iter().all(inventory_complete);
+    let every_chain_complete = outcomes.iter().all(|o| inventory_status(o) == "COMPLETE");
+    if status == "HOLD" || !all_complete {
+        "LOW"
+    } else if status == "OK"
+        && every_chain_complete
+        && described.iter().all(|(_, d)| d.confidence == "HIGH")
+    {
+        "HIGH"
+    } else {
+        "MEDIUM"
+    }
+}
+
+/// The priced share of the returned holdings, to four decimals.
+fn priced_share(priced: usize, returned: usize) -> String {
+    Decimal::from_units(U256::from(priced), 0)
+        .zip(Decimal::from_units(U256::from(returned), 0))
+        .and_then(|(p, r)| p.ratio(r, 4))
+        .map_or("0.0000".to_string(), |s| s.to_fixed(4))
+}
+
+/// Every chain's sources and evidence, chain by chain.
+fn every_source_and_evidence(
+    outcomes: &[ChainOutcome],
+    described: &[(&ChainOutcome, Described)],
+    settings: &Settings,
+) -> (Vec<Value>, Vec<Value>) {
+    let mut sources = Vec::new();
+    let mut evidence = Vec::new();
+    for outcome in outcomes {
+        let chain_priced = described
+            .iter()
+            .filter(|(o, d)| std::ptr::eq(*o, outcome) && d.value.is_some())
+            .count();
+        let (s, e) = sources_and_evidence(outcome, settings, chain_priced);
+        sources.extend(s);
+        evidence.extend(e);
+    }
+    (sources, evidence)
 }
