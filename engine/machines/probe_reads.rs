@@ -98,3 +98,24 @@ pub(crate) async fn read_payer(
     .await?;
     Ok(Some(reads))
 }
+
+/// The limitations a probe-and-read answer states, in order: `first` (what the answer is
+/// not), the probe's own, `unsupported` of a requirement whose transfer method the machine
+/// does not take, and the token reads'.
+pub(crate) fn limitations(
+    first: &str,
+    probe: &Probe,
+    selection: &Selection,
+    reads: Option<&TokenReads>,
+    unsupported: impl FnOnce(&Requirement) -> String,
+) -> Vec<String> {
+    let mut limitations = vec![first.to_string()];
+    limitations.extend(probe.limitation());
+    if let Selection::UnsupportedMethod(r) = selection {
+        limitations.push(unsupported(r));
+    }
+    if let Some(reads) = reads {
+        limitations.extend(reads.limitations.iter().cloned());
+    }
+    limitations
+}

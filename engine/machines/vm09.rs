@@ -327,15 +327,14 @@ fn limitations(
     selection: &Selection,
     reads: Option<&TokenReads>,
 ) -> Vec<String> {
-    let mut limitations = vec!["READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.".to_string()];
-    limitations.extend(probe.limitation());
-    if let Selection::UnsupportedMethod(r) = selection {
+    let first = "READY is not authorization to pay; the packet describes the contract observed at observed_at and expires at expires_at.";
+    let mut limitations = probe_reads::limitations(first, probe, selection, reads, |r| {
         let supported = x402_probe::allowlist_text(machine, "asset_transfer_methods", "or");
-        limitations.push(format!("The requirement uses asset transfer method {}; only {supported} is supported, so the packet fails closed.", r.asset_transfer_method()));
-    }
-    if let Some(reads) = reads {
-        limitations.extend(reads.limitations.iter().cloned());
-    }
+        format!(
+            "The requirement uses asset transfer method {}; only {supported} is supported, so the packet fails closed.",
+            r.asset_transfer_method()
+        )
+    });
     if matches!(
         selection,
         Selection::Incomplete | Selection::NoSupportedRequirement

@@ -250,17 +250,14 @@ fn limitations(
     selection: &Selection,
     reads: Option<&TokenReads>,
 ) -> Vec<String> {
-    let mut limitations =
-        vec!["READY_EXISTING is not authorization to pay; native gas is not judged.".to_string()];
-    limitations.extend(probe.limitation());
-    if let Selection::UnsupportedMethod(r) = selection {
+    let first = "READY_EXISTING is not authorization to pay; native gas is not judged.";
+    probe_reads::limitations(first, probe, selection, reads, |r| {
         let classified = x402_probe::allowlist_text(machine, "asset_transfer_methods", "and");
-        limitations.push(format!("The requirement uses asset transfer method {}; only {classified} authority paths are classified.", r.asset_transfer_method()));
-    }
-    if let Some(reads) = reads {
-        limitations.extend(reads.limitations.iter().cloned());
-    }
-    limitations
+        format!(
+            "The requirement uses asset transfer method {}; only {classified} authority paths are classified.",
+            r.asset_transfer_method()
+        )
+    })
 }
 
 /// Equal values, addresses and other strings compared case-insensitively where both are
