@@ -35,8 +35,6 @@ pub enum DiscoveryError {
     NoProvider,
     #[error("the discovery provider URL cannot take a path")]
     UnusableProviderUrl,
-    #[error("the HTTP client could not be built: {0}")]
-    Client(String),
 }
 
 /// The manifest limits one observation runs under.
@@ -46,7 +44,6 @@ pub(crate) struct DiscoveryLimits {
     pub merchant_offset: u64,
     pub search_limit: u64,
     pub max_outbound_requests: u64,
-    pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub overall_timeout: Duration,
     pub max_response_bytes: u64,
@@ -69,7 +66,6 @@ impl DiscoveryLimits {
             merchant_offset: get("merchant_page_offset")?,
             search_limit: get("search_limit")?,
             max_outbound_requests: get("max_outbound_requests")?,
-            connect_timeout: Duration::from_millis(get("connect_timeout_ms")?),
             response_timeout: Duration::from_millis(get("response_timeout_ms")?),
             overall_timeout: Duration::from_millis(get("overall_timeout_ms")?),
             max_response_bytes: get("max_response_bytes")?,
@@ -171,9 +167,7 @@ pub(crate) async fn read(
     }
     let provider = Provider::new(base.ok_or(DiscoveryError::NoProvider)?)?;
     let reader = Reader {
-        gateway: gateway
-            .with_connect_timeout(limits.connect_timeout)
-            .map_err(|e| DiscoveryError::Client(e.to_string()))?,
+        gateway,
         limits,
         deadline: Instant::now() + limits.overall_timeout,
     };
@@ -281,13 +275,14 @@ pub(crate) struct Fetched {
     pub sent: bool,
 }
 
-struct Reader {
-    gateway: Gateway,
+struct Reader<'g> {
+    /// The paid call's gateway: it already connects within the machine's `connect_timeout_ms`.
+    gateway: &'g Gateway,
     limits: DiscoveryLimits,
     deadline: Instant,
 }
 
-impl Reader {
+impl Reader<'_> {
     /// One GET: bounded by the response timeout and by what is left of the overall one.
     async fn fetch(&self, endpoint: Upstream, url: Url) -> Fetched {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
@@ -317,7 +312,7 @@ impl Reader {
             timeout: budget,
             max_bytes: usize::try_from(self.limits.max_response_bytes).unwrap_or(usize::MAX),
         };
-        let got = upstream::get(&self.gateway, endpoint, url, bounds, |status| {
+        let got = upstream::get(self.gateway, endpoint, url, bounds, |status| {
             status == reqwest::StatusCode::OK
         })
         .await;
