@@ -280,36 +280,13 @@ async fn paid(
     let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
     let signature = headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
-    // Outlives the request parsed from it, which borrows its strings.
-    let bytes: Bytes;
-    let accepted = match read_paid_body(route, headers, body, body_deadline).await {
-        Ok(read) => {
-            bytes = read;
-            let parsed = body::parse_json(&bytes);
-            if signature.is_none()
-                && state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge
-                && is_probe(&bytes, &parsed)
-            {
-                // The crawler's probe: the quote, and nothing else computed.
-                return unpaid_challenge(state, route);
-            }
-            parsed.and_then(|request| validate_paid_request(route, request))
-        }
-        Err(error) => Err(error),
+    let bytes = match read_paid_body(route, headers, body, body_deadline).await {
+        Ok(bytes) => bytes,
+        Err(error) => return refused_body(state, route, incoming, &error),
     };
-    let (request, work) = match accepted {
-        Ok(accepted) => accepted,
-        Err(error) if error.status == StatusCode::REQUEST_TIMEOUT => {
-            state.connections.body_timed_out();
-            tracing::debug!(machine = %route.machine.machine, request_id = incoming.request_id, "request body missed its deadline");
-            let mut response = error_response(&error);
-            // The rest of the body may still be on its way: never read it, close instead.
-            response
-                .headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-            return response;
-        }
-        Err(error) => return error_response(&error),
+    let (request, work) = match accepted_request(state, route, signature.is_some(), &bytes) {
+        Checked::Accepted(request, work) => (request, work),
+        Checked::Answered(answer) => return answer,
     };
     let (challenge, requirement, declared, pay_to) = match sellable(state, route) {
         Ok(terms) => terms,
@@ -325,9 +302,6 @@ async fn paid(
             "no payment facilitator is configured on this deployment; nothing was charged",
         ));
     }
-    // The paid call runs to its end in a task of its own: hyper drops a request's future when
-    // its client disconnects, and a call cut between /settle and the ledger record would leave
-    // a payment that may have moved with no record of its outcome.
     // The ledger row, the retained answer's key and the seal all name the request by this.
     let request_sha256 = crate::support::canonical::canonical_sha256(&request.to_value());
     // The parsed body is not carried through the paid call.
@@ -343,8 +317,70 @@ async fn paid(
         signature: signature.as_bytes().to_vec(),
         request_id: incoming.request_id.to_string(),
     };
-    // Every log line of the paid call (gate, facilitator, ledger, the machine's work) is in
-    // this span, so it carries the request id.
+    run_paid_call(state, route, incoming, pay_to, call).await
+}
+
+/// The answer to a body that could not be read: its error, and a closed connection when the
+/// body missed its deadline.
+fn refused_body(
+    state: &AppState,
+    route: &PaidRoute,
+    incoming: &Incoming<'_>,
+    error: &ApiError,
+) -> Response<Bytes> {
+    let mut response = error_response(error);
+    if error.status == StatusCode::REQUEST_TIMEOUT {
+        state.connections.body_timed_out();
+        tracing::debug!(machine = %route.machine.machine, request_id = incoming.request_id, "request body missed its deadline");
+        // The rest of the body may still be on its way: never read it, close instead.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// A paid route's body once parsed and checked.
+enum Checked<'b> {
+    /// The request and the machine's work it asks for.
+    Accepted(Doc<'b>, Work),
+    /// The answer already due: the crawler's probe gets the quote, a bad request its 400.
+    Answered(Response<Bytes>),
+}
+
+/// Parses and checks a paid route's body.
+fn accepted_request<'b>(
+    state: &AppState,
+    route: &PaidRoute,
+    signed: bool,
+    bytes: &'b [u8],
+) -> Checked<'b> {
+    let parsed = body::parse_json(bytes);
+    if !signed
+        && state.config.unpaid_empty_body == UnpaidEmptyBody::Challenge
+        && is_probe(bytes, &parsed)
+    {
+        // The crawler's probe: the quote, and nothing else computed.
+        return Checked::Answered(unpaid_challenge(state, route));
+    }
+    match parsed.and_then(|request| validate_paid_request(route, request)) {
+        Ok((request, work)) => Checked::Accepted(request, work),
+        Err(error) => Checked::Answered(error_response(&error)),
+    }
+}
+
+/// Runs the paid call to its end in a task of its own and answers its outcome.
+async fn run_paid_call(
+    state: &Arc<AppState>,
+    route: &PaidRoute,
+    incoming: &Incoming<'_>,
+    pay_to: &str,
+    call: PaidCall,
+) -> Response<Bytes> {
+    // hyper drops a request's future when its client disconnects, and a call cut between
+    // /settle and the ledger record would leave a payment that may have moved with no record
+    // of its outcome. Every log line of the paid call (gate, facilitator, ledger, the
+    // machine's work) is in this span, so it carries the request id.
     let span = tracing::info_span!("request", request_id = incoming.request_id);
     match tokio::spawn(call.run().instrument(span)).await {
         Ok(Ok(outcome)) => paid_response(state, route, pay_to, outcome),
