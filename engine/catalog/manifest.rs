@@ -543,79 +543,95 @@ fn symbols_per_chain_problems(machine: &Machine) -> Vec<String> {
         return vec!["must map each chain id to its symbols".into()];
     };
     let schema = &machine.input_schema;
-    let symbol_enum = |at: &Value| -> Option<Vec<String>> {
-        let names = at
-            .pointer("/properties/asset/properties/symbol/enum")?
-            .as_array()?;
-        Some(
-            names
-                .iter()
-                .filter_map(|n| n.as_str().map(String::from))
-                .collect(),
-        )
-    };
-    let sorted = |mut names: Vec<String>| {
-        names.sort();
-        names.dedup();
-        names
-    };
     let Some(all) = symbol_enum(schema) else {
         return vec!["is set but input_schema has no asset.symbol enum".into()];
     };
     let cases = schema
         .get("oneOf")
         .and_then(Value::as_array)
-        .cloned()
+        .map(Vec::as_slice)
         .unwrap_or_default();
     let mut problems = Vec::new();
     let mut union = Vec::new();
     for (chain, symbols) in allowed {
-        let listed: Vec<String> = symbols
-            .as_array()
-            .map(|s| {
-                s.iter()
-                    .filter_map(|n| n.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        union.extend(listed.clone());
-        let case = cases.iter().find(|case| {
-            case.pointer("/properties/chain_id/const")
-                .map(Value::to_string)
-                .is_some_and(|id| id.trim_matches('"') == chain)
-        });
-        let Some(case) = case else {
-            problems.push(format!(
-                "chain {chain}: input_schema has no oneOf case with chain_id const {chain}"
-            ));
-            continue;
-        };
-        let stated = symbol_enum(case).unwrap_or_else(|| all.clone());
-        if sorted(stated.clone()) != sorted(listed.clone()) {
-            problems.push(format!(
-                "chain {chain}: lists {listed:?} but input_schema's chain_id {chain} case states {stated:?}"
-            ));
-        }
-        let contracts = machine
-            .allowlists
-            .get("assets")
-            .and_then(|assets| assets.get(chain))
-            .and_then(Value::as_object);
-        if let Some(contracts) = contracts {
-            let named: Vec<String> = contracts.keys().cloned().collect();
-            if sorted(named.clone()) != sorted(listed.clone()) {
-                problems.push(format!(
-                    "chain {chain}: lists {listed:?} but allowlists.assets names {named:?}"
-                ));
-            }
-        }
+        let listed = strings(symbols);
+        problems.extend(one_chains_problems(machine, cases, &all, chain, &listed));
+        union.extend(listed);
     }
-    if sorted(all.clone()) != sorted(union) {
+    if sorted_set(all.clone()) != sorted_set(union) {
         problems.push(format!(
             "input_schema's asset.symbol enum {all:?} is not the union of the per-chain lists"
         ));
     }
     problems
+}
+
+/// One chain's symbols against its `oneOf` case (whose enum, when it states none, is the
+/// field's own `all`) and against the contracts `allowlists.assets` names for it.
+fn one_chains_problems(
+    machine: &Machine,
+    cases: &[Value],
+    all: &[String],
+    chain: &str,
+    listed: &[String],
+) -> Vec<String> {
+    let case = cases.iter().find(|case| {
+        case.pointer("/properties/chain_id/const")
+            .map(Value::to_string)
+            .is_some_and(|id| id.trim_matches('"') == chain)
+    });
+    let Some(case) = case else {
+        return vec![format!(
+            "chain {chain}: input_schema has no oneOf case with chain_id const {chain}"
+        )];
+    };
+    let mut problems = Vec::new();
+    let stated = symbol_enum(case).unwrap_or_else(|| all.to_vec());
+    if sorted_set(stated.clone()) != sorted_set(listed.to_vec()) {
+        problems.push(format!(
+            "chain {chain}: lists {listed:?} but input_schema's chain_id {chain} case states {stated:?}"
+        ));
+    }
+    let contracts = machine
+        .allowlists
+        .get("assets")
+        .and_then(|assets| assets.get(chain))
+        .and_then(Value::as_object);
+    if let Some(contracts) = contracts {
+        let named: Vec<String> = contracts.keys().cloned().collect();
+        if sorted_set(named.clone()) != sorted_set(listed.to_vec()) {
+            problems.push(format!(
+                "chain {chain}: lists {listed:?} but allowlists.assets names {named:?}"
+            ));
+        }
+    }
+    problems
+}
+
+/// The `asset.symbol` enum a schema (or one of its `oneOf` cases) states.
+fn symbol_enum(at: &Value) -> Option<Vec<String>> {
+    Some(strings(
+        at.pointer("/properties/asset/properties/symbol/enum")?,
+    ))
+}
+
+/// The strings of a JSON array; nothing for anything else.
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn sorted_set(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn display_path(pointer: &str) -> &str {
