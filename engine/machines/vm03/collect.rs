@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use alloy::eips::BlockId;
 use alloy::primitives::{Address, U256};
-use alloy::providers::Provider;
+use alloy::providers::{Provider, RootProvider};
 use futures_util::future::join_all;
 
 use super::{Declared, Parsed, Settings};
@@ -246,48 +246,10 @@ async fn complete(
         to_price.push(reference);
     }
     let node = outcome.rpc.provider();
-    let metadata = async {
-        if tokens.is_empty() {
-            return None;
-        }
-        let read =
-            erc20::read_at_block(&node, settings.multicall, request.address, &tokens, block).await;
-        Some(Timed {
-            value: read,
-            retrieved_at: now(),
-        })
-    };
-    let pricing = async {
-        let (Some(base), Some(dex_chain)) = (
-            context.config.dexscreener_url.as_ref(),
-            settings.dex_chain_ids.get(chain.caip2),
-        ) else {
-            return None;
-        };
-        if to_price.is_empty() {
-            return None;
-        }
-        let (prices, batches) = dexscreener::price(
-            &context.gateway,
-            base,
-            dex_chain,
-            &to_price,
-            dexscreener::Batching {
-                batch_size: settings.batch_size,
-                pair_cap: settings.pair_cap,
-            },
-            settings.pricing,
-        )
-        .await;
-        Some((
-            prices,
-            Timed {
-                value: batches,
-                retrieved_at: now(),
-            },
-        ))
-    };
-    let (metadata, pricing) = tokio::join!(metadata, pricing);
+    let (metadata, pricing) = tokio::join!(
+        read_tokens(&node, settings, request, &tokens, block),
+        read_prices(context, settings, chain, &to_price),
+    );
     if let Some(read) = &metadata {
         apply_token_reads(&mut outcome.holdings, &tokens, &read.value);
     }
@@ -309,6 +271,63 @@ async fn complete(
         outcome.pricing = Some(batches);
     }
     Ok(())
+}
+
+/// The tokens' balances, decimals and symbols at `block`, when there are tokens.
+async fn read_tokens(
+    node: &RootProvider,
+    settings: &Settings,
+    request: &Parsed,
+    tokens: &[Address],
+    block: u64,
+) -> Option<Timed<Result<Vec<TokenRead>, erc20::ReadError>>> {
+    if tokens.is_empty() {
+        return None;
+    }
+    let read = erc20::read_at_block(node, settings.multicall, request.address, tokens, block).await;
+    Some(Timed {
+        value: read,
+        retrieved_at: now(),
+    })
+}
+
+/// The prices of `to_price` on the chain's DEX listing, when a price source is configured
+/// for the chain and there is anything to price.
+async fn read_prices(
+    context: &WorkContext,
+    settings: &Settings,
+    chain: Chain,
+    to_price: &[Address],
+) -> Option<(HashMap<Address, Pricing>, Timed<Vec<Batch>>)> {
+    let (Some(base), Some(dex_chain)) = (
+        context.config.dexscreener_url.as_ref(),
+        settings.dex_chain_ids.get(chain.caip2),
+    ) else {
+        return None;
+    };
+    if to_price.is_empty() {
+        return None;
+    }
+    let batching = dexscreener::Batching {
+        batch_size: settings.batch_size,
+        pair_cap: settings.pair_cap,
+    };
+    let (prices, batches) = dexscreener::price(
+        &context.gateway,
+        base,
+        dex_chain,
+        to_price,
+        batching,
+        settings.pricing,
+    )
+    .await;
+    Some((
+        prices,
+        Timed {
+            value: batches,
+            retrieved_at: now(),
+        },
+    ))
 }
 
 /// Same-block values replace the inventory's: balance, decimals, symbol per token.
