@@ -230,6 +230,24 @@ fn decide(
     }
 }
 
+/// When the packet was observed and when it expires, both in whole milliseconds, so
+/// `expires_at - observed_at` is exactly the manifest's `freshness_ms`.
+fn fresh_window(
+    machine: &Machine,
+    observed_at: DateTime<Utc>,
+) -> Result<(DateTime<Utc>, DateTime<Utc>), WorkError> {
+    let freshness = machine
+        .limit("freshness_ms")
+        .and_then(|ms| i64::try_from(ms).ok())
+        .ok_or_else(|| WorkError::manifest(&machine.machine, "no limit freshness_ms"))?;
+    let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
+        .unwrap_or(observed_at);
+    Ok((
+        observed_at,
+        observed_at + chrono::Duration::milliseconds(freshness),
+    ))
+}
+
 /// The VM09 packet.
 pub(crate) fn response(
     machine: &Machine,
@@ -239,18 +257,8 @@ pub(crate) fn response(
     reads: Option<&TokenReads>,
     observed_at: DateTime<Utc>,
 ) -> Result<Value, WorkError> {
-    let freshness = machine
-        .limit("freshness_ms")
-        .and_then(|ms| i64::try_from(ms).ok())
-        .ok_or_else(|| WorkError::manifest(&machine.machine, "no limit freshness_ms"))?;
-    // Millisecond timestamps on both ends, so expires_at - observed_at is exactly freshness_ms.
-    let observed_at = DateTime::<Utc>::from_timestamp_millis(observed_at.timestamp_millis())
-        .unwrap_or(observed_at);
-    let expires_at = observed_at + chrono::Duration::milliseconds(freshness);
-    let selected = match selection {
-        Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
-        _ => None,
-    };
+    let (observed_at, expires_at) = fresh_window(machine, observed_at)?;
+    let selected = selection.requirement();
     let direct_url = probe.target.url.as_str();
     let caller_url = request.probe.resource_url.as_str();
     let identity_match = selected

@@ -57,10 +57,7 @@ impl super::Machine for Vm10 {
         let (context, machine, request) = call.parts();
         let (probe, selection) =
             probe_reads::probe_and_select(context, machine, &request.probe).await?;
-        let requirement = match &selection {
-            Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
-            _ => None,
-        };
+        let requirement = selection.requirement();
         let permit2_spender =
             |r: &Requirement| (r.asset_transfer_method() == "permit2").then_some(PERMIT2);
         let reads = probe_reads::read_payer(
@@ -143,10 +140,7 @@ pub(crate) fn response(
     reads: Option<&TokenReads>,
     observed_at: &str,
 ) -> Value {
-    let selected: Option<&Requirement> = match selection {
-        Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
-        _ => None,
-    };
+    let selected = selection.requirement();
     let (state, authority_path, recovery_path) = classify(selection, reads);
     let permit2 = authority_path == "permit2_allowance";
     let evidence_block = reads.and_then(|r| r.block);

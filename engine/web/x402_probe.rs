@@ -180,6 +180,17 @@ pub(crate) enum Selection {
     NoChallenge,
 }
 
+impl Selection {
+    /// The requirement the packet describes: the selected one, or the candidate whose
+    /// transfer method is unsupported.
+    pub(crate) fn requirement(&self) -> Option<&Requirement> {
+        match self {
+            Selection::Selected(r) | Selection::UnsupportedMethod(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
 /// The allowlist `name` of a machine as strings; empty when the manifest has none.
 pub(crate) fn allowlist(machine: &Machine, name: &str) -> Vec<String> {
     strings(machine.allowlists.get(name))
