@@ -91,6 +91,8 @@ impl<'a, R> Call<'a, R> {
 pub trait Entry: Sync {
     /// The manifest id.
     fn id(&self) -> &'static str;
+    /// See [`Machine::NEEDS`].
+    fn needs(&self) -> &'static [Need];
     /// See [`Machine::readiness`].
     fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady>;
     /// The endpoint sets of the machine's RPC and inventory needs, built once, so each request
@@ -106,6 +108,10 @@ struct Registered<M>(PhantomData<fn() -> M>);
 impl<M: Machine> Entry for Registered<M> {
     fn id(&self) -> &'static str {
         M::ID
+    }
+
+    fn needs(&self) -> &'static [Need] {
+        M::NEEDS
     }
 
     fn readiness(&self, spec: &Spec, config: &Config) -> Result<(), NotReady> {
@@ -522,6 +528,44 @@ mod tests {
             Duration::from_millis(declared)
         );
         assert_eq!(call.gateway.outbound_requests(), 0, "one shared count");
+    }
+
+    /// The chains a machine's code reads are the chains its manifest entry allowlists
+    /// (`allowlists.networks`, or VM04's `chain_ids`): a machine cannot read a chain its
+    /// published entry does not name, nor name one it never reads.
+    #[test]
+    fn every_machines_rpc_needs_are_the_chains_its_manifest_allowlists() {
+        for entry in REGISTRY {
+            let spec = MANIFEST
+                .machine(entry.id())
+                .expect("registered machine in manifest");
+            let mut read: Vec<String> = entry
+                .needs()
+                .iter()
+                .filter_map(|need| match need {
+                    Need::Rpc(chain) => Some(chain.to_string()),
+                    _ => None,
+                })
+                .collect();
+            let networks = spec.allowlists.get("networks").map(|list| {
+                list.as_array()
+                    .expect("a list")
+                    .iter()
+                    .map(|caip2| caip2.as_str().expect("a CAIP-2 id").to_string())
+                    .collect::<Vec<_>>()
+            });
+            let chain_ids = spec.allowlists.get("chain_ids").map(|list| {
+                list.as_array()
+                    .expect("a list")
+                    .iter()
+                    .map(|id| format!("eip155:{}", id.as_u64().expect("a chain id")))
+                    .collect::<Vec<_>>()
+            });
+            let mut allowed = networks.or(chain_ids).unwrap_or_default();
+            read.sort();
+            allowed.sort();
+            assert_eq!(read, allowed, "{}", entry.id());
+        }
     }
 
     #[test]
