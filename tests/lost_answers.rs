@@ -1128,3 +1128,46 @@ async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
     assert_eq!(after.rows().await.len(), 1);
     assert_charged_once(&after, &buyer);
 }
+
+/// A held answer that no longer opens (the delivery key was replaced while its settlement
+/// was pending) is not a pending answer forever: once the chain proves the transfer, the
+/// resend records the row settled and runs the work once more (no /verify, no /settle, one
+/// charge), and the new answer is retained under the new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_answer_under_a_replaced_delivery_key_runs_the_work_once_more_when_paid() {
+    let (before, buyer, body, header, _) = left_pending(Duration::from_secs(4), &[]).await;
+    wait_for("the late settlement lands", async || {
+        before.balance(&buyer.address) == FUNDS - PRICE
+    })
+    .await;
+    let new_key = common::temp_path("replaced-delivery-key-held");
+    std::fs::write(&new_key, &random_hex32()[2..]).expect("key file");
+    let new_key = new_key.display().to_string();
+    let replaced = [("FACTOMAT_DELIVERY_KEY_FILE", new_key.as_str())];
+    let after = Rig::start_on(
+        shared_stack(),
+        Settle::Forward,
+        &replaced,
+        before.ledger_url.clone(),
+    )
+    .await;
+    let collected = paid(&after, &body, &header).await;
+    assert_eq!(collected.status, 200, "{collected:?}");
+    assert_eq!(collected.json()["machine"], "VM02");
+    let settlement = collected.settlement();
+    assert_eq!(settlement["success"], true, "{settlement}");
+    let row = after.only_row().await;
+    assert_eq!(row.state, "settled", "the resend recorded the proof");
+    assert_eq!(
+        row.transaction_hash.as_deref(),
+        settlement["transaction"].as_str(),
+        "the transaction the chain proved"
+    );
+    assert_eq!(
+        paid(&after, &body, &header).await,
+        collected,
+        "retained anew"
+    );
+    assert_facilitator_saw(&after, 0, 0);
+    assert_charged_once(&after, &buyer);
+}

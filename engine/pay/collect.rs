@@ -7,6 +7,7 @@
 //! | settled, answer within its window | the same status, body bytes and payment headers |
 //! | settled, answer past its window | 402 `payment_answer_expired` |
 //! | `settle_pending`, answer held | the chain asked by the settlement rules: paid → 200 with the answer; unknown → the same 503 `settlement_pending`; unpaid → 402, the answer deleted |
+//! | `settle_pending`, answer held that does not open, or none stored | the same, but paid → the row `settled` and the work runs once more within the window |
 //! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
@@ -164,11 +165,10 @@ impl Resend<'_> {
         };
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
             (_, "sent") => Some(self.sent(&entry).await),
-            ("settled" | "settle_pending", "held") => answer(self.held(&entry).await),
+            ("settled", "held") | ("settle_pending", _) => Some(self.held(&entry).await),
             ("reserved", _) if still_running(&entry.attempt) => None,
             ("reserved", _) => Some(self.stale(entry.attempt).await),
             ("settled", _) => Some(self.unretained().await),
-            ("settle_pending", _) => answer(PaidOutcome::Failed(Refusal::InProgress)),
             _ => Some(Collect::New),
         }
     }
@@ -237,11 +237,7 @@ impl Resend<'_> {
         match outcome {
             Outcome::Settled { .. } => {
                 let until = self.retention.collectable_until(self.lookup, unix_now());
-                let row = AttemptRow {
-                    state: "settled".into(),
-                    ..row
-                };
-                run_again(row, until)
+                run_again(settled_row(row, &outcome), until)
             }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
@@ -280,39 +276,62 @@ impl Resend<'_> {
             .ok()
     }
 
-    /// A result held back while its settlement was pending: the chain decides now, unless
-    /// the ledger already records the row settled (reconcile, or another replica's resend,
-    /// proved it), whose record is the proof.
-    async fn held(&self, entry: &Retained) -> PaidOutcome {
+    /// A result held back while its settlement was pending (or a pending row whose answer
+    /// was never stored): the chain decides now, unless the ledger already records the row
+    /// settled (reconcile, or another replica's resend, proved it), whose record is the
+    /// proof.
+    async fn held(&self, entry: &Retained) -> Collect {
         let row = &entry.attempt;
         let decided = match recorded_settlement(row) {
             Some(settled) => Some(settled),
             None => chain_outcome(self.rail, row).await,
         };
         match decided {
-            Some(settled @ Outcome::Settled { .. }) => self.paid_late(entry, &settled).await,
+            Some(settled @ Outcome::Settled { .. }) => match self.opened(entry) {
+                Some(held) => Collect::Done(self.paid_late(entry, held, &settled).await),
+                None => self.paid_unopened(entry, &settled).await,
+            },
             Some(outcome) if row.state != "settled" => {
                 if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
-                    return resend_ledger_failure(&error);
+                    return Collect::Done(resend_ledger_failure(&error));
                 }
                 tracing::warn!(
                     attempt = row.id,
                     state = outcome.state(),
                     "a pending payment ended unpaid; its held answer is deleted"
                 );
-                reject(unpaid_reason(&outcome))
+                Collect::Done(reject(unpaid_reason(&outcome)))
             }
-            _ => self.still_pending(entry),
+            _ => Collect::Done(self.still_pending(entry)),
         }
+    }
+
+    /// A payment the chain proves whose held answer does not open (the delivery key was
+    /// replaced) or was never stored: recorded `settled`, then, like a sent answer that does
+    /// not open, its work runs once more within its window.
+    async fn paid_unopened(&self, entry: &Retained, settled: &Outcome) -> Collect {
+        let row = &entry.attempt;
+        if row.state != "settled" {
+            match self.rail.ledger.resolve(row.id, &row.state, settled).await {
+                Ok(true) => {}
+                // Another resend or reconcile moved the row first; the next look reads it.
+                Ok(false) => return Collect::Done(self.still_pending(entry)),
+                Err(error) => return Collect::Done(resend_ledger_failure(&error)),
+            }
+        }
+        tracing::warn!(
+            attempt = row.id,
+            "a pending payment settled but its held answer does not open: running its work once more"
+        );
+        let until = self.retention.collectable_until(self.lookup, unix_now());
+        run_again(settled_row(row.clone(), settled), until)
     }
 
     /// The held answer of a payment the chain now proves: finished as a paid 200 (receipt
     /// and seal included), recorded `settled` with it in one transaction, and sent.
-    async fn paid_late(&self, entry: &Retained, settled: &Outcome) -> PaidOutcome {
+    async fn paid_late(&self, entry: &Retained, held: Answer, settled: &Outcome) -> PaidOutcome {
         let row = &entry.attempt;
-        let (Some(body), Outcome::Settled { transaction, .. }) =
-            (self.opened(entry).map(|answer| answer.body), settled)
-        else {
+        let (body, Outcome::Settled { transaction, .. }) = (held.body, settled) else {
             return self.still_pending(entry);
         };
         let network = &self.manifest.payment.network;
@@ -355,6 +374,19 @@ impl Resend<'_> {
             retry_after_seconds: valid_before(row).saturating_sub(unix_now()).max(1),
             payment_response: response,
         }
+    }
+}
+
+/// `row` as the settlement `outcome` leaves it: `settled`, naming the proven transaction.
+fn settled_row(row: AttemptRow, outcome: &Outcome) -> AttemptRow {
+    let transaction_hash = match outcome {
+        Outcome::Settled { transaction, .. } => Some(transaction.clone()),
+        _ => row.transaction_hash.clone(),
+    };
+    AttemptRow {
+        state: "settled".into(),
+        transaction_hash,
+        ..row
     }
 }
 
