@@ -284,7 +284,9 @@ impl EndpointSet {
     }
 
     /// Asks every endpoint for `eth_chainId` (one call each) and records the verdicts; a
-    /// mismatch is logged with the setting and the chain it answered.
+    /// mismatch is logged with the setting and the chain it answered. An endpoint that does
+    /// not answer (a 429, a timeout) keeps its last verdict: a node found serving another
+    /// chain is not used again because a later check could not reach it.
     pub(crate) async fn verify_identity(&self, gateway: &Gateway, timeout: Duration) {
         for endpoint in &self.endpoints {
             let identity = ask_chain_id(gateway, self.chain, endpoint, timeout).await;
@@ -296,10 +298,17 @@ impl EndpointSet {
                     expected = self.chain.caip2,
                     "an RPC endpoint serves another chain; it is not used"
                 );
-            } else if identity == Identity::Unanswered {
+            }
+            let mut health = endpoint.health.lock();
+            let definite = matches!(health.identity, Identity::Verified | Identity::Mismatch(_));
+            if identity == Identity::Unanswered {
+                if definite {
+                    tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, kept = ?health.identity, "eth_chainId was not answered; the endpoint keeps its last verdict");
+                    continue;
+                }
                 tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, "eth_chainId was not answered; the endpoint's chain is unverified");
             }
-            endpoint.health.lock().identity = identity;
+            health.identity = identity;
         }
     }
 }
@@ -403,6 +412,14 @@ impl FailoverRpc {
     /// The endpoints, for identity verdicts.
     pub(crate) fn endpoints(&self) -> &EndpointSet {
         &self.inner.set
+    }
+
+    /// What a response may say of the endpoint that answered this transport's last read;
+    /// None before any answered.
+    pub(crate) fn answered_by(&self) -> Option<rpc::PublicEndpoint> {
+        let index = self.inner.sticky.load(Ordering::Relaxed);
+        let endpoint = self.inner.set.endpoints.get(index)?;
+        endpoint.url.as_ref().map(rpc::public_endpoint_of)
     }
 
     /// The retries reads through this transport needed, in words (empty: none).
@@ -631,6 +648,47 @@ mod tests {
         assert!(lagging(&failure("header not found")));
         assert!(lagging(&failure("Unknown block")));
         assert!(!lagging(&failure("execution reverted")));
+    }
+
+    /// A node found serving another chain stays unused when a later check cannot reach it
+    /// (a 429): only a new `eth_chainId` answer changes a verdict.
+    #[tokio::test]
+    async fn an_unanswered_recheck_keeps_an_endpoints_last_verdict() {
+        use warp::Filter;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&asked);
+        let node = warp::post().map(move || {
+            let (status, body) = match counter.fetch_add(1, Ordering::SeqCst) {
+                0 => (200, r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#),
+                _ => (429, "rate limited"),
+            };
+            warp::http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(body)
+                .expect("response")
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(warp::serve(node).incoming(listener).run());
+        let url = crate::config::Secret::for_tests(&format!("http://{addr}/recheck"));
+        let set = EndpointSet {
+            chain: networks::BASE,
+            endpoints: vec![Endpoint::new(
+                "rpc_url_eip155_8453".into(),
+                "eip155:8453#test-recheck".into(),
+                &url,
+            )],
+        };
+        let gateway = Gateway::new().expect("gateway");
+        set.verify_identity(&gateway, Duration::from_secs(2)).await;
+        assert!(set.mismatch().is_some(), "it answered eip155:1");
+        set.verify_identity(&gateway, Duration::from_secs(2)).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 2, "asked again, answered 429");
+        assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
+        assert!(set.mismatch().is_some(), "still the wrong chain");
     }
 
     #[test]
