@@ -187,7 +187,13 @@ async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_
             .all(|m| m == "eth_chainId")
     );
 
+    // While #1 is passed over, VM06 reads from #2 and names it, not the first configured.
     let asked_before = behind_seen.lock().expect("seen").len();
+    let gas = rig.pay(VM06, &json!({"chain": "eip155:8453", "to": SPENDER}));
+    assert_output_valid("VM06", &gas);
+    assert_eq!(gas["provider"]["url"], format!("http://{ahead}"), "{gas}");
+    assert_eq!(behind_seen.lock().expect("seen").len(), asked_before);
+
     let body = rig.pay(VM02, &request);
     assert_eq!(body["status"], "OK", "{body}");
     assert_eq!(behind_seen.lock().expect("seen").len(), asked_before);

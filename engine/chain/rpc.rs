@@ -178,13 +178,19 @@ pub(crate) struct PublicEndpoint {
     pub origin: Option<String>,
 }
 
+/// What a response may say of a configured endpoint URL (see [`PublicEndpoint`]).
 pub(crate) fn public_endpoint(url: &Secret) -> PublicEndpoint {
-    let Ok(parsed) = url::Url::parse(url.expose()) else {
-        return PublicEndpoint {
+    match url::Url::parse(url.expose()) {
+        Ok(parsed) => public_endpoint_of(&parsed),
+        Err(_) => PublicEndpoint {
             host: String::new(),
             origin: None,
-        };
-    };
+        },
+    }
+}
+
+/// What a response may say of an endpoint's parsed URL.
+pub(crate) fn public_endpoint_of(parsed: &url::Url) -> PublicEndpoint {
     let host = parsed.host_str().unwrap_or_default().to_string();
     let has_userinfo = !parsed.username().is_empty() || parsed.password().is_some();
     let origin = (!has_userinfo).then(|| parsed.origin().ascii_serialization());

@@ -96,7 +96,10 @@ impl super::Machine for Vm06 {
                 })?;
         let query = history_query(machine)?;
         let (estimate, history) = read(&transport.provider(), &intent, &query).await;
-        let endpoint = rpc::public_endpoint(url);
+        // The endpoint that answered, when failover moved the reads off the first one.
+        let endpoint = transport
+            .answered_by()
+            .unwrap_or_else(|| rpc::public_endpoint(url));
         let mut answer = respond(machine, &intent, &query, estimate, history, &endpoint);
         // A read that needed a second attempt says so.
         if let Some(limitations) = answer["limitations"].as_array_mut() {

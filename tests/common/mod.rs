@@ -108,16 +108,18 @@ impl TestServer {
         format!("http://{}", self.server.admin_addr.expect("admin listener"))
     }
 
-    /// The admin listener's `/metrics` exposition.
-    pub async fn admin_metrics(&self) -> String {
+    /// A GET on the admin listener.
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
         self.client
-            .get(format!("{}/metrics", self.admin_url()))
+            .get(format!("{}{path}", self.admin_url()))
             .send()
             .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
+            .expect("admin GET answered")
+    }
+
+    /// The admin listener's `/metrics` exposition.
+    pub async fn admin_metrics(&self) -> String {
+        self.admin_get("/metrics").await.text().await.expect("text")
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
