@@ -68,6 +68,7 @@ pub(crate) async fn read(
                 "The eip155:8453 RPC endpoint could not be read ({}); no balance was observed.",
                 describe_error(&error)
             ));
+            reads.limitations.extend(rpc.retries());
             return Ok(reads);
         }
     };
@@ -90,6 +91,8 @@ pub(crate) async fn read(
             )),
         }
     }
+    // A read that needed a second attempt says so.
+    reads.limitations.extend(rpc.retries());
     Ok(reads)
 }
 
