@@ -146,8 +146,9 @@ fn memoized(
     set
 }
 
-/// One configured endpoint.
-#[derive(Debug, Clone)]
+/// One configured endpoint. Its Debug names the setting and the label, never the URL (a
+/// provider's key is often in its path).
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     /// The setting it came from (`rpc_url_eip155_1`, `rpc_urls_eip155_1[2]`).
     pub setting: String,
@@ -155,6 +156,15 @@ pub(crate) struct Endpoint {
     pub label: String,
     url: Option<reqwest::Url>,
     health: Arc<Health>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("setting", &self.setting)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Endpoint {
@@ -689,6 +699,21 @@ mod tests {
         assert_eq!(asked.load(Ordering::SeqCst), 2, "asked again, answered 429");
         assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
         assert!(set.mismatch().is_some(), "still the wrong chain");
+    }
+
+    #[test]
+    fn an_endpoints_debug_never_shows_its_url() {
+        let endpoint = Endpoint::new(
+            "rpc_url_eip155_1".into(),
+            "eip155:1#test-debug".into(),
+            &crate::config::Secret::for_tests("https://rpc.example/v2/SECRET-key"),
+        );
+        let shown = format!("{endpoint:?}");
+        assert!(shown.contains("eip155:1#test-debug"), "{shown}");
+        assert!(
+            !shown.contains("SECRET") && !shown.contains("rpc.example"),
+            "{shown}"
+        );
     }
 
     #[test]
