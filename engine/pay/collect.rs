@@ -165,9 +165,10 @@ impl Resend<'_> {
         };
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
             (_, "sent") => Some(self.sent(&entry).await),
-            ("settled", "held") | ("settle_pending", _) => Some(self.held(&entry).await),
+            // Boxed: they read the chain, and a fresh payment's task should not carry that.
+            ("settled", "held") | ("settle_pending", _) => Some(Box::pin(self.held(&entry)).await),
             ("reserved", _) if still_running(&entry.attempt) => None,
-            ("reserved", _) => Some(self.stale(entry.attempt).await),
+            ("reserved", _) => Some(Box::pin(self.stale(entry.attempt)).await),
             ("settled", _) => Some(self.unretained().await),
             _ => Some(Collect::New),
         }

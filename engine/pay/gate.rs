@@ -191,7 +191,8 @@ async fn nonce_on_record(
         nonce_sha256: &presented.nonce_sha256,
         payer: presented.payer,
     };
-    known_nonce(rail, call.request_sha256, resent).await
+    // Boxed: a nonce on record is rare, and its answer may read the chain.
+    Box::pin(known_nonce(rail, call.request_sha256, resent)).await
 }
 
 /// The answer to a nonce the ledger holds (a row that vanished meanwhile was presented).

@@ -254,7 +254,8 @@ impl Settling<'_> {
     }
 }
 
-/// Settles and decides.
+/// Settles and decides. The chain's follow-ups are boxed: most settlements end at the first
+/// answer, and inline they would grow every paid call's task by their chain readings.
 pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
     let first = s.ask().await;
     let hint = match first {
@@ -266,7 +267,7 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
                 evidence: None,
             };
         }
-        Ok(outcome) if outcome.is_pending() => retry_pending(s, outcome).await,
+        Ok(outcome) if outcome.is_pending() => Box::pin(retry_pending(s, outcome)).await,
         // A success that names no transaction, or not one of ours, still says money may
         // move: the chain decides, never a fresh 402.
         Ok(outcome) if outcome.success => {
@@ -274,7 +275,9 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
             tracing::warn!(transaction = ?outcome.transaction, ?network, "settle succeeded naming no transaction hash on our network: following the chain");
             None
         }
-        Ok(outcome) if outcome.transaction.is_none() => return before_broadcast(s, outcome).await,
+        Ok(outcome) if outcome.transaction.is_none() => {
+            return Box::pin(before_broadcast(s, outcome)).await;
+        }
         Ok(outcome) => {
             tracing::warn!(reason = ?outcome.error_reason, transaction = ?outcome.transaction, "settle failed naming a transaction: following it");
             outcome.transaction
@@ -284,7 +287,7 @@ pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
             None
         }
     };
-    follow(s, hint).await
+    Box::pin(follow(s, hint)).await
 }
 
 /// Whether a success names a transaction hash, on our network when it names one (x402 lets
