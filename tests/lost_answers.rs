@@ -1114,11 +1114,7 @@ async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
     let (header, _) = before.sign(&buyer, &body, &[]).await;
     assert_eq!(paid(&before, &body, &header).await.status, 200);
 
-    let new_key = common::temp_path("replaced-delivery-key");
-    std::fs::write(&new_key, &random_hex32()[2..]).expect("key file");
-    let new_key = new_key.display().to_string();
-    let replaced = [("FACTOMAT_DELIVERY_KEY_FILE", new_key.as_str())];
-    let after = Rig::start_on(stack, Settle::Forward, &replaced, before.ledger_url.clone()).await;
+    let after = before.with_a_new_delivery_key().await;
     let again = paid(&after, &body, &header).await;
     assert_eq!(again.status, 200, "{again:?}");
     assert_eq!(again.json()["machine"], "VM02");
@@ -1140,17 +1136,7 @@ async fn a_held_answer_under_a_replaced_delivery_key_runs_the_work_once_more_whe
         before.balance(&buyer.address) == FUNDS - PRICE
     })
     .await;
-    let new_key = common::temp_path("replaced-delivery-key-held");
-    std::fs::write(&new_key, &random_hex32()[2..]).expect("key file");
-    let new_key = new_key.display().to_string();
-    let replaced = [("FACTOMAT_DELIVERY_KEY_FILE", new_key.as_str())];
-    let after = Rig::start_on(
-        shared_stack(),
-        Settle::Forward,
-        &replaced,
-        before.ledger_url.clone(),
-    )
-    .await;
+    let after = before.with_a_new_delivery_key().await;
     let collected = paid(&after, &body, &header).await;
     assert_eq!(collected.status, 200, "{collected:?}");
     assert_eq!(collected.json()["machine"], "VM02");

@@ -6,11 +6,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::logs::logs;
-use common::onchain::{ChainRig, RpcAction, assert_output_valid, rpc_proxy};
+use common::onchain::{
+    ChainRig, RpcAction, assert_output_valid, header_not_found, lagging_once, rpc_proxy,
+};
 use serde_json::{Value, json};
 
 const VM02: &str = "/v1/allowance-exposure";
@@ -44,15 +46,8 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
     })
     .await;
     // Base #2 forwards, but the first batch read at a new block lands on a lagging node.
-    let lagged = Arc::new(AtomicBool::new(false));
-    let flag = lagged.clone();
-    let (second, second_seen) = rpc_proxy(base.clone(), move |method| {
-        if method == "batch" && !flag.swap(true, Ordering::SeqCst) {
-            return RpcAction::Error(json!({"code": -32000, "message": "header not found"}));
-        }
-        RpcAction::Forward
-    })
-    .await;
+    let (decide, _) = lagging_once("batch");
+    let (second, second_seen) = rpc_proxy(base.clone(), decide).await;
     let (wrong, one, two) = (
         format!("http://{wrong_chain}/v2/SECRET-wrong"),
         format!("http://{first}/v2/SECRET-first"),
@@ -160,7 +155,7 @@ async fn an_endpoint_still_behind_on_the_retry_hands_the_next_reads_to_the_next_
     // #1 is also down for VM06's two reads, so they fail over to #2 whether or not #1 is
     // still passed over by then.
     let (behind, behind_seen) = rpc_proxy(base.clone(), |method| match method {
-        "batch" => RpcAction::Error(json!({"code": -32000, "message": "header not found"})),
+        "batch" => header_not_found(),
         "eth_estimateGas" | "eth_feeHistory" => RpcAction::Status(503),
         _ => RpcAction::Forward,
     })

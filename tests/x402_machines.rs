@@ -4,14 +4,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
 use common::devstack::{Buyer, DevStack, shared_stack};
 use common::https::{Handler, Leaf, Reply, Seen, Site, TestCa};
-use common::onchain::{RpcAction, rpc_proxy};
+use common::onchain::{lagging_once, rpc_proxy};
 use common::{TestServer, assert_sealed_by, closed_port};
 use factomat::support::canonical::canonical_sha256;
 use serde_json::{Value, json};
@@ -454,15 +454,8 @@ async fn vm09_holds_when_the_balance_cannot_be_read() {
 /// packet says so among its limitations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vm09_states_a_balance_read_asked_again_after_a_lagging_node() {
-    let lagged = Arc::new(AtomicBool::new(false));
-    let flag = lagged.clone();
-    let (node, _) = rpc_proxy(shared_stack().field("rpc_url"), move |method| {
-        if method == "eth_call" && !flag.swap(true, Ordering::SeqCst) {
-            return RpcAction::Error(json!({"code": -32000, "message": "header not found"}));
-        }
-        RpcAction::Forward
-    })
-    .await;
+    let (decide, lagged) = lagging_once("eth_call");
+    let (node, _) = rpc_proxy(shared_stack().field("rpc_url"), decide).await;
     let rig = rig_on(&format!("http://{node}")).await;
     let buyer = rig.buyer.address.clone();
     let packet = rig.pay(VM09, &vm09_request("/quote", &buyer, "10000", &[MERCHANT]));

@@ -236,9 +236,9 @@ impl Resend<'_> {
             "a stale reserved row was resolved from the chain on a resend"
         );
         match outcome {
-            Outcome::Settled { .. } => {
+            Outcome::Settled { transaction, .. } => {
                 let until = self.retention.collectable_until(self.lookup, unix_now());
-                run_again(settled_row(row, &outcome), until)
+                run_again(settled_row(row, &transaction), until)
             }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
@@ -287,13 +287,16 @@ impl Resend<'_> {
             Some(settled) => Some(settled),
             None => chain_outcome(self.rail, row).await,
         };
-        match decided {
-            Some(settled @ Outcome::Settled { .. }) => match self.opened(entry) {
-                Some(held) => Collect::Done(self.paid_late(entry, held, &settled).await),
-                None => self.paid_unopened(entry, &settled).await,
+        match &decided {
+            Some(settled @ Outcome::Settled { transaction, .. }) => match self.opened(entry) {
+                Some(held) => {
+                    let paid = self.paid_late(entry, held, settled, transaction).await;
+                    Collect::Done(paid)
+                }
+                None => self.paid_unopened(entry, settled, transaction).await,
             },
             Some(outcome) if row.state != "settled" => {
-                if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, &outcome).await {
+                if let Err(error) = self.rail.ledger.resolve(row.id, &row.state, outcome).await {
                     return Collect::Done(resend_ledger_failure(&error));
                 }
                 tracing::warn!(
@@ -301,7 +304,7 @@ impl Resend<'_> {
                     state = outcome.state(),
                     "a pending payment ended unpaid; its held answer is deleted"
                 );
-                Collect::Done(reject(unpaid_reason(&outcome)))
+                Collect::Done(reject(unpaid_reason(outcome)))
             }
             _ => Collect::Done(self.still_pending(entry)),
         }
@@ -310,7 +313,12 @@ impl Resend<'_> {
     /// A payment the chain proves whose held answer does not open (the delivery key was
     /// replaced) or was never stored: recorded `settled`, then, like a sent answer that does
     /// not open, its work runs once more within its window.
-    async fn paid_unopened(&self, entry: &Retained, settled: &Outcome) -> Collect {
+    async fn paid_unopened(
+        &self,
+        entry: &Retained,
+        settled: &Outcome,
+        transaction: &str,
+    ) -> Collect {
         let row = &entry.attempt;
         if row.state != "settled" {
             match self.rail.ledger.resolve(row.id, &row.state, settled).await {
@@ -325,19 +333,22 @@ impl Resend<'_> {
             "a pending payment settled but its held answer does not open: running its work once more"
         );
         let until = self.retention.collectable_until(self.lookup, unix_now());
-        run_again(settled_row(row.clone(), settled), until)
+        run_again(settled_row(row.clone(), transaction), until)
     }
 
     /// The held answer of a payment the chain now proves: finished as a paid 200 (receipt
     /// and seal included), recorded `settled` with it in one transaction, and sent.
-    async fn paid_late(&self, entry: &Retained, held: Answer, settled: &Outcome) -> PaidOutcome {
+    async fn paid_late(
+        &self,
+        entry: &Retained,
+        held: Answer,
+        settled: &Outcome,
+        transaction: &str,
+    ) -> PaidOutcome {
         let row = &entry.attempt;
-        let (body, Outcome::Settled { transaction, .. }) = (held.body, settled) else {
-            return self.still_pending(entry);
-        };
         let network = &self.manifest.payment.network;
         let response = our_settle_response(network, &row.payer, true, None, Some(transaction));
-        let answer = self.call.finisher.finish(body, &response);
+        let answer = self.call.finisher.finish(held.body, &response);
         let Ok(sealed) = retained::seal(&self.retention.secret, self.lookup, &answer) else {
             return self.still_pending(entry);
         };
@@ -378,15 +389,11 @@ impl Resend<'_> {
     }
 }
 
-/// `row` as the settlement `outcome` leaves it: `settled`, naming the proven transaction.
-fn settled_row(row: AttemptRow, outcome: &Outcome) -> AttemptRow {
-    let transaction_hash = match outcome {
-        Outcome::Settled { transaction, .. } => Some(transaction.clone()),
-        _ => row.transaction_hash.clone(),
-    };
+/// `row` as a proven settlement leaves it: `settled`, naming the proven `transaction`.
+fn settled_row(row: AttemptRow, transaction: &str) -> AttemptRow {
     AttemptRow {
         state: "settled".into(),
-        transaction_hash,
+        transaction_hash: Some(transaction.to_owned()),
         ..row
     }
 }

@@ -180,6 +180,30 @@ pub enum RpcAction {
     Slow(std::time::Duration),
 }
 
+/// What a lagging node behind a load balancer answers for a block it has not seen yet.
+pub fn header_not_found() -> RpcAction {
+    RpcAction::Error(json!({"code": -32000, "message": "header not found"}))
+}
+
+/// A stand-in's decision that answers the first `method` request as a lagging node and
+/// forwards everything else, with a flag that tells whether it has lagged.
+pub fn lagging_once(
+    method: &'static str,
+) -> (
+    impl Fn(&str) -> RpcAction + Send + Sync + 'static,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    let lagged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = lagged.clone();
+    let decide = move |asked: &str| {
+        if asked == method && !flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return header_not_found();
+        }
+        RpcAction::Forward
+    };
+    (decide, lagged)
+}
+
 /// A JSON-RPC endpoint that forwards to `upstream` unless `decide` says otherwise for a
 /// request (given its method). Counts the requests it receives.
 pub async fn rpc_proxy<D>(upstream: String, decide: D) -> (SocketAddr, Arc<Mutex<Vec<String>>>)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use factomat::pay::ledger::AttemptRow;
 use serde_json::{Value, json};
 
-use super::devstack::{Buyer, DevStack};
+use super::devstack::{Buyer, DevStack, random_hex32};
 use super::facilitator_proxy::{FacilitatorProxy, Settle, facilitator_proxy};
 use super::ledgers::{fresh_ledger_url, ledger_cli, report_entry, rows_of};
 use super::rpc_proxy::{RpcProxy, range_limited_rpc};
@@ -66,6 +66,22 @@ impl<'a> Rig<'a> {
             rpc,
             ledger_url,
         }
+    }
+
+    /// Another server on this rig's ledger with a new delivery key: the answers retained so
+    /// far no longer open there (a replaced key, or a replica keyed otherwise).
+    pub async fn with_a_new_delivery_key(&self) -> Rig<'a> {
+        let key = super::temp_path("replaced-delivery-key");
+        std::fs::write(&key, &random_hex32()[2..]).expect("key file");
+        let key = key.display().to_string();
+        let replaced = [("FACTOMAT_DELIVERY_KEY_FILE", key.as_str())];
+        Rig::start_on(
+            self.stack,
+            Settle::Forward,
+            &replaced,
+            self.ledger_url.clone(),
+        )
+        .await
     }
 
     pub fn url(&self) -> String {
