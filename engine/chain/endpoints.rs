@@ -13,7 +13,11 @@
 //!   first; one still behind then is passed over for a moment, so the next reads go to the
 //!   next endpoint;
 //! - reads of one transport stay on the endpoint that last answered, so an observation's
-//!   block-pinned reads go to the node that told it the block.
+//!   block-pinned reads go to the node that told it the block;
+//! - an HTTP 413 to an `eth_getLogs` (QuickNode's answer to a range over its plan's) is the
+//!   request's fault, not the endpoint's: it goes back to the log search, which narrows the
+//!   range, and the endpoint is neither cooled down nor left. A 413 to any other read is an
+//!   endpoint failure like any other.
 //!
 //! An endpoint answering another chain's id is never used. Health is shared by every reader
 //! in the process (a registry keyed by the endpoint's position and a digest of its URL), so a
@@ -30,7 +34,7 @@ use alloy::network::Ethereum;
 use alloy::providers::RootProvider;
 use alloy::rpc::client::RpcClient;
 use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
-use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
+use alloy::transports::{RpcError, TransportError, TransportErrorKind, TransportFut};
 use sha2::{Digest, Sha256};
 
 use crate::chain::networks::{self, Chain};
@@ -383,6 +387,8 @@ enum Outcome {
     Answered(ResponsePacket),
     Lagging(ResponsePacket),
     Failed(TransportError, Option<Duration>, &'static str),
+    /// The endpoint refused a log search's range as too large (HTTP 413).
+    TooLarge(TransportError),
     /// No answer before the call's work budget ran out: the cut is ours, not the endpoint's,
     /// so it is not cooled down for it.
     Cut,
@@ -508,6 +514,10 @@ impl FailoverRpc {
                     endpoint.record("cut");
                     return Outcome::Cut;
                 }
+                if range_too_large(&error, packet) {
+                    endpoint.record("too_large");
+                    return Outcome::TooLarge(error);
+                }
                 let (result, why) = if rate_limited {
                     ("rate_limited", "HTTP 429")
                 } else {
@@ -579,6 +589,7 @@ impl FailoverRpc {
                     tokio::time::sleep(LAG_RETRY_DELAY).await;
                 }
                 Outcome::Cut => return Err(out_of_time()),
+                Outcome::TooLarge(error) => return Err(error),
                 Outcome::Failed(error, retry_after, why) => {
                     let endpoint = &self.inner.set.endpoints[index];
                     endpoint.cool_down(
@@ -605,6 +616,17 @@ impl FailoverRpc {
 /// Why a read ended unanswered when the call's work budget ran out.
 fn out_of_time() -> TransportError {
     TransportErrorKind::custom_str("no answer before the machine's overall_timeout_ms ran out")
+}
+
+/// An HTTP 413 to a packet of log searches only: the endpoint refused their range, which a
+/// narrower search fixes (a 413 to other reads may be a body limit in front of a broken
+/// node, so those fail over).
+fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
+    let status_413 = matches!(
+        error,
+        RpcError::Transport(TransportErrorKind::HttpError(http)) if http.status == 413
+    );
+    status_413 && packet.method_names().all(|method| method == "eth_getLogs")
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).
@@ -660,38 +682,59 @@ mod tests {
         assert!(!lagging(&failure("execution reverted")));
     }
 
-    /// A node found serving another chain stays unused when a later check cannot reach it
-    /// (a 429): only a new `eth_chainId` answer changes a verdict.
-    #[tokio::test]
-    async fn an_unanswered_recheck_keeps_an_endpoints_last_verdict() {
+    /// A JSON-RPC node on loopback: `answer(n)` is the HTTP status and the `result` or
+    /// `error` member of its nth answer (the node adds `jsonrpc` and the request's `id`).
+    /// Counts the requests it was asked.
+    async fn node(answer: fn(usize) -> (u16, serde_json::Value)) -> (String, Arc<AtomicUsize>) {
         use warp::Filter;
         let asked = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&asked);
-        let node = warp::post().map(move || {
-            let (status, body) = match counter.fetch_add(1, Ordering::SeqCst) {
-                0 => (200, r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#),
-                _ => (429, "rate limited"),
-            };
-            warp::http::Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(body)
-                .expect("response")
-        });
+        let route = warp::post()
+            .and(warp::body::json())
+            .map(move |request: serde_json::Value| {
+                let (status, mut body) = answer(counter.fetch_add(1, Ordering::SeqCst));
+                body["jsonrpc"] = "2.0".into();
+                body["id"] = request["id"].clone();
+                warp::http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .expect("response")
+            });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        tokio::spawn(warp::serve(node).incoming(listener).run());
-        let url = crate::config::Secret::for_tests(&format!("http://{addr}/recheck"));
-        let set = EndpointSet {
+        tokio::spawn(warp::serve(route).incoming(listener).run());
+        (format!("http://{addr}"), asked)
+    }
+
+    /// Base's endpoints at these URLs, labelled `eip155:8453#test-{name}-{n}`.
+    fn base_endpoints(name: &str, urls: &[&str]) -> EndpointSet {
+        let endpoints = urls.iter().enumerate().map(|(n, url)| {
+            let url = crate::config::Secret::for_tests(url);
+            let label = format!("eip155:8453#test-{name}-{n}");
+            Endpoint::new("rpc_url_eip155_8453".into(), label, &url)
+        });
+        EndpointSet {
             chain: networks::BASE,
-            endpoints: vec![Endpoint::new(
-                "rpc_url_eip155_8453".into(),
-                "eip155:8453#test-recheck".into(),
-                &url,
-            )],
-        };
+            endpoints: endpoints.collect(),
+        }
+    }
+
+    /// A node found serving another chain stays unused when a later check cannot reach it
+    /// (a 429): only a new `eth_chainId` answer changes a verdict.
+    #[tokio::test]
+    async fn an_unanswered_recheck_keeps_an_endpoints_last_verdict() {
+        let (url, asked) = node(|n| match n {
+            0 => (200, serde_json::json!({"result": "0x1"})),
+            _ => (
+                429,
+                serde_json::json!({"error": {"code": 429, "message": "rate limited"}}),
+            ),
+        })
+        .await;
+        let set = base_endpoints("recheck", &[&url]);
         let gateway = Gateway::new().expect("gateway");
         set.verify_identity(&gateway, Duration::from_secs(2)).await;
         assert!(set.mismatch().is_some(), "it answered eip155:1");
@@ -699,6 +742,61 @@ mod tests {
         assert_eq!(asked.load(Ordering::SeqCst), 2, "asked again, answered 429");
         assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
         assert!(set.mismatch().is_some(), "still the wrong chain");
+    }
+
+    /// An HTTP 413 (QuickNode's answer to an `eth_getLogs` over its range) goes back to the
+    /// reader, which narrows its request: the read is not failed over and the endpoint is
+    /// not cooled down, so the next read is its again.
+    #[tokio::test]
+    async fn a_request_refused_as_too_large_is_neither_failed_over_nor_cooled() {
+        let (first, first_asked) = node(|n| match n {
+            0 => (
+                413,
+                serde_json::json!({"error": {"code": -32614, "message": "eth_getLogs is limited to a 10,000 range"}}),
+            ),
+            _ => (200, serde_json::json!({"result": "0x2a"})),
+        })
+        .await;
+        let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+        let set = Arc::new(base_endpoints("too-large", &[&first, &second]));
+        let gateway = Gateway::new().expect("gateway");
+        let provider = FailoverRpc::new(gateway, set, Duration::from_secs(2)).provider();
+        let logs = || async {
+            let filter = alloy::rpc::types::Filter::new()
+                .from_block(0)
+                .to_block(99_999);
+            alloy::providers::Provider::get_logs(&provider, &filter).await
+        };
+        let refused = logs().await;
+        assert!(refused.is_err(), "the 413 reached the search: {refused:?}");
+        assert_eq!(second_asked.load(Ordering::SeqCst), 0, "not failed over");
+        let answered = alloy::providers::Provider::get_block_number(&provider).await;
+        assert_eq!(
+            answered.expect("answered"),
+            0x2a,
+            "the first endpoint again"
+        );
+        assert_eq!(first_asked.load(Ordering::SeqCst), 2);
+        assert_eq!(second_asked.load(Ordering::SeqCst), 0);
+    }
+
+    /// A 413 to any other read is an endpoint failure: cooled, and the read fails over.
+    #[tokio::test]
+    async fn a_413_to_another_read_fails_over() {
+        let (first, _) = node(|_| {
+            (
+                413,
+                serde_json::json!({"error": {"code": -32600, "message": "request body too large"}}),
+            )
+        })
+        .await;
+        let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+        let set = Arc::new(base_endpoints("body-limit", &[&first, &second]));
+        let gateway = Gateway::new().expect("gateway");
+        let provider = FailoverRpc::new(gateway, set, Duration::from_secs(2)).provider();
+        let answered = alloy::providers::Provider::get_block_number(&provider).await;
+        assert_eq!(answered.expect("failed over"), 0x2b);
+        assert_eq!(second_asked.load(Ordering::SeqCst), 1);
     }
 
     #[test]

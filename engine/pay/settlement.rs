@@ -254,8 +254,9 @@ impl Settling<'_> {
     }
 }
 
-/// Settles and decides. The chain's follow-ups are boxed: most settlements end at the first
-/// answer, and inline they would grow every paid call's task by their chain readings.
+/// Settles and decides. The follow-ups (a second `/settle`, the chain readings) are boxed:
+/// most settlements end at the first answer, and inline they would grow every paid call's
+/// task.
 pub(crate) async fn settle(s: &Settling<'_>) -> Settlement {
     let first = s.ask().await;
     let hint = match first {

@@ -623,9 +623,9 @@ pub enum Ledger {
 }
 
 // PostgreSQL's futures (a pooled connection and its statements) are ~4 KB each, and the
-// paid call awaits several in one task: inline, they made the task that every paid call
-// spawns ~9 KB on either backend, and copying it cost more than the heap allocation that
-// boxing costs a statement's network round trip.
+// paid call awaits several in one task: inline, they made the task every paid call spawns
+// ~9 KB on either backend, and copying it cost more than one heap allocation per statement,
+// which is small beside the statement's network round trip.
 impl Ledger {
     /// Opens the ledger a `database_url` names. SQLite is created and migrated at once; a
     /// PostgreSQL pool is built and its schema migrated on first use, so a database that is
