@@ -371,31 +371,14 @@ async fn first_presentation<E: std::fmt::Display>(
     if let Err(outcome) = verify(rail, call, presented, &sent, deadline).await {
         return outcome;
     }
-    let attempt = new_attempt(manifest, call, presented);
     let reserved_at = unix_now();
-    let binding = rail.retention.as_ref().map(|_| Binding {
-        lookup_sha256: lookup.key_hex(),
-        id_sha256: lookup.id_sha256.clone(),
-    });
-    let id = match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
+    let id = match reserve(rail, manifest, call, presented, lookup).await {
         Ok(id) => id,
-        Err(LedgerError::Duplicate) => return known_nonce_answer(rail, call, presented).await,
-        Err(LedgerError::IdentifierBound) => {
-            metrics().retained("conflict");
-            return PaidOutcome::Failed(Refusal::IdentifierConflict);
-        }
-        Err(error) => return ledger_failure(&error),
+        Err(outcome) => return outcome,
     };
-    // A backstop past the machine's own overall timeout (which turns a slow upstream into a
-    // truthful HOLD): only a machine that overruns its own bound, or the deadline, cuts it.
-    let budget = call.machine.overall_timeout() + WORK_GRACE;
-    let body = match tokio::time::timeout_at(deadline.min(Instant::now() + budget), work).await {
-        Ok(Ok(body)) => body,
-        Ok(Err(error)) => return work_failed(rail, id, call.machine, error.to_string()).await,
-        Err(_) => {
-            let reason = format!("the work ran past its {} ms budget", budget.as_millis());
-            return work_failed(rail, id, call.machine, reason).await;
-        }
+    let body = match bounded_work(rail, id, call.machine, deadline, work).await {
+        Ok(body) => body,
+        Err(outcome) => return outcome,
     };
     let Some(terms) = terms_of(manifest, call, presented) else {
         return PaidOutcome::Failed(Refusal::Misconfigured);
@@ -427,6 +410,52 @@ async fn first_presentation<E: std::fmt::Display>(
         finisher: call.finisher,
     };
     row.record(settled, body).await
+}
+
+/// The ledger's reservation of a verified payment, bound to where its answer will be
+/// retained; the row's id.
+async fn reserve(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    call: &PaidCall<'_>,
+    presented: &Presented,
+    lookup: &Lookup,
+) -> Result<i64, PaidOutcome> {
+    let attempt = new_attempt(manifest, call, presented);
+    let binding = rail.retention.as_ref().map(|_| Binding {
+        lookup_sha256: lookup.key_hex(),
+        id_sha256: lookup.id_sha256.clone(),
+    });
+    match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
+        Ok(id) => Ok(id),
+        Err(LedgerError::Duplicate) => Err(known_nonce_answer(rail, call, presented).await),
+        Err(LedgerError::IdentifierBound) => {
+            metrics().retained("conflict");
+            Err(PaidOutcome::Failed(Refusal::IdentifierConflict))
+        }
+        Err(error) => Err(ledger_failure(&error)),
+    }
+}
+
+/// The machine's work for reserved row `id`, cut by the deadline or by a backstop past the
+/// machine's own overall timeout (which turns a slow upstream into a truthful HOLD): only a
+/// machine that overruns its own bound is cut by it. A failed or cut work is recorded.
+async fn bounded_work<E: std::fmt::Display>(
+    rail: &PaymentRail,
+    id: i64,
+    machine: &Machine,
+    deadline: Instant,
+    work: impl Future<Output = Result<Vec<u8>, E>>,
+) -> Result<Vec<u8>, PaidOutcome> {
+    let budget = machine.overall_timeout() + WORK_GRACE;
+    match tokio::time::timeout_at(deadline.min(Instant::now() + budget), work).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(error)) => Err(work_failed(rail, id, machine, error.to_string()).await),
+        Err(_) => {
+            let reason = format!("the work ran past its {} ms budget", budget.as_millis());
+            Err(work_failed(rail, id, machine, reason).await)
+        }
+    }
 }
 
 fn new_attempt(manifest: &Manifest, call: &PaidCall<'_>, presented: &Presented) -> NewAttempt {
