@@ -662,6 +662,7 @@ impl tower::Service<RequestPacket> for FailoverRpc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloy::providers::Provider;
     use alloy::rpc::json_rpc::{ErrorPayload, Id, Response, ResponsePayload};
 
     fn failure(message: &str) -> ResponsePacket {
@@ -707,6 +708,23 @@ mod tests {
         let addr = listener.local_addr().expect("address");
         tokio::spawn(warp::serve(route).incoming(listener).run());
         (format!("http://{addr}"), asked)
+    }
+
+    /// An Ethereum endpoint of setting `rpc_url_eip155_1`, labelled `eip155:1#test-{name}`.
+    fn mainnet_endpoint(name: &str, url: &str) -> Endpoint {
+        let url = crate::config::Secret::for_tests(url);
+        Endpoint::new(
+            "rpc_url_eip155_1".into(),
+            format!("eip155:1#test-{name}"),
+            &url,
+        )
+    }
+
+    /// A provider failing over across Base's endpoints at these URLs (see [`base_endpoints`]).
+    fn failover_provider(name: &str, urls: &[&str]) -> RootProvider<Ethereum> {
+        let set = Arc::new(base_endpoints(name, urls));
+        let gateway = Gateway::new().expect("gateway");
+        FailoverRpc::new(gateway, set, Duration::from_secs(2)).provider()
     }
 
     /// Base's endpoints at these URLs, labelled `eip155:8453#test-{name}-{n}`.
@@ -758,19 +776,17 @@ mod tests {
         })
         .await;
         let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
-        let set = Arc::new(base_endpoints("too-large", &[&first, &second]));
-        let gateway = Gateway::new().expect("gateway");
-        let provider = FailoverRpc::new(gateway, set, Duration::from_secs(2)).provider();
+        let provider = failover_provider("too-large", &[&first, &second]);
         let logs = || async {
             let filter = alloy::rpc::types::Filter::new()
                 .from_block(0)
                 .to_block(99_999);
-            alloy::providers::Provider::get_logs(&provider, &filter).await
+            provider.get_logs(&filter).await
         };
         let refused = logs().await;
         assert!(refused.is_err(), "the 413 reached the search: {refused:?}");
         assert_eq!(second_asked.load(Ordering::SeqCst), 0, "not failed over");
-        let answered = alloy::providers::Provider::get_block_number(&provider).await;
+        let answered = provider.get_block_number().await;
         assert_eq!(
             answered.expect("answered"),
             0x2a,
@@ -791,21 +807,15 @@ mod tests {
         })
         .await;
         let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
-        let set = Arc::new(base_endpoints("body-limit", &[&first, &second]));
-        let gateway = Gateway::new().expect("gateway");
-        let provider = FailoverRpc::new(gateway, set, Duration::from_secs(2)).provider();
-        let answered = alloy::providers::Provider::get_block_number(&provider).await;
+        let provider = failover_provider("body-limit", &[&first, &second]);
+        let answered = provider.get_block_number().await;
         assert_eq!(answered.expect("failed over"), 0x2b);
         assert_eq!(second_asked.load(Ordering::SeqCst), 1);
     }
 
     #[test]
     fn an_endpoints_debug_never_shows_its_url() {
-        let endpoint = Endpoint::new(
-            "rpc_url_eip155_1".into(),
-            "eip155:1#test-debug".into(),
-            &crate::config::Secret::for_tests("https://rpc.example/v2/SECRET-key"),
-        );
+        let endpoint = mainnet_endpoint("debug", "https://rpc.example/v2/SECRET-key");
         let shown = format!("{endpoint:?}");
         assert!(shown.contains("eip155:1#test-debug"), "{shown}");
         assert!(
@@ -816,11 +826,7 @@ mod tests {
 
     #[test]
     fn cool_downs_are_capped_and_never_shortened() {
-        let endpoint = Endpoint::new(
-            "rpc_url_eip155_1".into(),
-            "eip155:1#test-cool".into(),
-            &crate::config::Secret::for_tests("http://127.0.0.1:9/cool"),
-        );
+        let endpoint = mainnet_endpoint("cool", "http://127.0.0.1:9/cool");
         endpoint.cool_down(Duration::from_secs(3600), true);
         endpoint.cool_down(Duration::from_secs(1), false);
         assert!(
