@@ -276,22 +276,10 @@ fn free_operation(operation_id: &str, summary: &str, content_type: &str, schema:
     })
 }
 
-/// The OpenAPI 3.0.3 document.
-pub(crate) fn openapi(manifest: &Manifest) -> Value {
-    let mut paths = Map::new();
-    let mut schemas = Map::new();
-    for machine in &manifest.machines {
-        paths.insert(machine.path.clone(), paid_operation(manifest, machine));
-        schemas.insert(
-            request_schema_name(machine),
-            to_openapi30(&machine.input_schema),
-        );
-        schemas.insert(
-            response_schema_name(machine),
-            to_openapi30(&machine.output_schema),
-        );
-    }
+/// The free endpoints' operations, the machines' documentation pages among them.
+fn free_paths(manifest: &Manifest, paths: &mut Map<String, Value>) {
     let object = json!({"type": "object"});
+    let catalog_summary = format!("Catalog of {}", machine_id_range(manifest));
     let free = [
         (
             "/",
@@ -317,7 +305,7 @@ pub(crate) fn openapi(manifest: &Manifest) -> Value {
         (
             CATALOG_PATH,
             "getCatalog",
-            "Catalog of VM01 to VM11",
+            catalog_summary.as_str(),
             "application/json",
             object.clone(),
         ),
@@ -351,18 +339,59 @@ pub(crate) fn openapi(manifest: &Manifest) -> Value {
     }
     paths.insert(
         format!("{DOCS_PREFIX}{{machine}}.md"),
-        json!({"get": {
-            "operationId": "getMachineDoc",
-            "summary": "Markdown documentation page of one machine",
-            "tags": ["FREE"],
-            "security": [],
-            "parameters": [{"name": "machine", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^VM(0[1-9]|1[01])$"}}],
-            "responses": {
-                "200": {"description": "Markdown page", "content": {"text/markdown": {"schema": {"type": "string"}}}},
-                "404": json_response("Unknown machine", schema_ref("Error")),
-            },
-        }}),
+        machine_doc_operation(manifest),
     );
+}
+
+/// "VM01 to VM11": the manifest's first and last machine ids.
+fn machine_id_range(manifest: &Manifest) -> String {
+    let ids: Vec<&str> = manifest
+        .machines
+        .iter()
+        .map(|m| m.machine.as_str())
+        .collect();
+    match (ids.first(), ids.last()) {
+        (Some(first), Some(last)) => format!("{first} to {last}"),
+        _ => "no machines".to_string(),
+    }
+}
+
+/// The documentation page of one machine, its path parameter limited to the manifest's ids.
+fn machine_doc_operation(manifest: &Manifest) -> Value {
+    let ids: Vec<&str> = manifest
+        .machines
+        .iter()
+        .map(|m| m.machine.as_str())
+        .collect();
+    json!({"get": {
+        "operationId": "getMachineDoc",
+        "summary": "Markdown documentation page of one machine",
+        "tags": ["FREE"],
+        "security": [],
+        "parameters": [{"name": "machine", "in": "path", "required": true, "schema": {"type": "string", "enum": ids}}],
+        "responses": {
+            "200": {"description": "Markdown page", "content": {"text/markdown": {"schema": {"type": "string"}}}},
+            "404": json_response("Unknown machine", schema_ref("Error")),
+        },
+    }})
+}
+
+/// The OpenAPI 3.0.3 document.
+pub(crate) fn openapi(manifest: &Manifest) -> Value {
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    for machine in &manifest.machines {
+        paths.insert(machine.path.clone(), paid_operation(manifest, machine));
+        schemas.insert(
+            request_schema_name(machine),
+            to_openapi30(&machine.input_schema),
+        );
+        schemas.insert(
+            response_schema_name(machine),
+            to_openapi30(&machine.output_schema),
+        );
+    }
+    free_paths(manifest, &mut paths);
     schemas.insert("Error".into(), error_schema());
     schemas.insert("PaymentRequired".into(), payment_required_schema());
     schemas.insert("Health".into(), health_schema());
