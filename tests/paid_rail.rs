@@ -4,9 +4,9 @@
 
 mod common;
 
+use common::closing_relay::closing_idle_connections;
 use common::devstack::{Buyer, DevStack, fresh_payee, shared_stack};
 use common::facilitator_proxy::{Settle, proxied_facilitator};
-use common::idle_timer::closing_idle_connections;
 use common::ledgers::{
     Backend, backend, execute_sql, fresh_ledger_url, ledger_cli, report_entry, rows_of,
     vm02_attempt,

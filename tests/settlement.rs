@@ -48,22 +48,48 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 /// facilitator's answer when its `writeContract` throws) is not taken for "never sent": the
 /// chain is followed, the transfer found once mined, and the buyer gets the answer, charged
 /// once. Read as "unused, so unpaid", it was a fresh 402 while the transfer sat in the pool.
+/// So is a refusal "before broadcasting" that answered a resent `/settle`, the first sending
+/// having broadcast before its connection was reset: that refusal speaks for the copy only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_naming_no_transaction_after_a_broadcast_is_followed_to_the_chain() {
     // Blocks every 2 s, so the answer comes while the transfer waits in the pool.
     let stack = DevStack::start_with(&["--block-time", "2"]);
-    let (rig, buyer, before, response) =
-        one_paid_call(&stack, Settle::BroadcastThenFailNamingNoTx).await;
-    assert_eq!(response.status().as_u16(), 200, "followed to the chain");
-    assert!(response.headers().get("payment-required").is_none());
-    let settlement = payment_response(&response);
-    assert_eq!(settlement["success"], true, "{settlement}");
-    let answer: Value = response.json().await.expect("json");
-    assert_eq!(answer["machine"], "VM02");
-    assert_eq!(before - rig.balance(&buyer.address), PRICE, "one transfer");
-    let row = rig.only_row().await;
-    assert_eq!(row.state, "settled", "{row:?}");
-    assert!(row.transfer_log_index.is_some(), "proven on chain");
+    for settle in [
+        Settle::BroadcastThenFailNamingNoTx,
+        Settle::BroadcastThenLoseTheAnswer,
+    ] {
+        let case = format!("{settle:?}");
+        let sendings = if matches!(settle, Settle::BroadcastThenLoseTheAnswer) {
+            2
+        } else {
+            1
+        };
+        let (rig, buyer, before, response) = one_paid_call(&stack, settle).await;
+        assert_eq!(
+            response.status().as_u16(),
+            200,
+            "{case}: followed to the chain"
+        );
+        assert!(response.headers().get("payment-required").is_none());
+        let settlement = payment_response(&response);
+        assert_eq!(settlement["success"], true, "{case}: {settlement}");
+        let answer: Value = response.json().await.expect("json");
+        assert_eq!(answer["machine"], "VM02");
+        assert_eq!(
+            before - rig.balance(&buyer.address),
+            PRICE,
+            "{case}: one transfer"
+        );
+        let row = rig.only_row().await;
+        assert_eq!(row.state, "settled", "{case}: {row:?}");
+        assert!(row.transfer_log_index.is_some(), "{case}: proven on chain");
+        assert_eq!(rig.facilitator.recorder.forwarded_settles(), 1, "{case}");
+        assert_eq!(
+            rig.facilitator.recorder.settles(),
+            sendings,
+            "{case}: /settle sent"
+        );
+    }
 }
 
 /// A success naming another network than ours proves nothing about our transfer: the chain

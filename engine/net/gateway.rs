@@ -127,6 +127,19 @@ fn ends_unanswered(cause: &(dyn std::error::Error + 'static)) -> bool {
         .is_some_and(|io| matches!(io.kind(), BrokenPipe | ConnectionAborted | ConnectionReset))
 }
 
+/// Set on a response that answers the second sending of a request (see [`Gateway::send`]):
+/// the upstream may have read and acted on the first one before its connection closed, so a
+/// caller whose request is not idempotent (`/settle`) cannot take this answer as the whole
+/// story.
+#[derive(Clone, Copy, Debug)]
+pub struct Resent;
+
+/// Marks `response` as [`Resent`].
+fn mark_resent(mut response: reqwest::Response) -> reqwest::Response {
+    response.extensions_mut().insert(Resent);
+    response
+}
+
 /// The request with its timeout cut to what is left since `started`; `None` when nothing is.
 /// A request without a timeout of its own keeps none (the client's applies).
 fn within(mut request: reqwest::Request, started: Instant) -> Option<reqwest::Request> {
@@ -256,7 +269,8 @@ impl Gateway {
     ///
     /// A request that meets a kept-alive connection the upstream closed as we wrote on it is
     /// built and sent once more, on a new connection, within what is left of its timeout (see
-    /// [`closed_before_answer`]). Each attempt is counted and measured. `build` runs again
+    /// [`closed_before_answer`]); its answer is marked [`Resent`]. Each attempt is counted and
+    /// measured. `build` runs again
     /// only then, so the usual call pays for no copy of its request.
     pub async fn send(
         &self,
@@ -282,7 +296,7 @@ impl Gateway {
             "the upstream closed a kept-alive connection as we wrote; sending once more"
         );
         let (answer, record) = self.attempt(&self.client, upstream, again).await;
-        record.finish(answer)
+        record.finish(answer).map(mark_resent)
     }
 
     /// One counted request; its record is the caller's to finish (a record dropped unfinished,

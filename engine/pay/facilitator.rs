@@ -14,7 +14,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::config::{FacilitatorAuth, Secret};
-use crate::net::gateway::{Gateway, Upstream};
+use crate::net::gateway::{Gateway, Resent, Upstream};
 use crate::pay::cdp_auth::{CdpKeyError, CdpSigner};
 use crate::support::json_value::non_empty_str;
 
@@ -67,6 +67,9 @@ pub(crate) struct SettleOutcome {
     pub response: Value,
     /// The `EXTENSION-RESPONSES` header, decoded; never for the buyer.
     pub extension_responses: Option<Value>,
+    /// The answer is to a second sending, after the first one's connection closed unanswered:
+    /// the facilitator may have broadcast on the first, whatever this answer says of its own.
+    pub after_resend: bool,
 }
 
 /// The JSON body of `/verify` and `/settle`, serialized once: x402 v2 sends both the same
@@ -114,6 +117,8 @@ struct Answer<T> {
     status: u16,
     value: T,
     extension_responses: Option<Value>,
+    /// See [`SettleOutcome::after_resend`].
+    resent: bool,
 }
 
 /// Most bytes of an `EXTENSION-RESPONSES` header read; a larger one is ignored.
@@ -313,6 +318,7 @@ impl FacilitatorClient {
             .await
             .map_err(|e| FacilitatorError::Unavailable(e.without_url().to_string()))?;
         let status = response.status().as_u16();
+        let resent = response.extensions().get::<Resent>().is_some();
         let extension_responses = extension_responses(response.headers());
         if matches!(status, 401 | 403) {
             return Err(FacilitatorError::Unauthorized { status });
@@ -334,6 +340,7 @@ impl FacilitatorClient {
             status,
             value,
             extension_responses,
+            resent,
         })
     }
 
@@ -377,6 +384,7 @@ impl FacilitatorClient {
             status,
             mut value,
             extension_responses,
+            resent,
         } = self
             .call::<Value>(reqwest::Method::POST, Endpoint::Settle, Some(body), timeout)
             .await?;
@@ -395,6 +403,7 @@ impl FacilitatorClient {
             error_reason: text("errorReason"),
             response: value,
             extension_responses,
+            after_resend: resent,
         })
     }
 

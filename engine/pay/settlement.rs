@@ -318,6 +318,8 @@ async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String>
 /// naming no transaction may follow a broadcast whose answer was lost: the reference
 /// facilitator answers `invalid_exact_evm_transaction_failed` with an empty `transaction`
 /// when its `writeContract` call throws, and a node may have taken the transaction by then.
+/// `invalid_exact_evm_nonce_already_used` is not here: it says the nonce is used on the
+/// facilitator's node, which may be ahead of ours, so the chain decides.
 const REFUSED_BEFORE_BROADCAST: &[&str] = &[
     "insufficient_funds",
     "invalid_exact_evm_insufficient_balance",
@@ -335,7 +337,6 @@ const REFUSED_BEFORE_BROADCAST: &[&str] = &[
     "invalid_exact_evm_token_name_mismatch",
     "invalid_exact_evm_token_version_mismatch",
     "invalid_exact_evm_transaction_simulation_failed",
-    "invalid_exact_evm_nonce_already_used",
     "invalid_network",
     "invalid_payload",
     "invalid_payment_requirements",
@@ -346,6 +347,8 @@ const REFUSED_BEFORE_BROADCAST: &[&str] = &[
 /// A failure naming no transaction: unpaid now if the facilitator refused before
 /// broadcasting and the chain shows the authorization unused; any other such failure is
 /// followed on chain like a timeout, so a lost broadcast is never answered with a fresh 402.
+/// So is a refusal that answered a resent `/settle`: it speaks for the second sending only,
+/// and the first, whose answer was lost, may have broadcast.
 async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlement {
     let reason = outcome
         .error_reason
@@ -353,6 +356,10 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
         .unwrap_or_else(|| "settlement_failed".into());
     if !REFUSED_BEFORE_BROADCAST.contains(&reason.as_str()) {
         tracing::warn!(%reason, "settle failed naming no transaction, for a reason that may follow a broadcast: following the chain");
+        return follow(s, None).await;
+    }
+    if outcome.after_resend {
+        tracing::warn!(%reason, "settle refused a resent request, whose first sending went unanswered: following the chain");
         return follow(s, None).await;
     }
     let Some(chain) = s.chain else {

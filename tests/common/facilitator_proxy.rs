@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use warp::Filter;
 
+use super::closing_relay::losing_first_answer_to;
 use super::devstack::{DevStack, run_node};
 use super::onchain::serve;
 
@@ -38,6 +39,12 @@ pub enum Settle {
     /// its `writeContract` throws after the node took the transaction: `success: false`,
     /// `errorReason: "invalid_exact_evm_transaction_failed"` and an empty `transaction`.
     BroadcastThenFailNamingNoTx,
+    /// As [`Settle::PendingWithRealHash`], behind a relay that loses the first `/settle`
+    /// answer (the connection reset as it came back), so the server sends it again; every
+    /// answer is the settle-time re-verification's refusal naming no transaction
+    /// (`invalid_exact_evm_transaction_simulation_failed`), what a facilitator instance says
+    /// of a copy while the first's transfer waits in the pool.
+    BroadcastThenLoseTheAnswer,
     /// Answer `success: false` naming a transaction hash that never gets mined, after (when
     /// `advance_past_valid_before`) moving anvil's clock past the authorization's
     /// `validBefore` and mining a block. The real facilitator is not asked.
@@ -169,12 +176,19 @@ pub async fn proxied_facilitator(real: String, settle: Settle) -> SocketAddr {
 /// The stack's facilitator behind a recording proxy; modes that touch the chain use the
 /// stack's anvil.
 pub async fn facilitator_proxy(stack: &DevStack, settle: Settle) -> FacilitatorProxy {
-    start(
+    let loses_an_answer = matches!(settle, Settle::BroadcastThenLoseTheAnswer);
+    let mut proxy = start(
         stack.field("facilitator_url"),
         Some(stack.field("rpc_url")),
         settle,
     )
-    .await
+    .await;
+    if loses_an_answer {
+        proxy.url = losing_first_answer_to(&proxy.url, b"POST /settle")
+            .await
+            .url;
+    }
+    proxy
 }
 
 async fn start(real: String, rpc_url: Option<String>, settle: Settle) -> FacilitatorProxy {
@@ -217,6 +231,16 @@ async fn start(real: String, rpc_url: Option<String>, settle: Settle) -> Facilit
         url: format!("http://{addr}"),
         recorder,
     }
+}
+
+/// What the proxy says of a settlement it forwarded in the background.
+enum Broadcast {
+    /// `settlement_pending` with the real hash.
+    Pending,
+    /// The reference facilitator's failure when `writeContract` throws, naming no transaction.
+    FailedNamingNoTx,
+    /// The settle-time re-verification's refusal, naming no transaction.
+    Refused,
 }
 
 /// A JSON answer with this status.
@@ -263,9 +287,14 @@ impl Proxy {
                 return reply(500, b"{\"error\":\"internal error\"}".to_vec());
             }
             Settle::BurnNonceThenForward { buyer_key } => self.burn_nonce(&body, &buyer_key).await,
-            Settle::PendingWithRealHash => return reply(200, self.pending(body, true).await),
+            Settle::PendingWithRealHash => {
+                return reply(200, self.pending(body, Broadcast::Pending).await);
+            }
             Settle::BroadcastThenFailNamingNoTx => {
-                return reply(200, self.pending(body, false).await);
+                return reply(200, self.pending(body, Broadcast::FailedNamingNoTx).await);
+            }
+            Settle::BroadcastThenLoseTheAnswer => {
+                return reply(200, self.pending(body, Broadcast::Refused).await);
             }
             Settle::FailNamingUnminedTx {
                 advance_past_valid_before,
@@ -339,10 +368,9 @@ impl Proxy {
         );
     }
 
-    /// The `settlement_pending` answer with the real hash (see [`Settle::PendingWithRealHash`]),
-    /// or, unless `name_it`, the failure naming no transaction of
-    /// [`Settle::BroadcastThenFailNamingNoTx`].
-    async fn pending(&self, body: bytes::Bytes, name_it: bool) -> Vec<u8> {
+    /// The answer `said` of a settlement forwarded in the background, once its transfer is in
+    /// the pool (see [`Settle::PendingWithRealHash`] and the two after it).
+    async fn pending(&self, body: bytes::Bytes, said: Broadcast) -> Vec<u8> {
         let auth = authorization(&body);
         let nonce = auth["nonce"].as_str().expect("nonce").to_lowercase();
         let mut pending = self.pending.lock().await;
@@ -353,13 +381,17 @@ impl Proxy {
         let (client, real) = (self.client.clone(), self.real.clone());
         let settled = tokio::spawn(async move { forward_to(&client, &real, "settle", body).await });
         let hash = wait_for_settlement(&self.rpc_url(), &nonce, settled).await;
-        let answer = if name_it {
-            json!({"success": false, "errorReason": "settlement_pending",
-                "transaction": hash, "network": "eip155:8453", "payer": auth["from"]})
-        } else {
-            json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
+        let answer = match said {
+            Broadcast::Pending => json!({"success": false, "errorReason": "settlement_pending",
+                "transaction": hash, "network": "eip155:8453", "payer": auth["from"]}),
+            Broadcast::FailedNamingNoTx => {
+                json!({"success": false, "errorReason": "invalid_exact_evm_transaction_failed",
                 "errorMessage": "The request took too long to respond.",
                 "transaction": "", "network": "eip155:8453", "payer": auth["from"]})
+            }
+            Broadcast::Refused => json!({"success": false,
+                "errorReason": "invalid_exact_evm_transaction_simulation_failed",
+                "transaction": "", "network": "eip155:8453", "payer": auth["from"]}),
         };
         pending.insert(nonce, answer.clone());
         answer.to_string().into_bytes()

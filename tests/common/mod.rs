@@ -4,11 +4,11 @@
 #![allow(dead_code)]
 
 pub mod cdp;
+pub mod closing_relay;
 pub mod devstack;
 pub mod evidence;
 pub mod facilitator_proxy;
 pub mod https;
-pub mod idle_timer;
 pub mod ledgers;
 pub mod logs;
 pub mod onchain;
