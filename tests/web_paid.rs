@@ -650,6 +650,47 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
     }
 }
 
+/// A payment for VM07 whose answer was not retained, presented with the same body on VM01's
+/// route (both take `{"url"}`), does not buy VM01's work: the nonce was presented already.
+/// Before, the resend lookup (payload and body, not route) ran VM01 for a VM07 payment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_payment_for_one_machine_never_runs_another_machines_work() {
+    let web = Web::start(Arc::new(vm01_routes)).await;
+    let url = format!("{}{VM07}", web.server.url);
+    let request = json!({"url": "https://news.example.com/article"});
+    let stack = web.stack.clone();
+    let sent = request.clone();
+    let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &sent))
+        .await
+        .expect("pay");
+    assert_eq!(answer["status"], 200, "{answer}");
+    let header = answer["payment_signature"].as_str().expect("captured");
+    let database_url = web.server.server.state.config.database_url.expose();
+    // The binding without its answer, as after a crash between the settlement and the store.
+    common::ledgers::execute_sql(
+        database_url,
+        "UPDATE retained_answers SET kind = 'in_flight', sealed = NULL, collectable_until = NULL;",
+    );
+    let (outbound, hits) = (web.server.outbound(), web.site.hits());
+
+    let elsewhere = web.server.post_paid(VM01, &request, header).await;
+    assert_eq!(elsewhere.status().as_u16(), 402, "not VM01's answer");
+    let required = elsewhere
+        .headers()
+        .get("payment-required")
+        .expect("a challenge for VM01");
+    let required = common::decode_header(required.to_str().expect("ascii"));
+    assert_eq!(required["error"], "payment_nonce_already_presented");
+    assert_eq!(
+        (web.server.outbound(), web.site.hits()),
+        (outbound, hits),
+        "no work ran"
+    );
+    // On its own route the paid row's work runs once more, as before.
+    let home = web.server.post_paid(VM07, &request, header).await;
+    assert_eq!(home.status().as_u16(), 200);
+}
+
 /// Without a payment-chain reader (a web machine needs no RPC endpoint, and none is
 /// configured), nothing is ever concluded "unpaid" from the chain: a settle that fails is an
 /// unknown outcome — 503 `settlement_pending` with `Retry-After` and no fresh challenge, the

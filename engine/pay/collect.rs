@@ -13,6 +13,7 @@
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
+//! | any of the above whose work would run once more, presented on another machine's route | 402 `payment_nonce_already_presented`: a payment buys its own machine's work only |
 //!
 //! A payment that finds no binding but whose nonce is on record is answered by
 //! [`known_nonce`]: never a fresh challenge while the nonce's outcome is unknown.
@@ -119,6 +120,11 @@ impl Resend<'_> {
             Collect::RunAgain(rerun) => rerun,
             other => return other,
         };
+        if rerun.row.machine != self.call.machine.machine {
+            // The lookup names the payload and the request body, not the route: a payment for
+            // one machine never runs another's work, though both take the same body.
+            return Collect::Done(reject(ALREADY_PRESENTED));
+        }
         let one_run = self.rail.reruns.lock(rerun.row.id).await;
         match self.decided().await {
             Collect::RunAgain(rerun) => Collect::RunAgain(Rerun {
