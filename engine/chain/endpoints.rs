@@ -394,6 +394,11 @@ enum Outcome {
     Cut,
 }
 
+/// Most retry notes a transport keeps. A call's transport needs a few for its answer's
+/// `limitations`; the settlement's chain reader lives as long as the process and nobody reads
+/// its notes, so without a bound they would grow with every retry it ever made.
+const MAX_RETRY_NOTES: usize = 16;
+
 impl FailoverRpc {
     /// A transport over `set`; each attempt's answer is bounded by `response_timeout`.
     pub(crate) fn new(gateway: Gateway, set: Arc<EndpointSet>, response_timeout: Duration) -> Self {
@@ -447,12 +452,16 @@ impl FailoverRpc {
             .clone()
     }
 
+    /// Keeps `text` among the first [`MAX_RETRY_NOTES`] notes; later ones are dropped.
     fn note(&self, text: String) {
-        self.inner
+        let mut notes = self
+            .inner
             .retries
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(text);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if notes.len() < MAX_RETRY_NOTES {
+            notes.push(text);
+        }
     }
 
     /// The endpoints to try, in order: the sticky one first, then configured order; those
@@ -738,6 +747,24 @@ mod tests {
             chain: networks::BASE,
             endpoints: endpoints.collect(),
         }
+    }
+
+    /// The settlement's chain reader lives as long as the process: its retry notes, which
+    /// nobody reads, stay bounded however many retries it makes.
+    #[tokio::test]
+    async fn a_transport_keeps_a_bounded_number_of_retry_notes() {
+        let set = Arc::new(base_endpoints("notes", &["http://127.0.0.1:9"]));
+        let rpc = FailoverRpc::new(
+            Gateway::new().expect("gateway"),
+            set,
+            Duration::from_secs(2),
+        );
+        for n in 0..1000 {
+            rpc.note(format!("retry {n}"));
+        }
+        let notes = rpc.retries();
+        assert_eq!(notes.len(), MAX_RETRY_NOTES);
+        assert_eq!(notes[0], "retry 0", "the first ones are kept");
     }
 
     /// A node found serving another chain stays unused when a later check cannot reach it
