@@ -14,10 +14,11 @@
 //!   next endpoint;
 //! - reads of one transport stay on the endpoint that last answered, so an observation's
 //!   block-pinned reads go to the node that told it the block;
-//! - an HTTP 413 to an `eth_getLogs` (QuickNode's answer to a range over its plan's) is the
-//!   request's fault, not the endpoint's: it goes back to the log search, which narrows the
-//!   range, and the endpoint is neither cooled down nor left. A 413 to any other read is an
-//!   endpoint failure like any other.
+//! - an HTTP 413 to an `eth_getLogs` (QuickNode's answer to a range over its plan's), or an
+//!   HTTP 400 carrying a JSON-RPC error (Alchemy's), is the request's fault, not the
+//!   endpoint's: it goes back to the log search, which narrows the range, and the endpoint is
+//!   neither cooled down nor left. Either status to any other read is an endpoint failure
+//!   like any other.
 //!
 //! An endpoint answering another chain's id is never used. Health is shared by every reader
 //! in the process (a registry keyed by the endpoint's position and a digest of its URL), so a
@@ -627,15 +628,29 @@ fn out_of_time() -> TransportError {
     TransportErrorKind::custom_str("no answer before the machine's overall_timeout_ms ran out")
 }
 
-/// An HTTP 413 to a packet of log searches only: the endpoint refused their range, which a
-/// narrower search fixes (a 413 to other reads may be a body limit in front of a broken
-/// node, so those fail over).
+/// A refusal of a packet of log searches only: an HTTP 413 (QuickNode), or an HTTP 400 whose
+/// body is a JSON-RPC error (Alchemy: `-32600` "You can make eth_getLogs requests with up to
+/// a 500 block range"). The endpoint refused their range, which a narrower search fixes. The
+/// same statuses to other reads may be a body limit or a broken node, so those fail over.
 fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
-    let status_413 = matches!(
-        error,
-        RpcError::Transport(TransportErrorKind::HttpError(http)) if http.status == 413
-    );
-    status_413 && packet.method_names().all(|method| method == "eth_getLogs")
+    let RpcError::Transport(TransportErrorKind::HttpError(http)) = error else {
+        return false;
+    };
+    let refused = match http.status {
+        413 => true,
+        400 => is_json_rpc_error(&http.body),
+        _ => false,
+    };
+    refused && packet.method_names().all(|method| method == "eth_getLogs")
+}
+
+/// Whether `body` is a JSON-RPC answer carrying an `error` object.
+fn is_json_rpc_error(body: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(body).is_ok_and(|answer| {
+        answer
+            .get("error")
+            .is_some_and(serde_json::Value::is_object)
+    })
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).
@@ -789,55 +804,85 @@ mod tests {
         assert!(set.mismatch().is_some(), "still the wrong chain");
     }
 
-    /// An HTTP 413 (QuickNode's answer to an `eth_getLogs` over its range) goes back to the
-    /// reader, which narrows its request: the read is not failed over and the endpoint is
-    /// not cooled down, so the next read is its again.
+    /// A range refusal goes back to the reader, which narrows its request: the read is not
+    /// failed over and the endpoint is not cooled down, so the next read is its again. Both
+    /// providers' refusals: QuickNode's HTTP 413 and Alchemy's HTTP 400 with a JSON-RPC error.
     #[tokio::test]
     async fn a_request_refused_as_too_large_is_neither_failed_over_nor_cooled() {
-        let (first, first_asked) = node(|n| match n {
-            0 => (
-                413,
-                serde_json::json!({"error": {"code": -32614, "message": "eth_getLogs is limited to a 10,000 range"}}),
-            ),
-            _ => (200, serde_json::json!({"result": "0x2a"})),
-        })
-        .await;
-        let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
-        let provider = failover_provider("too-large", &[&first, &second]);
-        let logs = || async {
+        fn quicknode(n: usize) -> (u16, serde_json::Value) {
+            match n {
+                0 => (
+                    413,
+                    serde_json::json!({"error": {"code": -32614, "message": "eth_getLogs is limited to a 10,000 range"}}),
+                ),
+                _ => (200, serde_json::json!({"result": "0x2a"})),
+            }
+        }
+        fn alchemy(n: usize) -> (u16, serde_json::Value) {
+            match n {
+                0 => (
+                    400,
+                    serde_json::json!({"error": {"code": -32600, "message": "You can make eth_getLogs requests with up to a 500 block range. Based on your parameters, this block range should work: [0x0, 0x1f3]"}}),
+                ),
+                _ => (200, serde_json::json!({"result": "0x2a"})),
+            }
+        }
+        for (name, refusal) in [
+            ("quicknode", quicknode as fn(usize) -> _),
+            ("alchemy", alchemy),
+        ] {
+            let (first, first_asked) = node(refusal).await;
+            let (second, second_asked) =
+                node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+            let provider = failover_provider(name, &[&first, &second]);
             let filter = alloy::rpc::types::Filter::new()
                 .from_block(0)
                 .to_block(99_999);
-            provider.get_logs(&filter).await
-        };
-        let refused = logs().await;
-        assert!(refused.is_err(), "the 413 reached the search: {refused:?}");
-        assert_eq!(second_asked.load(Ordering::SeqCst), 0, "not failed over");
-        let answered = provider.get_block_number().await;
-        assert_eq!(
-            answered.expect("answered"),
-            0x2a,
-            "the first endpoint again"
-        );
-        assert_eq!(first_asked.load(Ordering::SeqCst), 2);
-        assert_eq!(second_asked.load(Ordering::SeqCst), 0);
+            let refused = provider.get_logs(&filter).await;
+            assert!(
+                refused.is_err(),
+                "{name}: the refusal reached the search: {refused:?}"
+            );
+            assert_eq!(
+                second_asked.load(Ordering::SeqCst),
+                0,
+                "{name}: not failed over"
+            );
+            let answered = provider.get_block_number().await;
+            assert_eq!(
+                answered.expect("answered"),
+                0x2a,
+                "{name}: the first endpoint again"
+            );
+            assert_eq!(first_asked.load(Ordering::SeqCst), 2, "{name}");
+            assert_eq!(second_asked.load(Ordering::SeqCst), 0, "{name}");
+        }
     }
 
-    /// A 413 to any other read is an endpoint failure: cooled, and the read fails over.
+    /// A 413 or a 400 to any other read is an endpoint failure: cooled, and the read fails
+    /// over.
     #[tokio::test]
-    async fn a_413_to_another_read_fails_over() {
-        let (first, _) = node(|_| {
-            (
-                413,
-                serde_json::json!({"error": {"code": -32600, "message": "request body too large"}}),
-            )
-        })
-        .await;
-        let (second, second_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
-        let provider = failover_provider("body-limit", &[&first, &second]);
-        let answered = provider.get_block_number().await;
-        assert_eq!(answered.expect("failed over"), 0x2b);
-        assert_eq!(second_asked.load(Ordering::SeqCst), 1);
+    async fn a_413_or_400_to_another_read_fails_over() {
+        fn body_limit(_: usize) -> (u16, serde_json::Value) {
+            let error = serde_json::json!({"code": -32600, "message": "request body too large"});
+            (413, serde_json::json!({ "error": error }))
+        }
+        fn bad_request(_: usize) -> (u16, serde_json::Value) {
+            let error = serde_json::json!({"code": -32600, "message": "invalid request"});
+            (400, serde_json::json!({ "error": error }))
+        }
+        for (name, refusal) in [
+            ("body-limit", body_limit as fn(usize) -> _),
+            ("bad-request", bad_request),
+        ] {
+            let (first, _) = node(refusal).await;
+            let (second, second_asked) =
+                node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+            let provider = failover_provider(name, &[&first, &second]);
+            let answered = provider.get_block_number().await;
+            assert_eq!(answered.expect("failed over"), 0x2b, "{name}");
+            assert_eq!(second_asked.load(Ordering::SeqCst), 1, "{name}");
+        }
     }
 
     #[test]

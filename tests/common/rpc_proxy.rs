@@ -17,9 +17,10 @@ use super::onchain::serve;
 /// Whose refusal an over-range `eth_getLogs` gets (shapes seen from the live services).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogLimit {
-    /// Alchemy: HTTP 200, `{"code": -32600, "message": "You can make eth_getLogs requests with
+    /// Alchemy: HTTP 400, `{"code": -32600, "message": "You can make eth_getLogs requests with
     /// up to a N block range. Based on your parameters, this block range should work: [0xF,
-    /// 0xT]"}` (the suggested range is the first N blocks of the request).
+    /// 0xT]"}` (the suggested range is the first N blocks of the request; the status as a
+    /// public report logged it, boundless-xyz/boundless#838).
     Alchemy,
     /// QuickNode: HTTP 413, `{"code": -32614, "message": "eth_getLogs is limited to a N
     /// range"}` (N with thousands separators, e.g. "10,000").
@@ -294,7 +295,7 @@ impl State {
         let max = self.limits.max_log_blocks;
         match self.limits.style {
             LogLimit::Alchemy => Outcome::Answer(
-                200,
+                400,
                 error(
                     id,
                     -32600,
