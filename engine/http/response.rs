@@ -23,7 +23,11 @@ pub(crate) const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 /// Headers a browser buyer may read: the x402 ones and a paid answer's evidence.
 const CORS_EXPOSE: &str =
     "PAYMENT-REQUIRED, PAYMENT-RESPONSE, Evidence-Seal, Content-Digest, X-Request-Id";
-const CORS_ALLOW_HEADERS: &str = "Content-Type, PAYMENT-SIGNATURE, X-Request-Id";
+/// The request headers a browser may send: the official fetch client's paid retry carries
+/// `Access-Control-Expose-Headers` (naming PAYMENT-RESPONSE) besides the payment, and a
+/// preflight that does not allow it blocks the paid call.
+const CORS_ALLOW_HEADERS: &str =
+    "Content-Type, PAYMENT-SIGNATURE, X-Request-Id, Access-Control-Expose-Headers";
 
 /// A response with its status, content type and the CORS headers every answer carries.
 pub(crate) fn base_response(
