@@ -597,7 +597,8 @@ pub fn is_postgres_url(database_url: &str) -> bool {
     database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }
 
-/// A database URL safe to log: a password is replaced; an unparseable URL that is not a
+/// A database URL safe to log: a password is replaced, in the user part or as a query
+/// parameter (`?password=`, which the driver accepts too); an unparseable URL that is not a
 /// SQLite path is withheld whole.
 pub fn redacted(database_url: &str) -> String {
     if database_url.starts_with("sqlite:") {
@@ -608,10 +609,31 @@ pub fn redacted(database_url: &str) -> String {
             if url.password().is_some() {
                 let _ = url.set_password(Some("redacted"));
             }
+            redact_query_passwords(&mut url);
             url.to_string()
         }
         Err(_) => "<unparseable database URL withheld>".into(),
     }
+}
+
+/// Replaces the value of every query parameter whose name ends in `password`.
+fn redact_query_passwords(url: &mut url::Url) {
+    let secret = |name: &str| name.to_ascii_lowercase().ends_with("password");
+    if !url.query_pairs().any(|(name, _)| secret(&name)) {
+        return;
+    }
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(name, value)| {
+            let value = if secret(&name) {
+                "redacted".into()
+            } else {
+                value.into_owned()
+            };
+            (name.into_owned(), value)
+        })
+        .collect();
+    url.query_pairs_mut().clear().extend_pairs(pairs);
 }
 
 /// The configured ledger backend.
@@ -867,6 +889,11 @@ mod tests {
         assert!(shown.contains("db.internal:5432/ledger"), "{shown}");
         assert_eq!(redacted("sqlite:factomat.db"), "sqlite:factomat.db");
         assert!(!redacted("postgres://u:p w@[bad").contains("p w"));
+        let query = redacted("postgres://factomat@db/ledger?password=hunter2&sslmode=verfy-full");
+        assert!(!query.contains("hunter2"), "{query}");
+        assert!(query.contains("sslmode=verfy-full"), "{query}");
+        let cased = redacted("postgresql://db/ledger?user=f&PassWord=hunter2");
+        assert!(!cased.contains("hunter2"), "{cased}");
     }
 
     #[test]
