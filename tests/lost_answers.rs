@@ -439,13 +439,15 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
     assert_charged_once(&rig, &buyer);
 }
 
-/// With retention off (`FACTOMAT_DELIVERY_RETENTION_SECONDS=0`) nothing is kept to collect,
-/// yet a buyer is still never invited to pay again while a payment's outcome is unknown: the
-/// identical resend of a pending settlement is a 503 `payment_in_progress` with
-/// `Retry-After` and no challenge, and so is a copy of its nonce by another payer; resends
-/// at once share one chain reading. Once the
-/// transfer is on chain, the buyer's resend reads the chain, resolves the row `settled` and
-/// is told its answer can no longer be collected (402 `payment_answer_expired`), charged once.
+/// With retention off (`FACTOMAT_DELIVERY_RETENTION_SECONDS=0`) no delivered answer is kept,
+/// but a result held back while its settlement is pending still is, and a buyer is never
+/// invited to pay again while a payment's outcome is unknown: the identical resend of a
+/// pending settlement is a 503 `settlement_pending` with `Retry-After` and no challenge, and
+/// so is a copy of its nonce by another payer; resends at once share one chain reading. Once
+/// the transfer is on chain, the buyer's resend reads the chain, resolves the row `settled`
+/// and collects the held result, charged once; a later resend is told the answer can no
+/// longer be collected (402 `payment_answer_expired`). Before, the paid buyer got that 402
+/// and never the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challenge() {
     let off = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0")];
@@ -464,7 +466,7 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
         "never a fresh challenge while the outcome is unknown"
     );
     let refusal: Value = resent.json().await.expect("JSON error");
-    assert_eq!(refusal["error"]["code"], "payment_in_progress", "{refusal}");
+    assert_eq!(refusal["error"]["code"], "settlement_pending", "{refusal}");
     assert_eq!(rig.only_row().await.state, "settle_pending");
 
     // Another payer presenting the same nonce learns nothing more and is not challenged.
@@ -526,13 +528,18 @@ async fn with_retention_off_a_payment_of_unknown_outcome_is_never_a_fresh_challe
     })
     .await;
     let decided = decided.expect("decided");
-    assert_eq!(decided.status().as_u16(), 402);
-    assert_eq!(reason_of(&decided), "payment_answer_expired");
+    assert_eq!(decided.status().as_u16(), 200, "the held result, collected");
+    assert_eq!(payment_response(&decided)["success"], true);
     assert_eq!(
         rig.only_row().await.state,
         "settled",
         "resolved from the chain"
     );
+    // Delivered, it is not kept: its window of zero seconds has passed a second later.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let later = rig.send(&body, &header).await;
+    assert_eq!(later.status().as_u16(), 402);
+    assert_eq!(reason_of(&later), "payment_answer_expired");
     assert_eq!(rig.facilitator.recorder.verifies(), 1);
     assert_charged_once(&rig, &buyer);
 }
@@ -949,7 +956,8 @@ async fn an_id_refused_before_the_reserve_may_be_signed_again() {
 }
 
 /// With a PostgreSQL ledger, retained answers need the secret every replica shares: a
-/// deployment without `delivery_key_file` does not start (unless retention is off).
+/// deployment without `delivery_key_file` does not start, with retention off too (the
+/// results held while a settlement is pending are sealed with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_deployment_needs_a_shared_delivery_key_to_retain_answers() {
     use factomat::config::Config;
@@ -965,17 +973,16 @@ async fn a_postgres_deployment_needs_a_shared_delivery_key_to_retain_answers() {
         Config::from_env(pairs.map(|(k, v)| (k.to_string(), v.to_string())))
             .expect("valid configuration")
     };
-    let refused = factomat::http::server::start(env("600"))
-        .await
-        .err()
-        .expect("refused without a delivery key");
-    assert!(
-        refused.to_string().contains("delivery_key_file"),
-        "{refused}"
-    );
-    factomat::http::server::start(env("0"))
-        .await
-        .expect("retention off needs no key");
+    for retention in ["600", "0"] {
+        let refused = factomat::http::server::start(env(retention))
+            .await
+            .err()
+            .expect("refused without a delivery key");
+        assert!(
+            refused.to_string().contains("delivery_key_file"),
+            "retention {retention}: {refused}"
+        );
+    }
 }
 
 /// The chain reads the RPC endpoint has answered (batch elements count one each).

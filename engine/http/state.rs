@@ -199,9 +199,7 @@ impl AppState {
     /// Deletes expired retained answers on a timer, on every replica (idempotent).
     pub(super) fn sweep_retained_in_background(&self) {
         let Some(rail) = &self.rail else { return };
-        let Some(retention) = &rail.retention else {
-            return;
-        };
+        let retention = &rail.retention;
         let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
         let longest_window = retention.longest_window_seconds();
         tokio::spawn(async move {
@@ -284,11 +282,14 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
 
 /// The retention of paid answers and the secret that seals them. Without a configured
 /// secret file, a SQLite deployment gets one generated beside its ledger file; a PostgreSQL
-/// one (several replicas must share the secret) does not start.
-fn retention(config: &Config) -> Result<Option<Retention>, StartError> {
+/// one (several replicas must share the secret) does not start. A result held back while its
+/// settlement is pending is retained whatever the windows: `delivery_retention_seconds = 0`
+/// keeps no answer once delivered, but never leaves a paid buyer without theirs.
+fn retention(config: &Config) -> Result<Retention, StartError> {
     if config.delivery_retention_seconds == 0 {
-        tracing::info!("delivery_retention_seconds = 0: paid answers are not retained");
-        return Ok(None);
+        tracing::info!(
+            "delivery_retention_seconds = 0: delivered answers are not retained; a result held while its settlement is pending still is"
+        );
     }
     let refused = |e: crate::pay::retained::RetainedError| StartError::Prepare(e.to_string());
     let secret = match (
@@ -308,16 +309,16 @@ fn retention(config: &Config) -> Result<Option<Retention>, StartError> {
         }
         (None, None) => {
             return Err(StartError::Prepare(
-                "delivery_key_file is required with a PostgreSQL ledger (every replica must share the secret that seals retained paid answers); generate one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`, or set delivery_retention_seconds = 0".into(),
+                "delivery_key_file is required with a PostgreSQL ledger (every replica must share the secret that seals retained paid answers, and the results held while a settlement is pending); generate one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`".into(),
             ));
         }
     };
-    Ok(Some(Retention {
+    Ok(Retention {
         with_id_seconds: config.delivery_retention_seconds,
         without_id_seconds: config.delivery_collect_without_id_seconds,
         in_flight_wait: std::time::Duration::from_millis(config.delivery_in_flight_wait_ms),
         secret,
-    }))
+    })
 }
 
 /// The evidence signing identity of the configured keys; a key that cannot be read or sign

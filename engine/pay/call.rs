@@ -52,8 +52,9 @@ pub(crate) struct PaymentRail {
     pub signatures_deferred: AtomicU64,
     /// What the index said about each machine's listing (`EXTENSION-RESPONSES`).
     pub listing: ListingBoard,
-    /// How paid answers are retained for collecting again; None when retention is off.
-    pub retention: Option<Retention>,
+    /// How paid answers are retained for collecting again, and results held while their
+    /// settlement is pending.
+    pub retention: Retention,
     /// Recent chain readings about pending rows (resends of a pending payment).
     pub pending_reads: PendingReads,
     /// One re-run at a time of a paid row's work whose answer was not retained.

@@ -320,18 +320,16 @@ pub(crate) async fn run<E: std::fmt::Display>(
             payer: presented.payer,
         },
     };
-    if let Some(retention) = &rail.retention {
-        match resend(retention).collect().await {
-            Collect::Done(outcome) => return outcome,
-            Collect::RunAgain(rerun) => return resend(retention).run_again(rerun, work).await,
-            Collect::New => {}
-        }
+    let retention = &rail.retention;
+    match resend(retention).collect().await {
+        Collect::Done(outcome) => return outcome,
+        Collect::RunAgain(rerun) => return resend(retention).run_again(rerun, work).await,
+        Collect::New => {}
     }
     let outcome = first_presentation(rail, manifest, &call, &presented, &lookup, work).await;
     // A copy that raced the first presentation of this payment past the lookup is not
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
-    if let Some(retention) = &rail.retention
-        && met_its_own_nonce(&outcome)
+    if met_its_own_nonce(&outcome)
         && let Collect::Done(collected) = resend(retention).collect().await
     {
         return collected;
@@ -422,11 +420,11 @@ async fn reserve(
     lookup: &Lookup,
 ) -> Result<i64, PaidOutcome> {
     let attempt = new_attempt(manifest, call, presented);
-    let binding = rail.retention.as_ref().map(|_| Binding {
+    let binding = Binding {
         lookup_sha256: lookup.key_hex(),
         id_sha256: lookup.id_sha256.clone(),
-    });
-    match rail.ledger.reserve_bound(&attempt, binding.as_ref()).await {
+    };
+    match rail.ledger.reserve_bound(&attempt, Some(&binding)).await {
         Ok(id) => Ok(id),
         Err(LedgerError::Duplicate) => Err(known_nonce_answer(rail, call, presented).await),
         Err(LedgerError::IdentifierBound) => {

@@ -95,9 +95,13 @@ impl Row<'_> {
         response
     }
 
-    /// The answer sealed for retention, when retention is on and sealing works.
-    fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
-        let retention = self.rail.retention.as_ref()?;
+    /// The answer sealed for retention, when it is to be kept (a held result always, a
+    /// delivered one unless its window is zero) and sealing works.
+    fn sealed(&self, answer: &Answer, held: bool) -> Option<(&Retention, Vec<u8>)> {
+        let retention = &self.rail.retention;
+        if !held && !retention.keeps_delivered(self.lookup) {
+            return None;
+        }
         retained::seal(&retention.secret, self.lookup, answer)
             .map_err(|error| {
                 tracing::error!(%error, attempt = self.id, "answer not retained");
@@ -113,7 +117,7 @@ impl Row<'_> {
         answer: &Answer,
         held: bool,
     ) -> Result<(), LedgerError> {
-        let Some((retention, sealed)) = self.sealed(answer) else {
+        let Some((retention, sealed)) = self.sealed(answer, held) else {
             return self.rail.ledger.finish(self.id, outcome).await;
         };
         let collectable_until =

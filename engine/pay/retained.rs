@@ -280,6 +280,11 @@ impl Retention {
         i64::try_from(now.saturating_add(seconds)).unwrap_or(i64::MAX)
     }
 
+    /// Whether a delivered answer bought this way is kept at all (its window is not zero).
+    pub(crate) fn keeps_delivered(&self, lookup: &Lookup) -> bool {
+        self.collectable_until(lookup, 0) > 0
+    }
+
     /// The longest window an answer can be collected in: the with-`id` one, which the
     /// without-`id` window never exceeds.
     pub(crate) fn longest_window_seconds(&self) -> u64 {
