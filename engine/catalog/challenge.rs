@@ -272,6 +272,7 @@ impl Challenge {
         error: Option<&str>,
         offers: Option<&Value>,
     ) -> Result<Challenge, http::header::InvalidHeaderValue> {
+        let error = error.map(error_code);
         let mut header = header_payment_required(manifest, machine, base_url, pay_to, error);
         let mut body = payment_required(manifest, machine, base_url, pay_to, error);
         let mut offers_in_header = false;
@@ -292,6 +293,26 @@ impl Challenge {
     }
 }
 
+/// The longest `error` a challenge carries; with it every header fits [`HEADER_BUDGET`].
+const MAX_ERROR_CODE_BYTES: usize = 64;
+
+/// `reason` when it is shaped like an x402 code (lower-case letters, digits and `_`, at most
+/// [`MAX_ERROR_CODE_BYTES`]), else `payment_rejected`: a facilitator's reason is passed on,
+/// but free text (escaped in JSON, a control character takes six bytes) could push the
+/// header past its budget and a proxy in front of us would answer 502 instead.
+fn error_code(reason: &str) -> &str {
+    let code_shaped = !reason.is_empty()
+        && reason.len() <= MAX_ERROR_CODE_BYTES
+        && reason
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if code_shaped {
+        reason
+    } else {
+        "payment_rejected"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,16 +324,44 @@ mod tests {
 
     #[test]
     fn every_header_fits_the_budget_even_with_an_error() {
+        let longest = "e".repeat(MAX_ERROR_CODE_BYTES);
+        let hostile = "\u{1}".repeat(128);
         for machine in &MANIFEST.machines {
-            let error = Some("invalid_exact_evm_payload_authorization_valid_before");
+            for error in [
+                longest.as_str(),
+                hostile.as_str(),
+                "😀".repeat(128).as_str(),
+            ] {
+                let challenge =
+                    Challenge::for_machine(&MANIFEST, machine, BASE_URL, PAY_TO, Some(error), None)
+                        .expect("header value");
+                assert!(
+                    challenge.header.len() <= HEADER_BUDGET,
+                    "{}: {} bytes",
+                    machine.machine,
+                    challenge.header.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_reason_not_shaped_like_a_code_is_not_passed_on() {
+        let machine = &MANIFEST.machines[0];
+        let error_of = |reason: &str| {
             let challenge =
-                Challenge::for_machine(&MANIFEST, machine, BASE_URL, PAY_TO, error, None)
+                Challenge::for_machine(&MANIFEST, machine, BASE_URL, PAY_TO, Some(reason), None)
                     .expect("header value");
-            assert!(
-                challenge.header.len() <= HEADER_BUDGET,
-                "{}: {} bytes",
-                machine.machine,
-                challenge.header.len()
+            let body: Value = serde_json::from_slice(&challenge.body).expect("json");
+            body["error"].as_str().map(str::to_string)
+        };
+        let code = "invalid_exact_evm_payload_authorization_valid_before";
+        assert_eq!(error_of(code).as_deref(), Some(code));
+        for text in ["Insufficient funds", "\u{1}\u{1}", "", &"e".repeat(65)] {
+            assert_eq!(
+                error_of(text).as_deref(),
+                Some("payment_rejected"),
+                "{text:?}"
             );
         }
     }
