@@ -263,7 +263,8 @@ fn quote(pair: &Value, liquidity: Decimal, side: Side) -> Quote {
         pair_address: text(pair, "/pairAddress").map(str::to_string),
         pair_url: text(pair, "/url").map(str::to_string),
         price_usd,
-        liquidity_usd: pair.pointer("/liquidity/usd").map(|_| liquidity),
+        // Absent, null or unreadable stays unknown: never shown as a liquidity of zero.
+        liquidity_usd: usd(pair.pointer("/liquidity/usd")).map(|_| liquidity),
         volume_h24_usd: usd(pair.pointer("/volume/h24")),
         pair_created_at_ms: pair.get("pairCreatedAt").and_then(Value::as_i64),
         side,
@@ -313,6 +314,20 @@ mod tests {
         );
         assert_eq!(quote.pair_created_at_ms, Some(1691582400000));
         assert_eq!(quote.side, Side::Base);
+    }
+
+    #[test]
+    fn a_liquidity_the_provider_leaves_null_or_out_is_unknown_not_zero() {
+        let token: Address = TOKEN.parse().expect("address");
+        let other = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913";
+        let mut null = pair(TOKEN, other, 1.0, "3000.02");
+        null["liquidity"]["usd"] = Value::Null;
+        let mut absent = pair(TOKEN, other, 1.0, "3000.02");
+        absent.as_object_mut().expect("pair").remove("liquidity");
+        for unknown in [null, absent] {
+            let quote = best_pair(&[unknown], "base", token).expect("a pair");
+            assert_eq!(quote.liquidity_usd, None);
+        }
     }
 
     #[test]

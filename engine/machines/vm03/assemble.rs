@@ -17,7 +17,7 @@ use crate::support::timestamp::now_millis as now;
 use crate::support::units::format_units;
 
 /// Every holding observation code, in the order they are listed.
-const OBSERVATIONS: [&str; 15] = [
+const OBSERVATIONS: [&str; 16] = [
     "DECLARED_HOLDING",
     "DECLARED_NOT_IN_INVENTORY",
     "DECLARED_NOT_OBSERVED",
@@ -29,6 +29,7 @@ const OBSERVATIONS: [&str; 15] = [
     "NO_DEX_MARKET",
     "DEX_ANSWER_POSSIBLY_CUT",
     "LOW_DEX_LIQUIDITY",
+    "LIQUIDITY_UNKNOWN",
     "PRICE_UNAVAILABLE",
     "PRICING_UNAVAILABLE",
     "PRICED_VIA_WRAPPED_NATIVE",
@@ -113,9 +114,12 @@ fn usable_price<'a>(
             (None, None)
         }
         Some(Pricing::Pair(quote)) => {
-            if quote
+            if quote.liquidity_usd.is_none() {
+                observations.push("LIQUIDITY_UNKNOWN");
+                (Some(quote), None)
+            } else if quote
                 .liquidity_usd
-                .is_none_or(|l| l < settings.liquidity_floor)
+                .is_some_and(|l| l < settings.liquidity_floor)
             {
                 observations.push("LOW_DEX_LIQUIDITY");
                 (Some(quote), None)
@@ -857,4 +861,57 @@ fn every_source_and_evidence(
         evidence.extend(e);
     }
     (sources, evidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::embedded::MANIFEST;
+
+    /// A discovered token's holding priced by a base-side pair of this liquidity.
+    fn priced(liquidity_usd: Option<&str>) -> Holding {
+        let quote = Quote {
+            pair_address: Some("0xpair".into()),
+            pair_url: None,
+            price_usd: Decimal::parse("2.50"),
+            liquidity_usd: liquidity_usd.and_then(Decimal::parse),
+            volume_h24_usd: None,
+            pair_created_at_ms: None,
+            side: Side::Base,
+        };
+        Holding {
+            chain: crate::chain::networks::BASE,
+            token: Some(alloy::primitives::Address::repeat_byte(7)),
+            origin: Origin::Discovered,
+            symbol: Some("TKN".into()),
+            decimals: Some(18),
+            balance: Some(U256::from(1u8)),
+            same_block: true,
+            pricing: Some(Pricing::Pair(Box::new(quote))),
+        }
+    }
+
+    /// Unknown liquidity is not low liquidity: the pair is shown, its price is not used, and
+    /// the observation says which of the two it was.
+    #[test]
+    fn an_unknown_liquidity_is_not_reported_as_low() {
+        let machine = MANIFEST.machine("VM03").expect("VM03");
+        let settings = Settings::from(machine).expect("settings");
+        for (liquidity, said, used) in [
+            (None, "LIQUIDITY_UNKNOWN", false),
+            (Some("500"), "LOW_DEX_LIQUIDITY", false),
+            (Some("20000000"), "", true),
+        ] {
+            let holding = priced(liquidity);
+            let mut observations = Vec::new();
+            let (shown, price) = usable_price(&holding, &settings, &mut observations);
+            assert!(shown.is_some(), "{liquidity:?}: the pair is shown");
+            assert_eq!(price.is_some(), used, "{liquidity:?}");
+            assert_eq!(
+                observations.first().copied().unwrap_or(""),
+                said,
+                "{liquidity:?}"
+            );
+        }
+    }
 }
