@@ -41,7 +41,33 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
     let response = rig.send(&body, &header).await;
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("payment-required").is_none());
+    let pending: Value = response.json().await.expect("json");
+    assert_published_pending_body(&rig, &pending).await;
     assert_eq!(rig.only_row().await.state, "settle_pending");
+}
+
+/// `body` is what the published OpenAPI document says a pending settlement's 503 carries
+/// (`SettlementPending`), and not a plain `Error`: one of the 503's `oneOf` holds.
+async fn assert_published_pending_body(rig: &Rig<'_>, body: &Value) {
+    let openapi: Value = rig
+        .server
+        .get("/openapi.json")
+        .await
+        .json()
+        .await
+        .expect("openapi");
+    let schemas = &openapi["components"]["schemas"];
+    let mut pending = schemas["SettlementPending"].clone();
+    // OpenAPI 3.0's `nullable` in JSON Schema's words.
+    assert_eq!(pending["properties"]["transaction"]["nullable"], true);
+    pending["properties"]["transaction"]["type"] = serde_json::json!(["string", "null"]);
+    let valid = |schema: &Value| {
+        jsonschema::validator_for(schema)
+            .expect("schema compiles")
+            .is_valid(body)
+    };
+    assert!(valid(&pending), "{body}");
+    assert!(!valid(&schemas["Error"]), "{body}");
 }
 
 /// A failure naming no transaction after the node took the transfer (the reference

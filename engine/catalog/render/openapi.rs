@@ -72,18 +72,47 @@ fn error_schema() -> Value {
         "type": "object",
         "additionalProperties": false,
         "required": ["error"],
+        "properties": {"error": error_object_schema()},
+    })
+}
+
+/// The `error` object every error body carries.
+fn error_object_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["code", "message"],
         "properties": {
-            "error": {
-                "type": "object",
-                "additionalProperties": false,
-                "required": ["code", "message"],
-                "properties": {
-                    "code": {"type": "string", "description": "Stable machine-readable code."},
-                    "message": {"type": "string", "description": "Human-readable explanation."},
-                    "field": {"type": "string", "description": "JSON pointer or name of the offending field, when one is at fault."},
-                },
-            },
+            "code": {"type": "string", "description": "Stable machine-readable code."},
+            "message": {"type": "string", "description": "Human-readable explanation."},
+            "field": {"type": "string", "description": "JSON pointer or name of the offending field, when one is at fault."},
         },
+    })
+}
+
+/// The 503 of a paid call whose settlement's outcome is not known yet.
+fn settlement_pending_schema() -> Value {
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["error", "transaction", "retry_after_seconds"],
+        "properties": {
+            "error": error_object_schema(),
+            "transaction": {"type": "string", "nullable": true, "description": "The settlement's transaction hash, when one is known."},
+            "retry_after_seconds": {"type": "integer", "minimum": 1, "description": "As Retry-After: when to send the identical request again."},
+        },
+    })
+}
+
+/// A paid operation's 503: an error, or a payment whose settlement is still pending.
+fn paid_unavailable_response() -> Value {
+    json!({
+        "description": "Service disabled, provider not configured, or payment rail unavailable (Error); or settlement_pending (SettlementPending): the payment's outcome is not known yet. Do not pay again: after Retry-After, send the identical request (the same PAYMENT-SIGNATURE and body) to collect the result.",
+        "headers": {
+            "Retry-After": {"description": "Seconds to wait before the identical request (settlement_pending).", "schema": {"type": "integer"}},
+            "PAYMENT-RESPONSE": {"description": "base64 of the x402 v2 SettleResponse JSON, errorReason settlement_pending (settlement_pending).", "schema": {"type": "string"}},
+        },
+        "content": {"application/json": {"schema": {"oneOf": [schema_ref("Error"), schema_ref("SettlementPending")]}}},
     })
 }
 
@@ -229,7 +258,7 @@ fn paid_operation(manifest: &Manifest, machine: &Machine) -> Value {
                     }},
                     "content": {"application/json": {"schema": schema_ref("PaymentRequired")}},
                 },
-                "503": json_response("Service disabled, provider not configured, or payment rail unavailable.", schema_ref("Error")),
+                "503": paid_unavailable_response(),
             },
             "security": [],
             "x-payment-info": payment_info(machine),
@@ -393,6 +422,7 @@ pub(crate) fn openapi(manifest: &Manifest) -> Value {
     }
     free_paths(manifest, &mut paths);
     schemas.insert("Error".into(), error_schema());
+    schemas.insert("SettlementPending".into(), settlement_pending_schema());
     schemas.insert("PaymentRequired".into(), payment_required_schema());
     schemas.insert("Health".into(), health_schema());
     let tags: Vec<Value> = manifest
