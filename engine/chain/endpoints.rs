@@ -20,7 +20,8 @@
 //!   neither cooled down nor left. Either status to any other read is an endpoint failure
 //!   like any other.
 //!
-//! An endpoint answering another chain's id is never used. Health is shared by every reader
+//! An endpoint answering another chain's id is never used; one whose chain is unconfirmed
+//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it. Health is shared by every reader
 //! in the process (a registry keyed by the endpoint's position and a digest of its URL), so a
 //! cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
 //! only by position (`eip155:8453#1`) and setting, never by its URL.
@@ -81,6 +82,8 @@ struct HealthState {
     /// endpoint is left. A cool-down of ours (an error, a timeout) yields to having none.
     cool_asked: bool,
     identity: Identity,
+    /// When `eth_chainId` was last asked.
+    identity_asked: Option<Instant>,
 }
 
 /// The shared health of one endpoint.
@@ -112,6 +115,7 @@ fn health_of(label: &str, url: &Secret) -> Arc<Health> {
                 cool_until: None,
                 cool_asked: false,
                 identity: Identity::Unchecked,
+                identity_asked: None,
             })))
         })
         .clone()
@@ -190,6 +194,19 @@ impl Endpoint {
     /// What `eth_chainId` last said.
     pub(crate) fn identity(&self) -> Identity {
         self.health.lock().identity
+    }
+
+    /// Whether a read must first ask this endpoint's chain: never asked, or not answered
+    /// when last asked, more than [`IDENTITY_RECHECK`] ago.
+    fn chain_unconfirmed(&self, now: Instant) -> bool {
+        let health = self.health.lock();
+        match health.identity {
+            Identity::Unchecked => true,
+            Identity::Unanswered => health
+                .identity_asked
+                .is_none_or(|asked| now.duration_since(asked) >= IDENTITY_RECHECK),
+            Identity::Verified | Identity::Mismatch(_) => false,
+        }
     }
 
     fn cooling(&self, now: Instant) -> bool {
@@ -304,27 +321,34 @@ impl EndpointSet {
     /// chain is not used again because a later check could not reach it.
     pub(crate) async fn verify_identity(&self, gateway: &Gateway, timeout: Duration) {
         for endpoint in &self.endpoints {
-            let identity = ask_chain_id(gateway, self.chain, endpoint, timeout).await;
-            if let Identity::Mismatch(id) = identity {
-                tracing::error!(
-                    setting = %endpoint.setting,
-                    endpoint = %endpoint.label,
-                    answered_chain_id = id,
-                    expected = self.chain.caip2,
-                    "an RPC endpoint serves another chain; it is not used"
-                );
-            }
-            let mut health = endpoint.health.lock();
-            let definite = matches!(health.identity, Identity::Verified | Identity::Mismatch(_));
-            if identity == Identity::Unanswered {
-                if definite {
-                    tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, kept = ?health.identity, "eth_chainId was not answered; the endpoint keeps its last verdict");
-                    continue;
-                }
-                tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, "eth_chainId was not answered; the endpoint's chain is unverified");
-            }
-            health.identity = identity;
+            self.check_identity(gateway, endpoint, timeout).await;
         }
+    }
+
+    /// Asks one endpoint for `eth_chainId` and records the verdict (see
+    /// [`EndpointSet::verify_identity`]).
+    async fn check_identity(&self, gateway: &Gateway, endpoint: &Endpoint, timeout: Duration) {
+        let identity = ask_chain_id(gateway, self.chain, endpoint, timeout).await;
+        if let Identity::Mismatch(id) = identity {
+            tracing::error!(
+                setting = %endpoint.setting,
+                endpoint = %endpoint.label,
+                answered_chain_id = id,
+                expected = self.chain.caip2,
+                "an RPC endpoint serves another chain; it is not used"
+            );
+        }
+        let mut health = endpoint.health.lock();
+        health.identity_asked = Some(Instant::now());
+        let definite = matches!(health.identity, Identity::Verified | Identity::Mismatch(_));
+        if identity == Identity::Unanswered {
+            if definite {
+                tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, kept = ?health.identity, "eth_chainId was not answered; the endpoint keeps its last verdict");
+                return;
+            }
+            tracing::warn!(setting = %endpoint.setting, endpoint = %endpoint.label, "eth_chainId was not answered; the endpoint's chain is unverified");
+        }
+        health.identity = identity;
     }
 }
 
@@ -394,6 +418,10 @@ enum Outcome {
     /// so it is not cooled down for it.
     Cut,
 }
+
+/// How long an endpoint that did not answer `eth_chainId` is used unconfirmed before a read
+/// asks it again.
+const IDENTITY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Most retry notes a transport keeps. A call's transport needs a few for its answer's
 /// `limitations`; the settlement's chain reader lives as long as the process and nobody reads
@@ -556,12 +584,31 @@ impl FailoverRpc {
             .is_none_or(|left| left > LAG_RETRY_DELAY + MIN_ATTEMPT_TIME)
     }
 
+    /// The next endpoint of `order` that is not known to serve another chain. One whose chain
+    /// is unconfirmed (never asked, as when configured after start-up's check, or silent
+    /// when last asked) is asked `eth_chainId` first: a wrong URL must not answer a paid
+    /// read with another chain's state because start-up's check met a 429.
+    async fn next_on_our_chain(&self, order: &mut impl Iterator<Item = usize>) -> Option<usize> {
+        let set = &self.inner.set;
+        for index in order.by_ref() {
+            let endpoint = &set.endpoints[index];
+            if endpoint.chain_unconfirmed(Instant::now()) {
+                set.check_identity(&self.inner.gateway, endpoint, self.inner.response_timeout)
+                    .await;
+            }
+            if !matches!(endpoint.identity(), Identity::Mismatch(_)) {
+                return Some(index);
+            }
+        }
+        None
+    }
+
     async fn send(self, packet: RequestPacket) -> Result<ResponsePacket, TransportError> {
         if self.out_of_time() {
             return Err(out_of_time());
         }
         let mut order = self.candidates().into_iter();
-        let Some(mut index) = order.next() else {
+        let Some(mut index) = self.next_on_our_chain(&mut order).await else {
             return Err(TransportErrorKind::custom_str(&format!(
                 "no {} RPC endpoint is usable now (each is cooling down after a failure or serves another chain)",
                 self.inner.set.chain.caip2
@@ -606,9 +653,13 @@ impl FailoverRpc {
                         retry_after.unwrap_or(DEFAULT_COOL_DOWN),
                         retry_after.is_some(),
                     );
-                    let next = order.next();
                     let more = attempts < MAX_ATTEMPTS && !self.out_of_time();
-                    let (Some(next), true) = (next, more) else {
+                    let next = if more {
+                        self.next_on_our_chain(&mut order).await
+                    } else {
+                        None
+                    };
+                    let Some(next) = next else {
                         return Err(error);
                     };
                     self.note(format!(
@@ -707,17 +758,30 @@ mod tests {
         assert!(!lagging(&failure("execution reverted")));
     }
 
+    /// A Base node on loopback (see [`node_on`]): it answers `eth_chainId` 8453 itself.
+    async fn node(answer: fn(usize) -> (u16, serde_json::Value)) -> (String, Arc<AtomicUsize>) {
+        node_on(Some(8453), answer).await
+    }
+
     /// A JSON-RPC node on loopback: `answer(n)` is the HTTP status and the `result` or
     /// `error` member of its nth answer (the node adds `jsonrpc` and the request's `id`).
-    /// Counts the requests it was asked.
-    async fn node(answer: fn(usize) -> (u16, serde_json::Value)) -> (String, Arc<AtomicUsize>) {
+    /// Counts the requests it was asked, except `eth_chainId` when `chain_id` answers it.
+    async fn node_on(
+        chain_id: Option<u64>,
+        answer: fn(usize) -> (u16, serde_json::Value),
+    ) -> (String, Arc<AtomicUsize>) {
         use warp::Filter;
         let asked = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&asked);
         let route = warp::post()
             .and(warp::body::json())
             .map(move |request: serde_json::Value| {
-                let (status, mut body) = answer(counter.fetch_add(1, Ordering::SeqCst));
+                let (status, mut body) = match chain_id {
+                    Some(id) if request["method"] == "eth_chainId" => {
+                        (200, serde_json::json!({"result": format!("{id:#x}")}))
+                    }
+                    _ => answer(counter.fetch_add(1, Ordering::SeqCst)),
+                };
                 body["jsonrpc"] = "2.0".into();
                 body["id"] = request["id"].clone();
                 warp::http::Response::builder()
@@ -782,11 +846,32 @@ mod tests {
         assert_eq!(notes[0], "retry 0", "the first ones are kept");
     }
 
+    /// An endpoint whose chain start-up's check could not confirm (a 429) is asked
+    /// `eth_chainId` before its first read: a URL of another chain is passed over, never read.
+    #[tokio::test]
+    async fn an_endpoint_of_unconfirmed_chain_is_asked_before_it_is_read() {
+        let (mainnet, mainnet_asked) =
+            node_on(Some(1), |_| (200, serde_json::json!({"result": "0x1"}))).await;
+        let (base, base_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+        let set = Arc::new(base_endpoints("unconfirmed", &[&mainnet, &base]));
+        for endpoint in &set.endpoints {
+            endpoint.health.lock().identity = Identity::Unanswered;
+        }
+        let gateway = Gateway::new().expect("gateway");
+        let provider = FailoverRpc::new(gateway, set.clone(), Duration::from_secs(2)).provider();
+        let answered = provider.get_block_number().await;
+        assert_eq!(answered.expect("answered"), 0x2b, "Base's node answered");
+        assert_eq!(mainnet_asked.load(Ordering::SeqCst), 0, "never read");
+        assert_eq!(base_asked.load(Ordering::SeqCst), 1);
+        assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
+        assert_eq!(set.endpoints[1].identity(), Identity::Verified);
+    }
+
     /// A node found serving another chain stays unused when a later check cannot reach it
     /// (a 429): only a new `eth_chainId` answer changes a verdict.
     #[tokio::test]
     async fn an_unanswered_recheck_keeps_an_endpoints_last_verdict() {
-        let (url, asked) = node(|n| match n {
+        let (url, asked) = node_on(None, |n| match n {
             0 => (200, serde_json::json!({"result": "0x1"})),
             _ => (
                 429,
