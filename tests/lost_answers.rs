@@ -439,6 +439,31 @@ async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
     assert_charged_once(&rig, &buyer);
 }
 
+/// A resend's chain reading is held to `delivery_in_flight_wait_ms`: a node too slow to finish
+/// it leaves the outcome unknown (503 `settlement_pending`, no challenge) instead of holding
+/// the buyer's request for as long as the reading takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resends_chain_reading_is_held_to_the_in_flight_wait() {
+    let wait = [("FACTOMAT_DELIVERY_IN_FLIGHT_WAIT_MS", "1000")];
+    let (rig, _, body, header, _) = left_pending(Duration::from_secs(30), &wait).await;
+    rig.rpc.set_delay("eth_call", Duration::from_secs(3));
+    let started = Instant::now();
+    let resent = rig.send(&body, &header).await;
+    let took = started.elapsed();
+    rig.rpc.set_delay("eth_call", Duration::ZERO);
+    assert_eq!(resent.status().as_u16(), 503);
+    assert!(resent.headers().get("payment-required").is_none());
+    assert_eq!(
+        payment_response(&resent)["errorReason"],
+        "settlement_pending"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "the resend took {took:?}"
+    );
+    assert_eq!(rig.only_row().await.state, "settle_pending");
+}
+
 /// With retention off (`FACTOMAT_DELIVERY_RETENTION_SECONDS=0`) no delivered answer is kept,
 /// but a result held back while its settlement is pending still is, and a buyer is never
 /// invited to pay again while a payment's outcome is unknown: the identical resend of a

@@ -419,7 +419,8 @@ fn recorded_settlement(row: &AttemptRow) -> Option<Outcome> {
 /// The outcome the chain gives a row now (read at most once per row and block), if any.
 async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> {
     let (chain, payment) = (rail.trusted_chain()?, payment_of(row).ok()?);
-    let finding = rail.pending_reads.find(chain, row, &payment).await;
+    let budget = rail.retention.in_flight_wait;
+    let finding = rail.pending_reads.find(chain, row, &payment, budget).await;
     match finding {
         Finding::Paid {
             transaction,

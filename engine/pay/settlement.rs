@@ -452,12 +452,15 @@ pub(crate) struct PendingReads {
 
 impl PendingReads {
     /// What the chain says about a row's payment, read at most once per
-    /// [`PENDING_READ_TTL`] per row.
+    /// [`PENDING_READ_TTL`] per row, within `budget`: a reading still going then is unknown
+    /// (a resend of a long-past payment whose event search spans many windows leaves it to
+    /// `ledger reconcile`, which has no deadline, rather than hold the buyer's request).
     pub(crate) async fn find(
         &self,
         chain: &AuthorizationReader,
         row: &AttemptRow,
         payment: &Payment,
+        budget: Duration,
     ) -> Finding {
         if let Some(finding) = self.recent(row.id) {
             return finding;
@@ -466,7 +469,16 @@ impl PendingReads {
         if let Some(finding) = self.recent(row.id) {
             return finding;
         }
-        let finding = find(chain, payment, row.transaction_hash.as_deref()).await;
+        let reading = find(chain, payment, row.transaction_hash.as_deref());
+        let finding = tokio::time::timeout(budget, reading)
+            .await
+            .unwrap_or_else(|_| {
+                tracing::warn!(attempt = row.id, budget_ms = budget.as_millis(), "a resend's chain reading did not finish within its budget; the outcome stays unknown");
+                unknown(vec![format!(
+                    "the chain reading did not finish within {} ms; ledger reconcile decides the row",
+                    budget.as_millis()
+                )])
+            });
         if let Ok(mut findings) = self.findings.lock() {
             findings.retain(|_, (at, _)| at.elapsed() < PENDING_READ_TTL);
             findings.insert(row.id, (Instant::now(), finding.clone()));
