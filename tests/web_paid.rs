@@ -91,15 +91,22 @@ impl Web {
         }
     }
 
-    /// One paid call with the official client; returns (body, fetch requests made).
-    async fn pay(&self, path: &str, request: Value) -> (Value, u64) {
+    /// One paid call with the official client, answered 200: the client's whole record
+    /// (status, headers, body, the PAYMENT-SIGNATURE it sent).
+    async fn paid_call(&self, path: &str, request: &Value) -> Value {
         let url = format!("{}{path}", self.server.url);
-        let stack = self.stack.clone();
-        let before = self.server.outbound();
+        let (stack, request) = (self.stack.clone(), request.clone());
         let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &request))
             .await
             .expect("pay");
         assert_eq!(answer["status"], 200, "{answer}");
+        answer
+    }
+
+    /// One paid call with the official client; returns (body, fetch requests made).
+    async fn pay(&self, path: &str, request: Value) -> (Value, u64) {
+        let before = self.server.outbound();
+        let answer = self.paid_call(path, &request).await;
         assert_eq!(answer["payment_response"]["success"], true, "{answer}");
         let fetches = self.server.outbound() - before - FACILITATOR_REQUESTS;
         assert!(
@@ -610,14 +617,8 @@ async fn vm07_baselines_compare_and_never_let_bad_evidence_win() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retained_vm01_page_is_unreadable_at_rest() {
     let web = Web::start(Arc::new(vm01_routes)).await;
-    let url = format!("{}{VM01}", web.server.url);
     let request = json!({"url": "https://news.example.com/article"});
-    let stack = web.stack.clone();
-    let sent = request.clone();
-    let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &sent))
-        .await
-        .expect("pay");
-    assert_eq!(answer["status"], 200, "{answer}");
+    let answer = web.paid_call(VM01, &request).await;
     let header = answer["payment_signature"].as_str().expect("captured");
     let again = web.server.post_paid(VM01, &request, header).await;
     assert_eq!(again.status().as_u16(), 200);
@@ -656,14 +657,8 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_payment_for_one_machine_never_runs_another_machines_work() {
     let web = Web::start(Arc::new(vm01_routes)).await;
-    let url = format!("{}{VM07}", web.server.url);
     let request = json!({"url": "https://news.example.com/article"});
-    let stack = web.stack.clone();
-    let sent = request.clone();
-    let answer = tokio::task::spawn_blocking(move || stack.pay(&url, &sent))
-        .await
-        .expect("pay");
-    assert_eq!(answer["status"], 200, "{answer}");
+    let answer = web.paid_call(VM07, &request).await;
     let header = answer["payment_signature"].as_str().expect("captured");
     let database_url = web.server.server.state.config.database_url.expose();
     // The binding without its answer, as after a crash between the settlement and the store.
