@@ -651,15 +651,19 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
     }
 }
 
-/// A payment for VM07 whose answer was not retained, presented with the same body on VM01's
-/// route (both take `{"url"}`), does not buy VM01's work: the nonce was presented already.
-/// Before, the resend lookup (payload and body, not route) ran VM01 for a VM07 payment.
+/// A payment for VM07, presented with the same body on VM01's route (both take `{"url"}`),
+/// neither collects VM07's retained answer there nor, once that answer is gone, buys VM01's
+/// work: the nonce was presented already. Before, the resend lookup (payload and body, not
+/// route) served VM07's answer on VM01's route, and ran VM01 for a VM07 payment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_payment_for_one_machine_never_runs_another_machines_work() {
     let web = Web::start(Arc::new(vm01_routes)).await;
     let request = json!({"url": "https://news.example.com/article"});
     let answer = web.paid_call(VM07, &request).await;
     let header = answer["payment_signature"].as_str().expect("captured");
+    // Its retained answer is VM07's to collect, not VM01's to serve.
+    let retained_elsewhere = web.server.post_paid(VM01, &request, header).await;
+    assert_eq!(retained_elsewhere.status().as_u16(), 402);
     let database_url = web.server.server.state.config.database_url.expose();
     // The binding without its answer, as after a crash between the settlement and the store.
     common::ledgers::execute_sql(

@@ -82,7 +82,7 @@ struct HealthState {
     /// endpoint is left. A cool-down of ours (an error, a timeout) yields to having none.
     cool_asked: bool,
     identity: Identity,
-    /// When `eth_chainId` was last asked.
+    /// When a read last asked `eth_chainId` (start-up's and `/readyz`'s checks do not count).
     identity_asked: Option<Instant>,
 }
 
@@ -196,17 +196,20 @@ impl Endpoint {
         self.health.lock().identity
     }
 
-    /// Whether a read must first ask this endpoint's chain: never asked, or not answered
-    /// when last asked, more than [`IDENTITY_RECHECK`] ago.
-    fn chain_unconfirmed(&self, now: Instant) -> bool {
-        let health = self.health.lock();
-        match health.identity {
-            Identity::Unchecked => true,
-            Identity::Unanswered => health
-                .identity_asked
-                .is_none_or(|asked| now.duration_since(asked) >= IDENTITY_RECHECK),
-            Identity::Verified | Identity::Mismatch(_) => false,
+    /// Whether a read must first ask this endpoint's chain, claimed for this read: its chain
+    /// is unconfirmed (never asked, or silent at start-up or when a read last asked), and no
+    /// read asked in the last [`IDENTITY_RECHECK`]. The claim is taken before the question,
+    /// so reads at once ask once.
+    fn claim_chain_check(&self, now: Instant) -> bool {
+        let mut health = self.health.lock();
+        let unconfirmed = matches!(health.identity, Identity::Unchecked | Identity::Unanswered);
+        let due = health
+            .identity_asked
+            .is_none_or(|asked| now.duration_since(asked) >= IDENTITY_RECHECK);
+        if unconfirmed && due {
+            health.identity_asked = Some(now);
         }
+        unconfirmed && due
     }
 
     fn cooling(&self, now: Instant) -> bool {
@@ -339,7 +342,6 @@ impl EndpointSet {
             );
         }
         let mut health = endpoint.health.lock();
-        health.identity_asked = Some(Instant::now());
         let definite = matches!(health.identity, Identity::Verified | Identity::Mismatch(_));
         if identity == Identity::Unanswered {
             if definite {
@@ -592,7 +594,7 @@ impl FailoverRpc {
         let set = &self.inner.set;
         for index in order.by_ref() {
             let endpoint = &set.endpoints[index];
-            if endpoint.chain_unconfirmed(Instant::now()) {
+            if endpoint.claim_chain_check(Instant::now()) {
                 set.check_identity(&self.inner.gateway, endpoint, self.inner.response_timeout)
                     .await;
             }
@@ -695,13 +697,16 @@ fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
     refused && packet.method_names().all(|method| method == "eth_getLogs")
 }
 
-/// Whether `body` is a JSON-RPC answer carrying an `error` object.
+/// Whether `body` is a JSON-RPC answer carrying an `error` object. The body is kept cut to
+/// its first 512 bytes, so a longer one (an `error.data`) that no longer parses counts when
+/// it begins as one.
 fn is_json_rpc_error(body: &str) -> bool {
-    serde_json::from_str::<serde_json::Value>(body).is_ok_and(|answer| {
-        answer
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(answer) => answer
             .get("error")
-            .is_some_and(serde_json::Value::is_object)
-    })
+            .is_some_and(serde_json::Value::is_object),
+        Err(_) => body.trim_start().starts_with('{') && body.contains("\"error\":{"),
+    }
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).
@@ -942,6 +947,24 @@ mod tests {
             assert_eq!(first_asked.load(Ordering::SeqCst), 2, "{name}");
             assert_eq!(second_asked.load(Ordering::SeqCst), 0, "{name}");
         }
+    }
+
+    /// A 400's body is kept cut to 512 bytes: a JSON-RPC error that long still reads as one,
+    /// and a proxy's HTML page does not.
+    #[test]
+    fn a_cut_json_rpc_error_still_reads_as_one() {
+        let long = serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32600,
+            "message": "You can make eth_getLogs requests with up to a 500 block range.",
+            "data": "x".repeat(1000)}})
+        .to_string();
+        assert!(is_json_rpc_error(&long[..512]));
+        assert!(is_json_rpc_error(&long));
+        assert!(!is_json_rpc_error(
+            "<html><body>400 Bad Request</body></html>"
+        ));
+        assert!(!is_json_rpc_error(
+            r#"{"jsonrpc":"2.0","id":1,"result":[]}"#
+        ));
     }
 
     /// A 413 or a 400 to any other read is an endpoint failure: cooled, and the read fails

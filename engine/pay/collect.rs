@@ -13,7 +13,7 @@
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
-//! | any of the above whose work would run once more, presented on another machine's route | 402 `payment_nonce_already_presented`: a payment buys its own machine's work only |
+//! | any of the above, presented on another machine's route (a body both take) | nothing collected, run or resolved: 402 `payment_nonce_already_presented`, or 503 `payment_in_progress` while the outcome is unknown |
 //!
 //! A payment that finds no binding but whose nonce is on record is answered by
 //! [`known_nonce`]: never a fresh challenge while the nonce's outcome is unknown.
@@ -120,11 +120,6 @@ impl Resend<'_> {
             Collect::RunAgain(rerun) => rerun,
             other => return other,
         };
-        if rerun.row.machine != self.call.machine.machine {
-            // The lookup names the payload and the request body, not the route: a payment for
-            // one machine never runs another's work, though both take the same body.
-            return Collect::Done(reject(ALREADY_PRESENTED));
-        }
         let one_run = self.rail.reruns.lock(rerun.row.id).await;
         match self.decided().await {
             Collect::RunAgain(rerun) => Collect::RunAgain(Rerun {
@@ -169,6 +164,9 @@ impl Resend<'_> {
         let Some(entry) = found.into_iter().next() else {
             return Some(Collect::New);
         };
+        if entry.attempt.machine != self.call.machine.machine {
+            return answer(another_machines(&entry.attempt));
+        }
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
             (_, "sent") => Some(self.sent(&entry).await),
             // Boxed: they read the chain, and a fresh payment's task should not carry that.
@@ -185,6 +183,10 @@ impl Resend<'_> {
     /// settlement): within its window the work runs once more; anything else is a new
     /// payment to the gate (whose nonce pre-check then refuses a replay).
     async fn unretained(&self) -> Collect {
+        if !self.retention.keeps_delivered(self.lookup) {
+            // A window of zero: nothing to collect, not even within the settlement's second.
+            return Collect::New;
+        }
         let row = match self
             .rail
             .ledger
@@ -392,6 +394,16 @@ impl Resend<'_> {
             retry_after_seconds: valid_before(row).saturating_sub(unix_now()).max(1),
             payment_response: response,
         }
+    }
+}
+
+/// A payment for another machine presented on this one's route with a body both take (VM01
+/// and VM07 take `{"url"}`): the lookup names the payload and the body, not the route, and a
+/// payment buys its own machine's answer only. Its outcome still unknown, no challenge.
+fn another_machines(row: &AttemptRow) -> PaidOutcome {
+    match row.state.as_str() {
+        "reserved" | "settle_pending" => PaidOutcome::Failed(Refusal::OutcomeUnknown),
+        _ => reject(ALREADY_PRESENTED),
     }
 }
 

@@ -291,10 +291,14 @@ impl Retention {
         self.with_id_seconds
     }
 
-    /// How often expired answers are swept: half the shorter window, between 1 and 30 seconds.
+    /// How often expired answers are swept: half the shorter window, between 1 and 30 seconds;
+    /// 30 when delivered answers are not kept (only held results and bindings are left).
     pub(crate) fn sweep_interval(&self) -> std::time::Duration {
         let shortest = self.with_id_seconds.min(self.without_id_seconds);
-        let half = (shortest / 2).clamp(1, 30);
+        let half = match shortest {
+            0 => 30,
+            shortest => (shortest / 2).clamp(1, 30),
+        };
         std::time::Duration::from_secs(half)
     }
 }

@@ -7,8 +7,9 @@
 //! | `success` naming no transaction hash, or another network | follow the chain |
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
-//! | a refusal from its settle-time re-verification, with no transaction | read `authorizationState`: unused → unpaid now; used → follow |
-//! | any other failure with no transaction (a broadcast's answer may have been lost) | follow the chain |
+//! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
+//! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
+//! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
 //!
 //! Following polls, until the wait ends or the call's deadline: the hash's receipt (the
 //! proof rule of `chain::authorization`), else `authorizationState` at a pinned block, and,

@@ -52,7 +52,7 @@ pub async fn losing_first_answer_to(target: &str, request_start: &'static [u8]) 
 /// `target` (an `http://ip:port` URL) and the relay's drop count.
 async fn start<F, Fut>(target: &str, each: F) -> Relay
 where
-    F: Fn(TcpStream, TcpStream, Arc<AtomicU64>) -> Fut + Send + Sync + 'static,
+    F: Fn(TcpStream, TcpStream, Arc<AtomicU64>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let target: SocketAddr = target
@@ -66,9 +66,12 @@ where
     let count = dropped.clone();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
-            if let Ok(server) = TcpStream::connect(target).await {
-                tokio::spawn(each(client, server, count.clone()));
-            }
+            let (each, count) = (each.clone(), count.clone());
+            tokio::spawn(async move {
+                if let Ok(server) = TcpStream::connect(target).await {
+                    each(client, server, count).await;
+                }
+            });
         }
     });
     Relay { url, dropped }
