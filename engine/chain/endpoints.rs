@@ -21,9 +21,9 @@
 //!   like any other.
 //!
 //! An endpoint answering another chain's id is never used; one whose chain is unconfirmed
-//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it. Health is shared by every reader
-//! in the process (a registry keyed by the endpoint's position and a digest of its URL), so a
-//! cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
+//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it.
+//! Health is shared by every reader in the process (a registry keyed by the endpoint's
+//! position and a digest of its URL), so a cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
 //! only by position (`eip155:8453#1`) and setting, never by its URL.
 
 use std::collections::HashMap;
@@ -421,8 +421,7 @@ enum Outcome {
     Cut,
 }
 
-/// How long an endpoint that did not answer `eth_chainId` is used unconfirmed before a read
-/// asks it again.
+/// How often, at most, a read asks `eth_chainId` of an endpoint that stays silent to it.
 const IDENTITY_RECHECK: Duration = Duration::from_secs(30);
 
 /// Most retry notes a transport keeps. A call's transport needs a few for its answer's

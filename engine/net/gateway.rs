@@ -270,8 +270,8 @@ impl Gateway {
     /// A request that meets a kept-alive connection the upstream closed as we wrote on it is
     /// built and sent once more, on a new connection, within what is left of its timeout (see
     /// [`closed_before_answer`]); its answer is marked [`Resent`]. Each attempt is counted and
-    /// measured. `build` runs again
-    /// only then, so the usual call pays for no copy of its request.
+    /// measured. `build` runs again only then, so the usual call pays for no copy of its
+    /// request.
     pub async fn send(
         &self,
         upstream: Upstream,

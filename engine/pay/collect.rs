@@ -35,7 +35,7 @@ use crate::pay::call::{
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
 use crate::pay::reconcile::{outcome_of, payment_of};
-use crate::pay::retained::{self, Answer, Lookup, Retention};
+use crate::pay::retained::{self, Answer, Lookup};
 use crate::pay::settlement::{Finding, our_settle_response};
 use crate::support::metrics::metrics;
 
@@ -96,10 +96,8 @@ fn answer(outcome: PaidOutcome) -> Look {
 /// One resend as the retained answers see it: the rail, the call, and where its answer would
 /// be.
 pub(crate) struct Resend<'a> {
-    /// The rail (ledger, chain reader, recent readings).
+    /// The rail (ledger, chain reader, recent readings, the retention settings and secret).
     pub rail: &'a PaymentRail,
-    /// The retention settings and secret.
-    pub retention: &'a Retention,
     /// The manifest (the payment network).
     pub manifest: &'a Manifest,
     /// The call.
@@ -132,7 +130,7 @@ impl Resend<'_> {
 
     /// What the retained answers decide, waited for while the original still runs.
     async fn decided(&self) -> Collect {
-        let until = Instant::now() + self.retention.in_flight_wait;
+        let until = Instant::now() + self.rail.retention.in_flight_wait;
         loop {
             match self.look().await {
                 Some(collect) => return collect,
@@ -183,7 +181,7 @@ impl Resend<'_> {
     /// settlement): within its window the work runs once more; anything else is a new
     /// payment to the gate (whose nonce pre-check then refuses a replay).
     async fn unretained(&self) -> Collect {
-        if !self.retention.keeps_delivered(self.lookup) {
+        if !self.rail.retention.keeps_delivered(self.lookup) {
             // A window of zero: nothing to collect, not even within the settlement's second.
             return Collect::New;
         }
@@ -223,7 +221,7 @@ impl Resend<'_> {
     fn window_end(&self, settled_at: &str) -> Option<i64> {
         let settled = chrono::DateTime::parse_from_rfc3339(settled_at).ok()?;
         let settled = u64::try_from(settled.timestamp()).ok()?;
-        Some(self.retention.collectable_until(self.lookup, settled))
+        Some(self.rail.retention.collectable_until(self.lookup, settled))
     }
 
     /// A row left `reserved` long past `validBefore` (its replica stopped mid-call): the
@@ -245,7 +243,10 @@ impl Resend<'_> {
         );
         match outcome {
             Outcome::Settled { transaction, .. } => {
-                let until = self.retention.collectable_until(self.lookup, unix_now());
+                let until = self
+                    .rail
+                    .retention
+                    .collectable_until(self.lookup, unix_now());
                 run_again(settled_row(row, &transaction), until)
             }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
@@ -278,7 +279,7 @@ impl Resend<'_> {
 
     fn opened(&self, entry: &Retained) -> Option<Answer> {
         let sealed = entry.sealed.as_deref()?;
-        retained::open(&self.retention.secret, self.lookup, sealed)
+        retained::open(&self.rail.retention.secret, self.lookup, sealed)
             .map_err(|error| {
                 tracing::error!(%error, attempt = entry.attempt.id, "a retained answer does not open");
             })
@@ -340,7 +341,10 @@ impl Resend<'_> {
             attempt = row.id,
             "a pending payment settled but its held answer does not open: running its work once more"
         );
-        let until = self.retention.collectable_until(self.lookup, unix_now());
+        let until = self
+            .rail
+            .retention
+            .collectable_until(self.lookup, unix_now());
         run_again(settled_row(row.clone(), transaction), until)
     }
 
@@ -357,13 +361,17 @@ impl Resend<'_> {
         let network = &self.manifest.payment.network;
         let response = our_settle_response(network, &row.payer, true, None, Some(transaction));
         let answer = self.call.finisher.finish(held.body, &response);
-        let Ok(sealed) = retained::seal(&self.retention.secret, self.lookup, &answer) else {
+        let Ok(sealed) = retained::seal(&self.rail.retention.secret, self.lookup, &answer) else {
             return self.still_pending(entry);
         };
         let keep = Keep::Store {
             sealed: &sealed,
             held: false,
-            collectable_until: Some(self.retention.collectable_until(self.lookup, unix_now())),
+            collectable_until: Some(
+                self.rail
+                    .retention
+                    .collectable_until(self.lookup, unix_now()),
+            ),
         };
         let ledger = &self.rail.ledger;
         if let Err(error) = ledger

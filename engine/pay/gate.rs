@@ -309,9 +309,8 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Ok(lookup) => lookup,
         Err(outcome) => return outcome,
     };
-    let resend = |retention| Resend {
+    let resend = || Resend {
         rail,
-        retention,
         manifest,
         call: &call,
         lookup: &lookup,
@@ -320,17 +319,16 @@ pub(crate) async fn run<E: std::fmt::Display>(
             payer: presented.payer,
         },
     };
-    let retention = &rail.retention;
-    match resend(retention).collect().await {
+    match resend().collect().await {
         Collect::Done(outcome) => return outcome,
-        Collect::RunAgain(rerun) => return resend(retention).run_again(rerun, work).await,
+        Collect::RunAgain(rerun) => return resend().run_again(rerun, work).await,
         Collect::New => {}
     }
     let outcome = first_presentation(rail, manifest, &call, &presented, &lookup, work).await;
     // A copy that raced the first presentation of this payment past the lookup is not
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
     if met_its_own_nonce(&outcome)
-        && let Collect::Done(collected) = resend(retention).collect().await
+        && let Collect::Done(collected) = resend().collect().await
     {
         return collected;
     }

@@ -44,7 +44,7 @@ impl Resend<'_> {
             lookup_sha256: self.lookup.key_hex(),
             id_sha256: self.lookup.id_sha256.clone(),
         };
-        let stored = match retained::seal(&self.retention.secret, self.lookup, answer) {
+        let stored = match retained::seal(&self.rail.retention.secret, self.lookup, answer) {
             Ok(sealed) => {
                 let until = rerun.collectable_until;
                 self.rail

@@ -208,15 +208,15 @@ fn usd(value: Option<&Value>) -> Option<Decimal> {
 /// when the token is nowhere a base token, its deepest quote-side pair.
 fn best_pair(pairs: &[Value], chain_id: &str, token: Address) -> Option<Quote> {
     deepest(pairs, chain_id, token, "/baseToken/address")
-        .map(|(liquidity, pair)| quote(pair, liquidity, Side::Base))
+        .map(|pair| quote(pair, Side::Base))
         .or_else(|| {
-            deepest(pairs, chain_id, token, "/quoteToken/address").map(|(liquidity, pair)| {
+            deepest(pairs, chain_id, token, "/quoteToken/address").map(|pair| {
                 let side = Side::Quote {
                     base_price_usd: text(pair, "/priceUsd").and_then(Decimal::parse),
                     price_native: text(pair, "/priceNative").and_then(Decimal::parse),
                     base_symbol: text(pair, "/baseToken/symbol").map(str::to_string),
                 };
-                quote(pair, liquidity, side)
+                quote(pair, side)
             })
         })
 }
@@ -227,7 +227,7 @@ fn deepest<'a>(
     chain_id: &str,
     token: Address,
     side: &str,
-) -> Option<(Decimal, &'a Value)> {
+) -> Option<&'a Value> {
     pairs
         .iter()
         .filter(|pair| text(pair, "/chainId") == Some(chain_id))
@@ -244,9 +244,10 @@ fn deepest<'a>(
         })
         // Ties keep the pair listed first by the provider.
         .reduce(|best, next| if next.0 > best.0 { next } else { best })
+        .map(|(_, pair)| pair)
 }
 
-fn quote(pair: &Value, liquidity: Decimal, side: Side) -> Quote {
+fn quote(pair: &Value, side: Side) -> Quote {
     let price_usd = match &side {
         Side::Base => text(pair, "/priceUsd").and_then(Decimal::parse),
         Side::Quote {
@@ -264,7 +265,7 @@ fn quote(pair: &Value, liquidity: Decimal, side: Side) -> Quote {
         pair_url: text(pair, "/url").map(str::to_string),
         price_usd,
         // Absent, null or unreadable stays unknown: never shown as a liquidity of zero.
-        liquidity_usd: usd(pair.pointer("/liquidity/usd")).map(|_| liquidity),
+        liquidity_usd: usd(pair.pointer("/liquidity/usd")),
         volume_h24_usd: usd(pair.pointer("/volume/h24")),
         pair_created_at_ms: pair.get("pairCreatedAt").and_then(Value::as_i64),
         side,
