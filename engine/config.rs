@@ -113,6 +113,12 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "A payer whose verified payment ended unpaid (nonce burned or cancelled, balance gone) is refused before /verify for this long (default 3600; 0 = off).",
     ),
     (
+        "reconcile_interval_seconds",
+        "FACTOMAT_RECONCILE_INTERVAL_SECONDS",
+        false,
+        "How often the service asks the chain about payments whose outcome is unknown (settle_pending, or reserved past validBefore) and records what it proves, as `ledger reconcile` does, in seconds (default 60; 0 = only by hand).",
+    ),
+    (
         "delivery_retention_seconds",
         "FACTOMAT_DELIVERY_RETENTION_SECONDS",
         false,
@@ -134,7 +140,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "delivery_key_file",
         "FACTOMAT_DELIVERY_KEY_FILE",
         false,
-        "File with the 32-byte secret (64 hex characters) that seals retained answers, shared by every replica; with SQLite and none set, <ledger file>.delivery-key is generated; with PostgreSQL it is required unless retention is 0.",
+        "File with the 32-byte secret (64 hex characters) that seals retained answers, shared by every replica; with SQLite and none set, <ledger file>.delivery-key is generated; with PostgreSQL it is required (a result held while its settlement is pending is sealed with it whatever the retention).",
     ),
     (
         "rpc_max_log_blocks",
@@ -407,6 +413,8 @@ pub struct Config {
     pub settlement_wait_ms: u64,
     /// How long a payer whose verified payment ended unpaid is refused, in seconds.
     pub unpaid_strike_seconds: u64,
+    /// How often undecided payments are reconciled with the chain, in seconds (0 = off).
+    pub reconcile_interval_seconds: u64,
     /// Most blocks one `eth_getLogs` may span on the payment chain's RPC.
     pub rpc_max_log_blocks: u64,
     /// How long an answer bought with a payment-identifier id is retained, in seconds (0 =
@@ -1118,6 +1126,7 @@ impl RawLayer {
             facilitator_settle_timeout_ms: self.millis("facilitator_settle_timeout_ms", 60_000)?,
             settlement_wait_ms: self.millis("settlement_wait_ms", 20_000)?,
             unpaid_strike_seconds: self.seconds("unpaid_strike_seconds", 3_600)?,
+            reconcile_interval_seconds: self.seconds("reconcile_interval_seconds", 60)?,
             rpc_max_log_blocks: self.count("rpc_max_log_blocks", 1_000)? as u64,
             connections: self.connection_limits()?,
             sample_path: PathBuf::from(
@@ -1447,6 +1456,7 @@ mod tests {
             "database_pool_size" => "7",
             "max_connections" => "77",
             "unpaid_strike_seconds" => "600",
+            "reconcile_interval_seconds" => "45",
             "delivery_retention_seconds" => "900",
             "delivery_collect_without_id_seconds" => "30",
             "rpc_max_log_blocks" => "10",
@@ -1498,9 +1508,10 @@ mod tests {
                 (
                     config.settlement_wait_ms,
                     config.unpaid_strike_seconds,
+                    config.reconcile_interval_seconds,
                     config.rpc_max_log_blocks
                 ),
-                (1234, 600, 10)
+                (1234, 600, 45, 10)
             );
             assert!(
                 !format!("{config:?}").contains(":pw@"),

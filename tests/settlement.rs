@@ -25,6 +25,7 @@ on_both_ledgers!(
     a_burned_nonce_is_never_paid_and_its_payer_cools_off,
     one_transaction_proves_one_row_and_burns_the_other,
     an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
+    a_pending_settlement_is_recorded_by_the_service_and_its_result_collected,
 );
 
 /// A facilitator that answers `success: true` naming no transaction, with nothing on chain
@@ -321,6 +322,49 @@ async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice
         "{entries:?}"
     );
     assert!(rig.rows().await.iter().all(|r| r.state == "settled"));
+}
+
+/// A settlement that lands after the buyer was told it is pending is recorded by the
+/// service's own reconcile pass, with no resend and no operator; the buyer's resend then
+/// collects the result held for it, charged once.
+async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collected() {
+    let stack = shared_stack();
+    let late = Settle::After(Duration::from_secs(3));
+    let short = [
+        ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+        ("FACTOMAT_RECONCILE_INTERVAL_SECONDS", "1"),
+        ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
+    ];
+    let rig = Rig::start(stack, late, &short).await;
+    let buyer = stack.fresh_buyer("1000000");
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(rig.send(&body, &header).await.status().as_u16(), 503);
+    assert_eq!(rig.only_row().await.state, "settle_pending");
+    wait_for(
+        "the reconcile pass records the landed settlement",
+        async || rig.only_row().await.state == "settled",
+    )
+    .await;
+    let row = rig.only_row().await;
+    assert!(row.transfer_log_index.is_some(), "proven on chain: {row:?}");
+    // The counter is the process's, shared by this binary's servers: present is enough.
+    let metrics = rig.server.admin_metrics().await;
+    assert!(
+        metrics.contains(r#"factomat_payments_total{outcome="settled",reason="reconciled"}"#),
+        "{metrics}"
+    );
+    let again = rig.send(&body, &header).await;
+    assert_eq!(again.status().as_u16(), 200);
+    let answer: Value = again.json().await.expect("json");
+    assert_eq!(answer["machine"], "VM02");
+    assert_eq!(
+        rig.balance(&buyer.address),
+        1_000_000 - PRICE,
+        "charged once"
+    );
+    assert_eq!(rig.facilitator.recorder.forwarded_settles(), 1);
 }
 
 async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {

@@ -143,6 +143,7 @@ pub async fn start(config: Config) -> Result<RunningServer, StartError> {
     state.report_unfinished_attempts().await?;
     state.check_facilitator_in_background();
     state.sweep_retained_in_background();
+    state.reconcile_in_background();
     let (tx, rx) = oneshot::channel::<()>();
     let (admin_tx, admin_rx) = oneshot::channel::<()>();
     let admin_addr = match state.config.admin_listen {

@@ -219,6 +219,32 @@ impl AppState {
         });
     }
 
+    /// Every `reconcile_interval_seconds` (first one interval after start-up), asks the chain
+    /// about the payments whose outcome is unknown and records what it proves, on every
+    /// replica (each change is conditional on the state read). Off at 0, or without a
+    /// payment chain reader; a pass waits while the reader's chain is unconfirmed.
+    pub(super) fn reconcile_in_background(&self) {
+        let seconds = self.config.reconcile_interval_seconds;
+        let Some(rail) = self.rail.as_ref().filter(|_| seconds > 0) else {
+            return;
+        };
+        let Some(chain) = rail.chain.clone() else {
+            return;
+        };
+        let (ledger, strike_seconds) = (Arc::clone(&rail.ledger), rail.strike_seconds);
+        let every = std::time::Duration::from_secs(seconds);
+        tokio::spawn(async move {
+            let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                timer.tick().await;
+                if chain.trusted() {
+                    reconcile_pass(&ledger, &chain, strike_seconds).await;
+                }
+            }
+        });
+    }
+
     /// `GET /supported` once; a facilitator without exact on our network gets a warning.
     pub(super) fn check_facilitator_in_background(&self) {
         let Some(rail) = &self.rail else { return };
@@ -238,6 +264,34 @@ impl AppState {
                 Err(error) => tracing::warn!(%error, "facilitator /supported check failed"),
             }
         });
+    }
+}
+
+/// One pass of [`AppState::reconcile_in_background`]: each row the chain decided is logged
+/// and counted; a ledger failure ends the pass (the next one starts over).
+async fn reconcile_pass(ledger: &ledger::Ledger, chain: &AuthorizationReader, strike_seconds: u64) {
+    let examined = match crate::pay::reconcile::run_due(ledger, chain, strike_seconds).await {
+        Ok(examined) => examined,
+        Err(error) => {
+            tracing::warn!(%error, "the reconcile pass could not read or change the ledger");
+            return;
+        }
+    };
+    for entry in &examined {
+        if entry.decided() {
+            metrics().reconciled(&entry.state_after);
+            tracing::warn!(
+                attempt = entry.id, machine = %entry.machine, payer = %entry.payer,
+                before = %entry.state_before, after = %entry.state_after,
+                evidence = %entry.evidence,
+                "a payment of unknown outcome was decided from the chain by the reconcile pass"
+            );
+        } else {
+            tracing::debug!(
+                attempt = entry.id, state = %entry.state_before, evidence = %entry.evidence,
+                "reconcile pass: still undecided"
+            );
+        }
     }
 }
 

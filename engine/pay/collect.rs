@@ -34,17 +34,13 @@ use crate::pay::call::{
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
-use crate::pay::reconcile::{outcome_of, payment_of};
+use crate::pay::reconcile::{RESERVED_MARGIN_SECONDS, outcome_of, payment_of};
 use crate::pay::retained::{self, Answer, Lookup};
 use crate::pay::settlement::{Finding, our_settle_response};
 use crate::support::metrics::metrics;
 
 /// How often the ledger is asked whether the original has finished.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
-/// How long past `validBefore` a still-reserved row is waited on. The gate clips every step
-/// of a call to `validBefore` − 6 s, so a row still reserved after this was abandoned (its
-/// replica stopped): the chain decides it.
-const RESERVED_MARGIN_SECONDS: u64 = 10;
 /// The 402 reason of a resend whose retained answer's window has passed.
 pub(crate) const ANSWER_EXPIRED: &str = "payment_answer_expired";
 

@@ -206,6 +206,19 @@ impl Metrics {
             .inc();
     }
 
+    /// One payment of unknown outcome the service's reconcile pass decided from the chain,
+    /// by the state its row took (reason `reconciled`).
+    pub(crate) fn reconciled(&self, state: &str) {
+        let outcome = match state {
+            "settled" => "settled",
+            "settle_failed" => "settle_failed",
+            "nonce_burned" => "nonce_burned",
+            "expired" => "expired",
+            _ => "other",
+        };
+        self.payment(outcome, "reconciled");
+    }
+
     /// A payment event whose reason an upstream reported (an open string): labelled only as
     /// [`ReasonLabels`] allows, so such reasons cannot open unbounded series.
     pub(crate) fn payment_reported(&self, outcome: &'static str, reason: &str) {

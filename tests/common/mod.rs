@@ -83,6 +83,9 @@ impl TestServer {
                 "FACTOMAT_DELIVERY_KEY_FILE".into(),
                 delivery_key_file().display().to_string(),
             ),
+            // The reconcile pass only where a test turns it on: a row a test leaves undecided
+            // stays so until the test asks.
+            ("FACTOMAT_RECONCILE_INTERVAL_SECONDS".into(), "0".into()),
         ];
         env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let config = Config::from_env(env).expect("test configuration is valid");
