@@ -269,6 +269,45 @@ async fn a_dripping_paid_body_is_cut_at_its_deadline_and_nothing_is_verified() {
     assert_eq!(counter(&server.server.state.connections.body_timeouts), 1);
 }
 
+/// Two `PAYMENT-SIGNATURE` headers in one request are two payments, and which one the buyer
+/// meant is not ours to guess: a 400, and neither is verified or recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_payment_headers_are_refused_and_neither_is_verified() {
+    let (facilitator, calls) = counting_facilitator(None).await;
+    let ledger_url = format!("sqlite:{}", temp_path("ledger.db").display());
+    let server = TestServer::with_env(&[
+        ("FACTOMAT_PAY_TO", common::PAY_TO),
+        ("FACTOMAT_FACILITATOR_URL", &format!("http://{facilitator}")),
+        ("FACTOMAT_RPC_URL_EIP155_8453", "http://127.0.0.1:9"),
+        ("FACTOMAT_DATABASE_URL", &ledger_url),
+    ])
+    .await;
+    let body = json!({
+        "owner": common::PAY_TO,
+        "token": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        "spender": common::PAY_TO,
+    });
+    let (required, _) = server.challenge(VM02, &body).await;
+    let accepted = decode_header(&required)["accepts"][0].clone();
+    let response = server
+        .client
+        .post(format!("{}{VM02}", server.url))
+        .header("PAYMENT-SIGNATURE", forged_payment(&accepted, 1))
+        .header("PAYMENT-SIGNATURE", forged_payment(&accepted, 2))
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    common::expect_400(response, "duplicate_payment_header", "two payments").await;
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "nothing was verified");
+    let rows = Ledger::open(&ledger_url, PoolOptions::default())
+        .expect("ledger")
+        .rows()
+        .await
+        .expect("rows");
+    assert!(rows.is_empty(), "nothing was reserved or charged");
+}
+
 /// A keep-alive connection that has been answered `GET /health` and is now idle.
 async fn kept_alive_after_health(addr: SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.expect("connect");

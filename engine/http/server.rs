@@ -280,7 +280,17 @@ async fn paid(
 ) -> Response<Bytes> {
     let headers = incoming.headers;
     let body_deadline = Duration::from_millis(state.config.connections.body_read_timeout_ms);
-    let signature = headers.get(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) });
+    let mut signatures = headers
+        .get_all(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) })
+        .iter();
+    let signature = signatures.next();
+    if signatures.next().is_some() {
+        // Which of two payments the buyer meant is theirs to say, not ours to guess.
+        return error_response(&ApiError::bad_request(
+            "duplicate_payment_header",
+            "send one PAYMENT-SIGNATURE header; nothing was verified or charged",
+        ));
+    }
     let bytes = match read_paid_body(route, headers, body, body_deadline).await {
         Ok(bytes) => bytes,
         Err(error) => return refused_body(state, route, incoming, &error),
