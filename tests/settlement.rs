@@ -325,15 +325,18 @@ async fn an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice
 }
 
 /// A settlement that lands after the buyer was told it is pending is recorded by the
-/// service's own reconcile pass, with no resend and no operator; the buyer's resend then
-/// collects the result held for it, charged once.
+/// service's own reconcile pass, with no resend and no operator. The result held for the buyer
+/// outlives the delivery windows counted from that settlement (2 s here, swept every second):
+/// their resend, well after, collects it, charged once and with no work run again.
 async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collected() {
     let stack = shared_stack();
-    let late = Settle::After(Duration::from_secs(3));
+    let late = Settle::After(Duration::from_secs(5));
     let short = [
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
         ("FACTOMAT_RECONCILE_INTERVAL_SECONDS", "1"),
+        ("FACTOMAT_DELIVERY_RETENTION_SECONDS", "2"),
+        ("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "2"),
         ("FACTOMAT_ADMIN_LISTEN", "127.0.0.1:0"),
     ];
     let rig = Rig::start(stack, late, &short).await;
@@ -352,13 +355,17 @@ async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collecte
     // The counter is the process's, shared by this binary's servers: present is enough.
     let metrics = rig.server.admin_metrics().await;
     assert!(
-        metrics.contains(r#"factomat_payments_total{outcome="settled",reason="reconciled"}"#),
+        metrics.contains(r#"factomat_reconciled_total{state="settled"}"#),
         "{metrics}"
     );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let rpc_reads: u64 = rig.rpc.all_calls().values().sum();
     let again = rig.send(&body, &header).await;
     assert_eq!(again.status().as_u16(), 200);
     let answer: Value = again.json().await.expect("json");
     assert_eq!(answer["machine"], "VM02");
+    let after: u64 = rig.rpc.all_calls().values().sum();
+    assert_eq!(after, rpc_reads, "the held result, not the work run again");
     assert_eq!(
         rig.balance(&buyer.address),
         1_000_000 - PRICE,

@@ -64,7 +64,7 @@ impl RunningServer {
 
     /// Graceful shutdown: stops accepting, then waits up to `drain` for open requests and for
     /// paid calls to finish through settle and ledger record. False when the drain timed out:
-    /// the calls still open stay `reserved` in the ledger for `factomat ledger reconcile`.
+    /// the calls still open stay `reserved` in the ledger for the reconcile pass or `factomat ledger reconcile`.
     pub async fn drain(mut self, drain: std::time::Duration) -> bool {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -81,7 +81,7 @@ impl RunningServer {
         tracing::warn!(
             open_paid_calls = self.state.in_flight.count(),
             drain_timeout_ms = drain.as_millis() as u64,
-            "drain timeout: paid calls still open are left reserved in the ledger; run `factomat ledger reconcile` once their validBefore has passed"
+            "drain timeout: paid calls still open are left reserved in the ledger; the reconcile pass (or `factomat ledger reconcile`) decides them once their validBefore has passed"
         );
         false
     }

@@ -28,6 +28,7 @@ use crate::pay::echo::Declared;
 use crate::pay::facilitator::{Authorizer, FacilitatorClient};
 use crate::pay::ledger;
 use crate::pay::local_check;
+use crate::pay::reconcile_pass::ReconcilePass;
 use crate::pay::retained::{DeliverySecret, Retention};
 use crate::support::metrics::{RouteCounters, metrics};
 
@@ -201,13 +202,16 @@ impl AppState {
         let Some(rail) = &self.rail else { return };
         let retention = &rail.retention;
         let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
-        let longest_window = retention.longest_window_seconds();
+        let windows = (
+            retention.longest_window_seconds(),
+            retention.held_window_seconds(),
+        );
         tokio::spawn(async move {
             let mut timer = tokio::time::interval(every);
             loop {
                 timer.tick().await;
                 let now = crate::pay::call::unix_now();
-                match ledger.sweep_retained(now, longest_window).await {
+                match ledger.sweep_retained(now, windows.0, windows.1).await {
                     Ok(0) => {}
                     Ok(swept) => {
                         metrics().retained_expired(swept);
@@ -219,10 +223,9 @@ impl AppState {
         });
     }
 
-    /// Every `reconcile_interval_seconds` (first one interval after start-up), asks the chain
-    /// about the payments whose outcome is unknown and records what it proves, on every
-    /// replica (each change is conditional on the state read). Off at 0, or without a
-    /// payment chain reader; a pass waits while the reader's chain is unconfirmed.
+    /// The reconcile pass (`pay::reconcile_pass`) every `reconcile_interval_seconds` after
+    /// the last one ended, on every replica (each change is conditional on the state read).
+    /// Off at 0, or without a payment chain reader.
     pub(super) fn reconcile_in_background(&self) {
         let seconds = self.config.reconcile_interval_seconds;
         let Some(rail) = self.rail.as_ref().filter(|_| seconds > 0) else {
@@ -231,18 +234,15 @@ impl AppState {
         let Some(chain) = rail.chain.clone() else {
             return;
         };
-        let (ledger, strike_seconds) = (Arc::clone(&rail.ledger), rail.strike_seconds);
-        let every = std::time::Duration::from_secs(seconds);
-        tokio::spawn(async move {
-            let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                timer.tick().await;
-                if chain.trusted() {
-                    reconcile_pass(&ledger, &chain, strike_seconds).await;
-                }
-            }
-        });
+        let pass = ReconcilePass {
+            ledger: Arc::clone(&rail.ledger),
+            chain,
+            strike_seconds: rail.strike_seconds,
+            buyer_first_seconds: rail.retention.longest_window_seconds(),
+            interval: std::time::Duration::from_secs(seconds),
+            backoff: HashMap::new(),
+        };
+        tokio::spawn(pass.run_forever());
     }
 
     /// `GET /supported` once; a facilitator without exact on our network gets a warning.
@@ -264,34 +264,6 @@ impl AppState {
                 Err(error) => tracing::warn!(%error, "facilitator /supported check failed"),
             }
         });
-    }
-}
-
-/// One pass of [`AppState::reconcile_in_background`]: each row the chain decided is logged
-/// and counted; a ledger failure ends the pass (the next one starts over).
-async fn reconcile_pass(ledger: &ledger::Ledger, chain: &AuthorizationReader, strike_seconds: u64) {
-    let examined = match crate::pay::reconcile::run_due(ledger, chain, strike_seconds).await {
-        Ok(examined) => examined,
-        Err(error) => {
-            tracing::warn!(%error, "the reconcile pass could not read or change the ledger");
-            return;
-        }
-    };
-    for entry in &examined {
-        if entry.decided() {
-            metrics().reconciled(&entry.state_after);
-            tracing::warn!(
-                attempt = entry.id, machine = %entry.machine, payer = %entry.payer,
-                before = %entry.state_before, after = %entry.state_after,
-                evidence = %entry.evidence,
-                "a payment of unknown outcome was decided from the chain by the reconcile pass"
-            );
-        } else {
-            tracing::debug!(
-                attempt = entry.id, state = %entry.state_before, evidence = %entry.evidence,
-                "reconcile pass: still undecided"
-            );
-        }
     }
 }
 

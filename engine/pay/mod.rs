@@ -11,6 +11,7 @@ pub(crate) mod listing;
 pub(crate) mod local_check;
 pub(crate) mod payload;
 pub mod reconcile;
+pub(crate) mod reconcile_pass;
 pub(crate) mod record;
 pub mod report;
 pub(crate) mod rerun;

@@ -9,15 +9,15 @@
 //!
 //! Every change is a conditional update from the state that was read, so running it on
 //! several replicas at once, or twice, is safe. The service runs the same examination on a
-//! timer ([`run_due`], `reconcile_interval_seconds`), so a payment whose outcome was unknown
-//! is recorded without an operator or a resend.
+//! timer (`pay::reconcile_pass`), so a payment whose outcome was unknown is recorded without
+//! an operator or a resend.
 
 use alloy_primitives::{Address, B256, U256};
 use serde::Serialize;
 
 use crate::catalog::embedded::MANIFEST;
 use crate::chain::authorization::{AuthorizationReader, PaymentTerms};
-use crate::pay::call::{strike_until, unix_now};
+use crate::pay::call::strike_until;
 use crate::pay::ledger::{AttemptRow, Ledger, LedgerError, Outcome, UNRESOLVED};
 use crate::pay::settlement::{self, Finding, Payment};
 
@@ -150,7 +150,7 @@ fn evidence_of(finding: &Finding) -> String {
 }
 
 /// Examines one row and records what the chain says.
-async fn examine(
+pub(crate) async fn examine(
     ledger: &Ledger,
     chain: &AuthorizationReader,
     row: &AttemptRow,
@@ -219,35 +219,6 @@ pub async fn run(
     Ok(examined)
 }
 
-/// Whether the service's own pass examines `row` at `now`: a pending settlement always (the
-/// chain may have decided it since), any other undecided row once its call can no longer
-/// settle it. Rows the chain cannot be asked about are left to `ledger reconcile`, which
-/// reports them.
-pub(crate) fn due(row: &AttemptRow, now: u64) -> bool {
-    let Ok(payment) = payment_of(row) else {
-        return false;
-    };
-    row.state == "settle_pending"
-        || now >= payment.valid_before.saturating_add(RESERVED_MARGIN_SECONDS)
-}
-
-/// The service's periodic pass: every undecided row that is [`due`] now is examined as
-/// `ledger reconcile` examines it, and changed only as the chain proves.
-pub async fn run_due(
-    ledger: &Ledger,
-    chain: &AuthorizationReader,
-    strike_seconds: u64,
-) -> Result<Vec<Examined>, LedgerError> {
-    let now = unix_now();
-    let mut examined = Vec::new();
-    for row in ledger.unresolved().await? {
-        if due(&row, now) {
-            examined.push(examine(ledger, chain, &row, strike_seconds).await?);
-        }
-    }
-    Ok(examined)
-}
-
 impl Examined {
     /// Whether the chain moved the row (not "changed elsewhere", which another process did).
     pub fn decided(&self) -> bool {
@@ -273,57 +244,6 @@ pub fn render_text(examined: &[Examined]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(state: &str, valid_before: u64) -> AttemptRow {
-        let address = |byte: &str| format!("0x{}", byte.repeat(20));
-        AttemptRow {
-            id: 1,
-            machine: "VM02".into(),
-            family: "wallet".into(),
-            payer: address("11"),
-            amount_atomic: "10000".into(),
-            asset: address("22"),
-            network: MANIFEST.payment.network.clone(),
-            pay_to: address("33"),
-            state: state.into(),
-            transaction_hash: None,
-            nonce: Some(format!("0x{}", "ab".repeat(32))),
-            valid_before: Some(valid_before.to_string()),
-            failure_reason: None,
-            evidence: None,
-            created_at: "2026-12-07T12:00:00.000Z".into(),
-            request_id: None,
-            transfer_log_index: None,
-            request_sha256: String::new(),
-            collected_again: 0,
-            updated_at: "2026-12-07T12:00:00.000Z".into(),
-        }
-    }
-
-    #[test]
-    fn the_pass_leaves_a_call_its_authorization_and_rows_it_cannot_ask_about() {
-        let (valid_before, past) = (1_000, 1_000 + RESERVED_MARGIN_SECONDS);
-        assert!(
-            due(&row("settle_pending", valid_before), 0),
-            "pending: always"
-        );
-        for state in ["reserved", "settle_failed"] {
-            assert!(
-                !due(&row(state, valid_before), past - 1),
-                "{state}: its call may settle it"
-            );
-            assert!(due(&row(state, valid_before), past), "{state}: abandoned");
-        }
-        let mut unreadable = row("settle_pending", valid_before);
-        unreadable.nonce = None;
-        assert!(
-            !due(&unreadable, past),
-            "left to `ledger reconcile`, which reports it"
-        );
-        let mut elsewhere = row("settle_pending", valid_before);
-        elsewhere.network = "eip155:1".into();
-        assert!(!due(&elsewhere, past));
-    }
 
     #[test]
     fn a_burn_found_later_strikes_and_final_rows_are_never_changed() {

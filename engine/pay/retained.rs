@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// The least time a held result outlives its row's settlement ([`Retention::held_window_seconds`]).
+const HELD_AFTER_SETTLEMENT_SECONDS: u64 = 86_400;
 /// The extension's key in `PaymentRequired.extensions` and `PaymentPayload.extensions`.
 pub(crate) const PAYMENT_IDENTIFIER: &str = "payment-identifier";
 /// The bounds x402's payment-identifier extension puts on an `id`.
@@ -289,6 +291,15 @@ impl Retention {
     /// without-`id` window never exceeds.
     pub(crate) fn longest_window_seconds(&self) -> u64 {
         self.with_id_seconds
+    }
+
+    /// How long after its row settles a result held for a buyer told "pending" stays to be
+    /// collected: a day, or the longest window if that is longer. A reconcile settles the row
+    /// without its buyer, who was only told to come back; a window counted from then would
+    /// run out unseen (at retention 0, at the next sweep).
+    pub(crate) fn held_window_seconds(&self) -> u64 {
+        self.longest_window_seconds()
+            .max(HELD_AFTER_SETTLEMENT_SECONDS)
     }
 
     /// How often expired answers are swept: half the shorter window, between 1 and 30 seconds;

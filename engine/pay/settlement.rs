@@ -455,7 +455,7 @@ impl PendingReads {
     /// What the chain says about a row's payment, read at most once per
     /// [`PENDING_READ_TTL`] per row, within `budget`: a reading still going then is unknown
     /// (a resend of a long-past payment whose event search spans many windows leaves it to
-    /// `ledger reconcile`, which has no deadline, rather than hold the buyer's request).
+    /// the reconcile pass, which has no deadline, rather than hold the buyer's request).
     pub(crate) async fn find(
         &self,
         chain: &AuthorizationReader,
@@ -476,7 +476,7 @@ impl PendingReads {
             .unwrap_or_else(|_| {
                 tracing::warn!(attempt = row.id, budget_ms = budget.as_millis(), "a resend's chain reading did not finish within its budget; the outcome stays unknown");
                 unknown(vec![format!(
-                    "the chain reading did not finish within {} ms; ledger reconcile decides the row",
+                    "the chain reading did not finish within {} ms; a reconcile decides the row",
                     budget.as_millis()
                 )])
             });

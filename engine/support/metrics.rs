@@ -58,6 +58,11 @@ struct RetainedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconciledLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: &'static str,
 }
@@ -73,6 +78,7 @@ pub(crate) struct Metrics {
     build: Family<BuildLabels, Gauge>,
     listings: Family<ListingLabels, Counter>,
     retained: Family<RetainedLabels, Counter>,
+    reconciled: Family<ReconciledLabels, Counter>,
     /// `payments{outcome="challenged"}`, resolved once: every unpaid valid request counts it.
     challenged: Counter,
     /// The `reason` labels given out so far.
@@ -142,6 +148,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         build: Family::default(),
         listings: Family::default(),
         retained: Family::default(),
+        reconciled: Family::default(),
         challenged,
         reasons: ReasonLabels::default(),
     };
@@ -207,16 +214,19 @@ impl Metrics {
     }
 
     /// One payment of unknown outcome the service's reconcile pass decided from the chain,
-    /// by the state its row took (reason `reconciled`).
+    /// by the state its row took. Its own family: the call that then delivers the result
+    /// counts the payment in `payments` as it always did.
     pub(crate) fn reconciled(&self, state: &str) {
-        let outcome = match state {
+        let state = match state {
             "settled" => "settled",
             "settle_failed" => "settle_failed",
             "nonce_burned" => "nonce_burned",
             "expired" => "expired",
             _ => "other",
         };
-        self.payment(outcome, "reconciled");
+        self.reconciled
+            .get_or_create(&ReconciledLabels { state })
+            .inc();
     }
 
     /// A payment event whose reason an upstream reported (an open string): labelled only as
@@ -342,6 +352,11 @@ impl Metrics {
             "retained_answers",
             "Retained paid answers: retained, collected again, refused as conflicting, expired",
             self.retained.clone(),
+        );
+        registry.register(
+            "reconciled",
+            "Payments of unknown outcome the reconcile pass decided from the chain, by the state their row took",
+            self.reconciled.clone(),
         );
         registry.register("build_info", "Build information", self.build.clone());
         let rows: Family<Vec<(String, String)>, Gauge> = Family::default();

@@ -336,12 +336,17 @@ const COLLECTED_SQL: &str =
 
 /// Deletes answers past their window, and bindings whose call ended without an answer.
 /// A settled row's binding without an answer stays while the row's settlement (`updated_at`)
-/// is newer than `?2`: its identical resend runs the work once more within its window.
+/// is newer than `?2`: its identical resend runs the work once more within its window. A
+/// result held for a buyer told "pending" stays while the settlement is newer than `?3`: a
+/// reconcile may settle the row long before the buyer comes back for it.
 const SWEEP_SQL: &str = "DELETE FROM retained_answers
      WHERE (kind = 'sent' AND collectable_until < ?1)
         OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state NOT IN ('reserved', 'settle_pending', 'settled')
-               OR (state = 'settled' AND updated_at < ?2)))";
+            WHERE state NOT IN ('reserved', 'settle_pending', 'settled')))
+        OR (kind = 'in_flight' AND attempt_id IN (SELECT id FROM payment_attempts
+            WHERE state = 'settled' AND updated_at < ?2))
+        OR (kind = 'held' AND attempt_id IN (SELECT id FROM payment_attempts
+            WHERE state = 'settled' AND updated_at < ?3))";
 
 /// The retained answers table; `blob` is the backend's byte-string type.
 fn retained_schema(blob: &str) -> String {
@@ -728,18 +733,21 @@ impl Ledger {
     }
 
     /// Deletes retained answers past their window (unix seconds `now`), bindings whose call
-    /// ended unpaid, and bindings of rows settled without an answer more than
-    /// `longest_window_seconds` ago; how many went. Idempotent: every replica runs it.
+    /// ended unpaid, bindings of rows settled without an answer more than
+    /// `longest_window_seconds` ago, and held results of rows settled more than
+    /// `held_window_seconds` ago; how many went. Idempotent: every replica runs it.
     pub async fn sweep_retained(
         &self,
         now: u64,
         longest_window_seconds: u64,
+        held_window_seconds: u64,
     ) -> Result<u64, LedgerError> {
-        let settled_before = settled_before(now.saturating_sub(longest_window_seconds));
+        let horizons = [longest_window_seconds, held_window_seconds]
+            .map(|window| settled_before(now.saturating_sub(window)));
         let now = i64::try_from(now).unwrap_or(i64::MAX);
         match self {
-            Ledger::Sqlite(l) => l.sweep_retained(now, &settled_before),
-            Ledger::Postgres(l) => Box::pin(l.sweep_retained(now, &settled_before)).await,
+            Ledger::Sqlite(l) => l.sweep_retained(now, &horizons),
+            Ledger::Postgres(l) => Box::pin(l.sweep_retained(now, &horizons)).await,
         }
     }
 

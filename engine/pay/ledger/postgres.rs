@@ -446,12 +446,13 @@ impl PostgresLedger {
         self.execute(&NUMBERED.collected, &[&id]).await.map(|_| ())
     }
 
+    /// `horizons`: settled before these, an unanswered binding, then a held result, goes.
     pub(super) async fn sweep_retained(
         &self,
         now: i64,
-        settled_before: &str,
+        horizons: &[String; 2],
     ) -> Result<u64, LedgerError> {
-        self.execute(&NUMBERED.sweep, &[&now, &settled_before])
+        self.execute(&NUMBERED.sweep, &[&now, &horizons[0], &horizons[1]])
             .await
     }
 

@@ -262,14 +262,15 @@ impl SqliteLedger {
             .map(|_| ())
     }
 
+    /// `horizons`: settled before these, an unanswered binding, then a held result, goes.
     pub(super) fn sweep_retained(
         &self,
         now: i64,
-        settled_before: &str,
+        horizons: &[String; 2],
     ) -> Result<u64, LedgerError> {
         self.with(|c| {
             c.prepare_cached(SWEEP_SQL)?
-                .execute(params![now, settled_before])
+                .execute(params![now, horizons[0], horizons[1]])
         })
         .map(|swept| swept as u64)
     }
@@ -357,7 +358,7 @@ impl SqliteLedger {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Outcome, ROW_COLUMNS};
+    use super::super::{Keep, Outcome, ROW_COLUMNS};
     use super::*;
 
     /// An empty folder of this process's for one test's ledger: anything an earlier process
@@ -739,14 +740,48 @@ mod tests {
                 })
                 .expect("count")
         };
-        let now = i64::try_from(crate::pay::call::unix_now()).expect("now");
+        // A result held while its settlement was pending, the row then settled by a reconcile.
+        let held = ledger
+            .reserve(&attempt(3), Some(&bind(3)))
+            .expect("reserve");
+        let pending = Outcome::SettlePending {
+            transaction: None,
+            evidence: "not yet".into(),
+        };
+        let keep = RetainedChange::of(
+            "settle_pending",
+            Keep::Store {
+                sealed: b"sealed",
+                held: true,
+                collectable_until: None,
+            },
+        );
+        assert!(
+            ledger
+                .change(held, "reserved", &pending.change(), &keep)
+                .expect("change")
+        );
+        let settled_later = Outcome::Settled {
+            transaction: "0xbeef".into(),
+            transfer_log_index: Some(1),
+            evidence: None,
+        };
+        assert!(resolve(&ledger, held, "settle_pending", &settled_later));
+        let now = crate::pay::call::unix_now();
+        let horizon = |ago: i64| super::super::settled_before(now.saturating_add_signed(-ago));
+        let sweep = |horizons: [String; 2]| {
+            ledger
+                .sweep_retained(i64::try_from(now).expect("now"), &horizons)
+                .expect("sweep")
+        };
         // Within the window: only the unpaid row's binding goes.
-        let recent = super::super::settled_before(crate::pay::call::unix_now() - 600);
-        assert_eq!(ledger.sweep_retained(now, &recent).expect("sweep"), 1);
-        assert_eq!(bindings(), 1, "the paid row's binding stays");
-        // Once the window after the settlement has passed, it goes too.
-        let later = super::super::settled_before(crate::pay::call::unix_now() + 1);
-        assert_eq!(ledger.sweep_retained(now, &later).expect("sweep"), 1);
+        assert_eq!(sweep([horizon(600), horizon(86_400)]), 1);
+        assert_eq!(bindings(), 2, "the paid rows' binding and held result stay");
+        // Once the window after the settlement has passed, the binding goes too.
+        assert_eq!(sweep([horizon(-1), horizon(86_400)]), 1);
+        assert_eq!(bindings(), 1, "the held result outlives the window");
+        // And the held result once its own, longer window has passed.
+        assert_eq!(sweep([horizon(-1), horizon(-1)]), 1);
         assert_eq!(bindings(), 0);
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
