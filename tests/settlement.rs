@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::devstack::{Buyer, DevStack, shared_stack};
-use common::facilitator_proxy::Settle;
+use common::facilitator_proxy::{Settle, advance_past};
 use common::paid_rig::{PRICE, Rig, payment_response, reason_of, wait_for};
 use common::unix_now;
 use serde_json::Value;
@@ -372,6 +372,38 @@ async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collecte
         "charged once"
     );
     assert_eq!(rig.facilitator.recorder.forwarded_settles(), 1);
+}
+
+/// A pending settlement that never lands is decided unpaid by the reconcile pass once the
+/// chain's clock passes `validBefore`; the buyer who comes back hears why (the held result
+/// deleted, nothing charged), not merely that the payment was presented before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_settlement_the_pass_finds_unpaid_tells_its_returning_buyer_why() {
+    // Its own stack: the test moves anvil's clock past validBefore.
+    let stack = DevStack::start();
+    let short = [
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+        ("FACTOMAT_RECONCILE_INTERVAL_SECONDS", "1"),
+    ];
+    let rig = Rig::start(&stack, Settle::SucceedNamingNoTx, &short).await;
+    let buyer = stack.buyer();
+    let before = rig.balance(&buyer.address);
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(rig.send(&body, &header).await.status().as_u16(), 503);
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settle_pending");
+    let valid_before: u64 = row.valid_before.expect("kept").parse().expect("seconds");
+    advance_past(&stack.field("rpc_url"), valid_before + 1).await;
+    wait_for(
+        "the reconcile pass finds it unused past validBefore",
+        async || rig.only_row().await.state == "settle_failed",
+    )
+    .await;
+    let again = rig.send(&body, &header).await;
+    assert_eq!(again.status().as_u16(), 402);
+    assert_eq!(reason_of(&again), "settlement_failed");
+    assert_eq!(rig.balance(&buyer.address), before, "nothing was charged");
 }
 
 async fn a_pending_settlement_that_lands_within_the_wait_is_delivered_once() {

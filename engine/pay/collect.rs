@@ -12,6 +12,7 @@
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
+//! | none, and the nonce's row ended unpaid for this request and payer (a reconcile decided it) | 402 `settlement_failed` or `payment_nonce_burned` |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //! | any of the above, presented on another machine's route (a body both take) | nothing collected, run or resolved: 402 `payment_nonce_already_presented`, or 503 `payment_in_progress` while the outcome is unknown |
 //!
@@ -43,6 +44,9 @@ use crate::support::metrics::metrics;
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
 /// The 402 reason of a resend whose retained answer's window has passed.
 pub(crate) const ANSWER_EXPIRED: &str = "payment_answer_expired";
+/// The 402 reason of a payment found unpaid for sure (unused past `validBefore`, or refused
+/// before it was broadcast).
+const SETTLEMENT_FAILED: &str = "settlement_failed";
 
 /// The payment a resend presents, as far as collecting needs it.
 pub(crate) struct Resent<'a> {
@@ -487,12 +491,17 @@ async fn known_row(
         Ok(row) => row,
         Err(outcome) => return outcome,
     };
+    let own_request = same_payer && row.request_sha256 == request_sha256;
     match row.state.as_str() {
         "reserved" | "settle_pending" => PaidOutcome::Failed(Refusal::OutcomeUnknown),
-        "settled" if same_payer && row.request_sha256 == request_sha256 => {
+        "settled" if own_request => {
             metrics().retained("expired");
             reject(ANSWER_EXPIRED)
         }
+        // Decided unpaid while its buyer was away (a reconcile): they hear why, as their own
+        // resend deciding it would have told them.
+        "nonce_burned" if own_request => reject(NONCE_BURNED),
+        "settle_failed" | "expired" if own_request => reject(SETTLEMENT_FAILED),
         _ => reject(ALREADY_PRESENTED),
     }
 }
@@ -543,7 +552,7 @@ async fn decided_now(
 fn unpaid_reason(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::NonceBurned { .. } => NONCE_BURNED,
-        _ => "settlement_failed",
+        _ => SETTLEMENT_FAILED,
     }
 }
 
