@@ -81,7 +81,7 @@ impl RunningServer {
         tracing::warn!(
             open_paid_calls = self.state.in_flight.count(),
             drain_timeout_ms = drain.as_millis() as u64,
-            "drain timeout: paid calls still open are left reserved in the ledger; the reconcile pass (or `factomat ledger reconcile`) decides them once their validBefore has passed"
+            "drain timeout: paid calls still open are left reserved in the ledger; their buyers' resends decide them from the chain, else the reconcile pass a day after validBefore (or `factomat ledger reconcile`, at once)"
         );
         false
     }
@@ -284,13 +284,7 @@ async fn paid(
         .get_all(const { HeaderName::from_static(challenge::PAYMENT_SIGNATURE) })
         .iter();
     let signature = signatures.next();
-    if signatures.next().is_some() {
-        // Which of two payments the buyer meant is theirs to say, not ours to guess.
-        return error_response(&ApiError::bad_request(
-            "duplicate_payment_header",
-            "send one PAYMENT-SIGNATURE header; nothing was verified or charged",
-        ));
-    }
+    let another_signature = signatures.next().is_some();
     let bytes = match read_paid_body(route, headers, body, body_deadline).await {
         Ok(bytes) => bytes,
         Err(error) => return refused_body(state, route, incoming, &error),
@@ -303,6 +297,13 @@ async fn paid(
         Ok(terms) => terms,
         Err(error) => return error_response(&error),
     };
+    if another_signature {
+        // Which of two payments the buyer meant is theirs to say, not ours to guess.
+        return error_response(&ApiError::bad_request(
+            "duplicate_payment_header",
+            "send one PAYMENT-SIGNATURE header; nothing was verified or charged",
+        ));
+    }
     let Some(signature) = signature else {
         metrics().challenged();
         return challenge.response();

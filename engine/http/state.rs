@@ -184,7 +184,7 @@ impl AppState {
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
                         request_id = row.request_id.as_deref().unwrap_or("unknown"),
-                        "ledger row left reserved by an earlier run: settlement outcome unknown; `factomat ledger reconcile` asks the chain (authorizationState(payer, nonce) on the asset)"
+                        "ledger row left reserved by an earlier run: settlement outcome unknown; its buyer's resend decides it from the chain (and runs the work once more if it was paid), else the reconcile pass does a day after validBefore; `factomat ledger reconcile` decides it now, which ends the buyer's re-run at delivery_retention_seconds = 0"
                     );
                 }
                 tracing::warn!(
@@ -238,7 +238,7 @@ impl AppState {
             ledger: Arc::clone(&rail.ledger),
             chain,
             strike_seconds: rail.strike_seconds,
-            buyer_first_seconds: rail.retention.longest_window_seconds(),
+            buyer_first_seconds: rail.retention.held_window_seconds(),
             interval: std::time::Duration::from_secs(seconds),
             backoff: HashMap::new(),
         };

@@ -5,10 +5,13 @@
 //!
 //! - a `settle_pending` row at every pass, newest first (its buyer is likely waiting);
 //! - a `reserved` row (its replica stopped mid-call) once `validBefore`, the abandoned-row
-//!   margin and the longest delivery window have passed: its buyer's resend decides it first,
-//!   with the work run once more, and the pass only records what nobody came back for;
-//! - never a `settle_failed` row (already unpaid for sure; `ledger reconcile` still reads
-//!   it), nor one the chain cannot be asked about (`ledger reconcile` reports it).
+//!   margin and the held results' window (a day, or the longest delivery window) have passed:
+//!   until then its buyer's resend decides it and gets the work run once more, which a
+//!   settlement recorded without them would take away at retention 0;
+//! - a `settle_failed` row once `validBefore` and the margin have passed, when one reading
+//!   decides it for good (`expired`, or `settled` by a transfer executed after our refusal),
+//!   and it leaves the undecided rows;
+//! - never one the chain cannot be asked about (`ledger reconcile` reports it).
 //!
 //! A row the chain leaves undecided is read again after a wait that doubles from the
 //! interval up to an hour, so a row whose event search keeps failing does not load the RPC
@@ -37,7 +40,7 @@ pub(crate) struct ReconcilePass {
     /// How long a payer whose nonce is found burned is refused (`unpaid_strike_seconds`).
     pub strike_seconds: u64,
     /// How long a `reserved` row is left to its buyer's resend past its abandoned-row
-    /// margin: the longest delivery window.
+    /// margin: the held results' window.
     pub buyer_first_seconds: u64,
     /// The wait between the end of one pass and the start of the next.
     pub interval: Duration,
@@ -87,7 +90,7 @@ impl ReconcilePass {
         due.sort_by_key(|row| (row.state != "settle_pending", Reverse(row.id)));
         for row in due {
             match reconcile::examine(&self.ledger, &self.chain, &row, self.strike_seconds).await {
-                Ok(entry) => self.note(&entry, now),
+                Ok(entry) => self.note(&entry, unix_now()),
                 Err(error) => {
                     tracing::warn!(%error, attempt = row.id, "the reconcile pass could not change the ledger");
                     return;
@@ -98,6 +101,18 @@ impl ReconcilePass {
 
     /// Logs and counts a decided row; schedules an undecided one's next reading.
     fn note(&mut self, entry: &Examined, now: u64) {
+        if entry.decided()
+            && entry.state_before == "settle_failed"
+            && entry.state_after == "expired"
+        {
+            self.backoff.remove(&entry.id);
+            metrics().reconciled(&entry.state_after);
+            tracing::info!(
+                attempt = entry.id, evidence = %entry.evidence,
+                "a failed settlement's authorization is unused past validBefore: unpaid for good"
+            );
+            return;
+        }
         if entry.decided() {
             self.backoff.remove(&entry.id);
             metrics().reconciled(&entry.state_after);
@@ -128,12 +143,11 @@ fn due(row: &AttemptRow, now: u64, buyer_first_seconds: u64, backoff: Option<&Ba
     if backoff.is_some_and(|b| now < b.next) {
         return false;
     }
+    let past = |seconds: u64| now >= payment.valid_before.saturating_add(seconds);
     match row.state.as_str() {
         "settle_pending" => true,
-        "reserved" => {
-            let left_to_buyer = RESERVED_MARGIN_SECONDS.saturating_add(buyer_first_seconds);
-            now >= payment.valid_before.saturating_add(left_to_buyer)
-        }
+        "reserved" => past(RESERVED_MARGIN_SECONDS.saturating_add(buyer_first_seconds)),
+        "settle_failed" => past(RESERVED_MARGIN_SECONDS),
         _ => false,
     }
 }
@@ -182,7 +196,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pass_leaves_a_call_and_its_buyer_first_and_never_reads_what_it_cannot_ask() {
+    fn the_pass_leaves_a_call_and_its_buyer_first_and_reads_only_what_one_reading_can_decide() {
         const BUYER_FIRST: u64 = 600;
         let valid_before = 1_000;
         let abandoned = valid_before + RESERVED_MARGIN_SECONDS + BUYER_FIRST;
@@ -198,9 +212,14 @@ mod tests {
         );
         assert!(due_at(&reserved, abandoned), "then nobody came back for it");
         let failed = row("settle_failed", valid_before);
+        let decidable = valid_before + RESERVED_MARGIN_SECONDS;
         assert!(
-            !due_at(&failed, u64::MAX),
-            "unpaid for sure: left to `ledger reconcile`"
+            !due_at(&failed, decidable - 1),
+            "unused now may still be used"
+        );
+        assert!(
+            due_at(&failed, decidable),
+            "one reading decides it for good"
         );
         let mut unreadable = row("settle_pending", valid_before);
         unreadable.nonce = None;
