@@ -374,14 +374,25 @@ impl Resend<'_> {
             ),
         };
         let ledger = &self.rail.ledger;
-        if let Err(error) = ledger
+        let mut stored = ledger
             .resolve_keeping(row.id, &row.state, settled, keep)
-            .await
-        {
-            return resend_ledger_failure(&error);
+            .await;
+        if matches!(stored, Ok(false)) && row.state != "settled" {
+            // A reconcile recorded it settled meanwhile: the answer is stored on that row.
+            stored = ledger
+                .resolve_keeping(row.id, "settled", settled, keep)
+                .await;
+        }
+        match stored {
+            Err(error) => return resend_ledger_failure(&error),
+            Ok(false) => tracing::warn!(
+                attempt = row.id,
+                "a paid row changed while its held answer was stored; the next resend stores it"
+            ),
+            // Counted once: when the held answer becomes the sent one.
+            Ok(true) => metrics().payment("settled", ""),
         }
         tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
-        metrics().payment("settled", "");
         self.collected(row.id).await;
         PaidOutcome::Answered(answer)
     }
