@@ -116,7 +116,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "reconcile_interval_seconds",
         "FACTOMAT_RECONCILE_INTERVAL_SECONDS",
         false,
-        "How long after one reconcile pass the next starts, in seconds: the service asks the chain about payments whose outcome is unknown (settle_pending; reserved a day after validBefore, its buyer's resend deciding it first; settle_failed once validBefore has passed) and records what it proves, as `ledger reconcile` does (default 60; 0 = only by hand).",
+        "How long after one reconcile pass the next starts, in seconds: the service asks the chain about payments whose outcome is unknown (settle_pending; reserved a day after validBefore, its buyer's resend deciding it first) and records what it proves, as `ledger reconcile` does (default 60; 0 = only by hand).",
     ),
     (
         "delivery_retention_seconds",

@@ -12,7 +12,7 @@
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
-//! | none, and the nonce's row ended unpaid for this request and payer (a reconcile decided it) | 402 `settlement_failed` or `payment_nonce_burned` |
+//! | none, and the nonce's row ended unpaid for good for this request and payer (a reconcile decided it) | 402 `settlement_failed` or `payment_nonce_burned` |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //! | any of the above, presented on another machine's route (a body both take) | nothing collected, run or resolved: 402 `payment_nonce_already_presented`, or 503 `payment_in_progress` while the outcome is unknown |
 //!
@@ -374,20 +374,16 @@ impl Resend<'_> {
             ),
         };
         let ledger = &self.rail.ledger;
-        let mut stored = ledger
+        let stored = ledger
             .resolve_keeping(row.id, &row.state, settled, keep)
             .await;
-        if matches!(stored, Ok(false)) && row.state != "settled" {
-            // A reconcile recorded it settled meanwhile: the answer is stored on that row.
-            stored = ledger
-                .resolve_keeping(row.id, "settled", settled, keep)
-                .await;
-        }
         match stored {
             Err(error) => return resend_ledger_failure(&error),
-            Ok(false) => tracing::warn!(
+            // Another resend stored it, or a reconcile settled the row meanwhile (the next
+            // resend then stores and counts it): delivered, not counted here.
+            Ok(false) => tracing::info!(
                 attempt = row.id,
-                "a paid row changed while its held answer was stored; the next resend stores it"
+                "a paid row changed while its held answer was stored"
             ),
             // Counted once: when the held answer becomes the sent one.
             Ok(true) => metrics().payment("settled", ""),
@@ -509,10 +505,16 @@ async fn known_row(
             metrics().retained("expired");
             reject(ANSWER_EXPIRED)
         }
-        // Decided unpaid while its buyer was away (a reconcile): they hear why, as their own
-        // resend deciding it would have told them.
+        // Decided unpaid for good while its buyer was away (a reconcile): they hear why, as
+        // their own resend deciding it would have told them. A refusal before broadcasting
+        // is not final (the authorization may still be executed): presented, as before.
         "nonce_burned" if own_request => reject(NONCE_BURNED),
-        "settle_failed" | "expired" if own_request => reject(SETTLEMENT_FAILED),
+        "expired" if own_request => reject(SETTLEMENT_FAILED),
+        "settle_failed"
+            if own_request && row.failure_reason.as_deref() == Some(SETTLEMENT_FAILED) =>
+        {
+            reject(SETTLEMENT_FAILED)
+        }
         _ => reject(ALREADY_PRESENTED),
     }
 }

@@ -8,9 +8,9 @@
 //!   margin and the held results' window (a day, or the longest delivery window) have passed:
 //!   until then its buyer's resend decides it and gets the work run once more, which a
 //!   settlement recorded without them would take away at retention 0;
-//! - a `settle_failed` row once `validBefore` and the margin have passed, when one reading
-//!   decides it for good (`expired`, or `settled` by a transfer executed after our refusal),
-//!   and it leaves the undecided rows;
+//! - never a `settle_failed` row: the chain showed it unused when it was refused, and reading
+//!   every old one again would search its logs back to its reserve (`ledger reconcile` still
+//!   reads them, for the rare authorization executed after our refusal);
 //! - never one the chain cannot be asked about (`ledger reconcile` reports it).
 //!
 //! A row the chain leaves undecided is read again after a wait that doubles from the
@@ -72,7 +72,7 @@ impl ReconcilePass {
 
     /// One pass: the due rows, pending newest first; a ledger failure ends it.
     async fn once(&mut self) {
-        let rows = match self.ledger.unresolved().await {
+        let rows = match self.ledger.undecided().await {
             Ok(rows) => rows,
             Err(error) => {
                 tracing::warn!(%error, "the reconcile pass could not read the ledger");
@@ -101,18 +101,6 @@ impl ReconcilePass {
 
     /// Logs and counts a decided row; schedules an undecided one's next reading.
     fn note(&mut self, entry: &Examined, now: u64) {
-        if entry.decided()
-            && entry.state_before == "settle_failed"
-            && entry.state_after == "expired"
-        {
-            self.backoff.remove(&entry.id);
-            metrics().reconciled(&entry.state_after);
-            tracing::info!(
-                attempt = entry.id, evidence = %entry.evidence,
-                "a failed settlement's authorization is unused past validBefore: unpaid for good"
-            );
-            return;
-        }
         if entry.decided() {
             self.backoff.remove(&entry.id);
             metrics().reconciled(&entry.state_after);
@@ -147,7 +135,6 @@ fn due(row: &AttemptRow, now: u64, buyer_first_seconds: u64, backoff: Option<&Ba
     match row.state.as_str() {
         "settle_pending" => true,
         "reserved" => past(RESERVED_MARGIN_SECONDS.saturating_add(buyer_first_seconds)),
-        "settle_failed" => past(RESERVED_MARGIN_SECONDS),
         _ => false,
     }
 }
@@ -196,7 +183,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pass_leaves_a_call_and_its_buyer_first_and_reads_only_what_one_reading_can_decide() {
+    fn the_pass_leaves_a_call_and_its_buyer_first_and_never_reads_what_was_refused() {
         const BUYER_FIRST: u64 = 600;
         let valid_before = 1_000;
         let abandoned = valid_before + RESERVED_MARGIN_SECONDS + BUYER_FIRST;
@@ -212,14 +199,9 @@ mod tests {
         );
         assert!(due_at(&reserved, abandoned), "then nobody came back for it");
         let failed = row("settle_failed", valid_before);
-        let decidable = valid_before + RESERVED_MARGIN_SECONDS;
         assert!(
-            !due_at(&failed, decidable - 1),
-            "unused now may still be used"
-        );
-        assert!(
-            due_at(&failed, decidable),
-            "one reading decides it for good"
+            !due_at(&failed, u64::MAX),
+            "refused already: `ledger reconcile` reads it"
         );
         let mut unreadable = row("settle_pending", valid_before);
         unreadable.nonce = None;

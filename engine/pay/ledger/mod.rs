@@ -860,6 +860,13 @@ impl Ledger {
             .await
     }
 
+    /// Every `reserved` and `settle_pending` row: the ones whose outcome nobody knows yet (the
+    /// reconcile pass's; `settle_failed` ones stay with `ledger reconcile`).
+    pub async fn undecided(&self) -> Result<Vec<AttemptRow>, LedgerError> {
+        self.select("WHERE state IN ('reserved', 'settle_pending')")
+            .await
+    }
+
     /// The rows with these ids (reconcile re-checks rows it is asked about).
     pub async fn rows_by_id(&self, ids: &[i64]) -> Result<Vec<AttemptRow>, LedgerError> {
         let list: Vec<String> = ids.iter().map(i64::to_string).collect();
