@@ -123,7 +123,7 @@ async fn in_challenge_mode_every_probe_of_every_machine_gets_its_402_and_nothing
     let (facilitator, calls) = counting_facilitator().await;
     let server = server_in(Some("challenge"), &facilitator).await;
     let outbound = settled_outbound(&server).await;
-    let health: Value = server.get("/health").await.json().await.expect("json");
+    let health: Value = server.get_json("/health").await;
     assert_eq!(health["payment"]["unpaid_empty_body"], "challenge");
     for (id, path, _) in machine_routes() {
         let mut terms = None;
@@ -178,7 +178,7 @@ async fn by_default_the_probes_keep_their_400s_and_start_up_says_what_that_costs
     let (facilitator, calls) = counting_facilitator().await;
     let server = server_in(None, &facilitator).await;
     let outbound = settled_outbound(&server).await;
-    let health: Value = server.get("/health").await.json().await.expect("json");
+    let health: Value = server.get_json("/health").await;
     assert_eq!(health["payment"]["unpaid_empty_body"], "reject");
     for (id, path, _) in machine_routes() {
         let response = send(&server, &path, ("POST", None, b""), None).await;
@@ -433,19 +433,9 @@ async fn ownership_proofs_are_checked_at_start_up_and_published_in_both_document
     ];
     env.extend_from_slice(ALL_PROVIDERS);
     let server = TestServer::with_env(&env).await;
-    let openapi: Value = server
-        .get("/openapi.json")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let openapi: Value = server.get_json("/openapi.json").await;
     assert_eq!(openapi["x-discovery"]["ownershipProofs"], json!([proof]));
-    let well_known: Value = server
-        .get("/.well-known/x402")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let well_known: Value = server.get_json("/.well-known/x402").await;
     assert_eq!(well_known["ownershipProofs"], json!([proof]));
 
     let another_origin = personal_sign(PAY_TO_KEY, "https://another.example");

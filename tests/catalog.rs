@@ -134,7 +134,7 @@ const EXPECTED: [(&str, &str, &str, &str, &str); 11] = [
 
 async fn catalog() -> (TestServer, Value) {
     let server = TestServer::start().await;
-    let catalog = server.get("/v1/catalog").await.json().await.expect("json");
+    let catalog = server.get_json("/v1/catalog").await;
     (server, catalog)
 }
 
@@ -215,12 +215,7 @@ async fn families_are_the_three_of_part_2_1() {
 #[tokio::test]
 async fn machines_are_vm01_to_vm11_with_every_field() {
     let (server, catalog) = catalog().await;
-    let openapi: Value = server
-        .get("/openapi.json")
-        .await
-        .json()
-        .await
-        .expect("openapi");
+    let openapi: Value = server.get_json("/openapi.json").await;
     let machines = catalog["machines"].as_array().expect("machines");
     assert_eq!(machines.len(), 11);
     for (entry, (id, family, operation_id, price, methodology)) in machines.iter().zip(EXPECTED) {

@@ -300,12 +300,7 @@ async fn sealed_answer_verifies(server: &TestServer, answer: &Value) {
         headers["content-digest"].as_str(),
         Some(factomat::evidence::content_digest(body.as_bytes()).as_str())
     );
-    let document: Value = server
-        .get("/.well-known/did.json")
-        .await
-        .json()
-        .await
-        .expect("did.json");
+    let document: Value = server.get_json("/.well-known/did.json").await;
     let document = factomat::evidence::DidDocument::parse(&document).expect("document");
     let verified = factomat::evidence::verify_seal(seal, body.as_bytes(), &document)
         .expect("the seal verifies");

@@ -60,7 +60,7 @@ async fn did_document(server: &TestServer) -> Value {
 async fn without_a_key_nothing_is_signed_and_health_says_so() {
     let server = TestServer::start().await;
     assert_eq!(server.get("/.well-known/did.json").await.status(), 404);
-    let health: Value = server.get("/health").await.json().await.expect("JSON");
+    let health: Value = server.get_json("/health").await;
     assert_eq!(health["evidence"], json!({"signing": "off"}));
     let (_, path, body) = &machine_routes()[0];
     let response = server.post_json(path, body).await;
@@ -113,7 +113,7 @@ async fn the_did_document_is_free_cacheable_and_names_every_key_by_the_base_url(
         .await
         .expect("answered");
     assert_eq!(again.status(), 304);
-    let health: Value = server.get("/health").await.json().await.expect("JSON");
+    let health: Value = server.get_json("/health").await;
     assert_eq!(health["evidence"]["signing"], "on");
     assert_eq!(health["evidence"]["did"], did.as_str());
     assert_eq!(health["evidence"]["kid"], kid);
@@ -125,7 +125,7 @@ async fn the_did_document_is_free_cacheable_and_names_every_key_by_the_base_url(
     )
     .await;
     assert_eq!(below.get("/.well-known/did.json").await.status(), 404);
-    let document: Value = below.get("/did.json").await.json().await.expect("JSON");
+    let document: Value = below.get_json("/did.json").await;
     assert_eq!(document["id"], "did:web:x.example:factomat");
 }
 

@@ -116,7 +116,7 @@ async fn health_reports_static_facts_only() {
         ("FACTOMAT_FACILITATOR_URL", facilitator.as_str()),
     ])
     .await;
-    let health: Value = ready.get("/health").await.json().await.expect("json");
+    let health: Value = ready.get_json("/health").await;
     assert_eq!(health["status"], "ok");
     assert_eq!(health["service"], "factomat");
     assert_eq!(health["catalog_version"], "factomat-catalog-0.2.0");
@@ -126,7 +126,7 @@ async fn health_reports_static_facts_only() {
     assert_eq!(health["payment"]["network"], "eip155:8453");
     for env in [vec![("FACTOMAT_PAY_TO", common::PAY_TO)], vec![]] {
         let degraded = TestServer::with_env(&env).await;
-        let health: Value = degraded.get("/health").await.json().await.expect("json");
+        let health: Value = degraded.get_json("/health").await;
         assert_eq!(health["status"], "degraded", "{env:?}");
         assert_eq!(health["payment"]["facilitator_configured"], false);
         assert_eq!(degraded.outbound(), 0, "health does no outbound work");
@@ -136,7 +136,7 @@ async fn health_reports_static_facts_only() {
 #[tokio::test]
 async fn the_base_url_defaults_to_the_bound_address() {
     let server = TestServer::with_env(&[("FACTOMAT_PAY_TO", common::PAY_TO)]).await;
-    let catalog: Value = server.get("/v1/catalog").await.json().await.expect("json");
+    let catalog: Value = server.get_json("/v1/catalog").await;
     assert_eq!(
         catalog["machines"][0]["resource"],
         format!("{}/v1/url-context", server.url)

@@ -761,13 +761,7 @@ async fn a_held_answer_whose_row_reconcile_settled_is_delivered_without_reading_
 /// against the server's DID document and agreeing with each other.
 async fn assert_evidence_of(rig: &Rig<'_>, answer: &Received) {
     use factomat::evidence::{DidDocument, receipt_matches_seal, verify_receipt, verify_seal};
-    let did: Value = rig
-        .server
-        .get("/.well-known/did.json")
-        .await
-        .json()
-        .await
-        .expect("DID document");
+    let did: Value = rig.server.get_json("/.well-known/did.json").await;
     let document = DidDocument::parse(&did).expect("document");
     let payment_response = answer
         .payment_response

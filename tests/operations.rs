@@ -123,7 +123,7 @@ async fn a_machine_whose_providers_are_missing_answers_503_before_any_payment_is
         assert_eq!(response.status().as_u16(), 402, "{id}");
     }
 
-    let health: Value = server.get("/health").await.json().await.expect("json");
+    let health: Value = server.get_json("/health").await;
     let readiness = health["machine_readiness"].as_array().expect("list");
     assert_eq!(readiness.len(), 11);
     let not_ready: Vec<&str> = readiness

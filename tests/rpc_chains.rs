@@ -62,13 +62,7 @@ async fn endpoints_are_checked_for_their_chain_and_fail_over_one_at_a_time() {
     .await;
 
     // The wrong chain: VM06 and VM04 are not ready, /health and the log say why.
-    let health: Value = rig
-        .server
-        .get("/health")
-        .await
-        .json()
-        .await
-        .expect("health");
+    let health: Value = rig.server.get_json("/health").await;
     let readiness = health["machine_readiness"].as_array().expect("readiness");
     for id in ["VM04", "VM06"] {
         let entry = readiness

@@ -50,13 +50,7 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries
 /// (`SettlementPending`), and not a plain `Error`: one of the 503's `oneOf` holds.
 async fn assert_published_pending_body(rig: &Rig<'_>, body: &Value) {
-    let openapi: Value = rig
-        .server
-        .get("/openapi.json")
-        .await
-        .json()
-        .await
-        .expect("openapi");
+    let openapi: Value = rig.server.get_json("/openapi.json").await;
     let schemas = &openapi["components"]["schemas"];
     let mut pending = schemas["SettlementPending"].clone();
     // OpenAPI 3.0's `nullable` in JSON Schema's words.

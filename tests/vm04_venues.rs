@@ -609,12 +609,7 @@ async fn sample_capture_stores_a_real_answer_that_the_free_endpoint_then_serves(
             .collect::<Vec<_>>(),
     )
     .await;
-    let sample: Value = server
-        .get("/samples/productive-venue-snapshot")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let sample: Value = server.get_json("/samples/productive-venue-snapshot").await;
     assert_eq!(sample["kind"], "captured", "{sample:#}");
     assert_eq!(sample["not_a_current_observation"], true);
     assert_eq!(sample["captured_at"], stored["captured_at"]);
@@ -643,11 +638,6 @@ async fn sample_capture_stores_a_real_answer_that_the_free_endpoint_then_serves(
         sample_path.display().to_string().as_str(),
     )])
     .await;
-    let sample: Value = server
-        .get("/samples/productive-venue-snapshot")
-        .await
-        .json()
-        .await
-        .expect("json");
+    let sample: Value = server.get_json("/samples/productive-venue-snapshot").await;
     assert_eq!(sample["kind"], "illustrative");
 }

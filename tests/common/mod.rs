@@ -133,6 +133,15 @@ impl TestServer {
             .expect("GET answered")
     }
 
+    /// A GET whose answer is read as JSON (a free document, `/health`).
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.get(path)
+            .await
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{path} answers JSON: {e}"))
+    }
+
     pub async fn post_json(&self, path: &str, body: &Value) -> reqwest::Response {
         self.post_raw(path, serde_json::to_vec(body).expect("json"))
             .await
