@@ -37,16 +37,13 @@ use crate::pay::facilitator::SETTLEMENT_PENDING;
 use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
 use crate::pay::reconcile::{RESERVED_MARGIN_SECONDS, outcome_of, payment_of};
 use crate::pay::retained::{self, Answer, Lookup};
-use crate::pay::settlement::{Finding, our_settle_response};
+use crate::pay::settlement::{Finding, SETTLEMENT_FAILED, our_settle_response};
 use crate::support::metrics::metrics;
 
 /// How often the ledger is asked whether the original has finished.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(250);
 /// The 402 reason of a resend whose retained answer's window has passed.
 pub(crate) const ANSWER_EXPIRED: &str = "payment_answer_expired";
-/// The 402 reason of a payment found unpaid for sure (unused past `validBefore`, or refused
-/// before it was broadcast).
-const SETTLEMENT_FAILED: &str = "settlement_failed";
 
 /// The payment a resend presents, as far as collecting needs it.
 pub(crate) struct Resent<'a> {
@@ -216,6 +213,13 @@ impl Resend<'_> {
         }
     }
 
+    /// Until when an answer of this payment stored now may be collected.
+    fn collectable_from_now(&self) -> i64 {
+        self.rail
+            .retention
+            .collectable_until(self.lookup, unix_now())
+    }
+
     /// Until when an answer of this payment, settled at `settled_at` (RFC 3339), may be
     /// collected.
     fn window_end(&self, settled_at: &str) -> Option<i64> {
@@ -243,10 +247,7 @@ impl Resend<'_> {
         );
         match outcome {
             Outcome::Settled { transaction, .. } => {
-                let until = self
-                    .rail
-                    .retention
-                    .collectable_until(self.lookup, unix_now());
+                let until = self.collectable_from_now();
                 run_again(settled_row(row, &transaction), until)
             }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
@@ -341,10 +342,7 @@ impl Resend<'_> {
             attempt = row.id,
             "a pending payment settled but its held answer does not open: running its work once more"
         );
-        let until = self
-            .rail
-            .retention
-            .collectable_until(self.lookup, unix_now());
+        let until = self.collectable_from_now();
         run_again(settled_row(row.clone(), transaction), until)
     }
 
@@ -367,11 +365,7 @@ impl Resend<'_> {
         let keep = Keep::Store {
             sealed: &sealed,
             held: false,
-            collectable_until: Some(
-                self.rail
-                    .retention
-                    .collectable_until(self.lookup, unix_now()),
-            ),
+            collectable_until: Some(self.collectable_from_now()),
         };
         let ledger = &self.rail.ledger;
         let stored = ledger

@@ -130,7 +130,7 @@ pub(crate) fn outcome_of(
             strike_until: burn_strike_until,
         }),
         (Finding::Unpaid { evidence }, "settle_pending") => Some(Outcome::SettleFailed {
-            reason: "settlement_failed".into(),
+            reason: settlement::SETTLEMENT_FAILED.into(),
             evidence: Some(evidence.clone()),
             strike_until: None,
         }),

@@ -33,6 +33,10 @@ use crate::pay::ledger::AttemptRow;
 use crate::pay::listing::ListingBoard;
 use crate::pay::row_locks::RowLocks;
 
+/// The reason of a payment unpaid for sure with no other reason to give: unused on chain past
+/// `validBefore` (a returning buyer is told it too).
+pub(crate) const SETTLEMENT_FAILED: &str = "settlement_failed";
+
 /// How often a pending settlement is asked about: about one Base block.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// How long one chain reading about a pending row answers its resends: about a Base block.
@@ -354,7 +358,7 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
     let reason = outcome
         .error_reason
         .clone()
-        .unwrap_or_else(|| "settlement_failed".into());
+        .unwrap_or_else(|| SETTLEMENT_FAILED.into());
     if !REFUSED_BEFORE_BROADCAST.contains(&reason.as_str()) {
         tracing::warn!(%reason, "settle failed naming no transaction, for a reason that may follow a broadcast: following the chain");
         return follow(s, None).await;
@@ -427,7 +431,7 @@ async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
             }
             Finding::Unpaid { evidence } => {
                 return Settlement::Unpaid {
-                    reason: "settlement_failed".into(),
+                    reason: SETTLEMENT_FAILED.into(),
                     response: None,
                     evidence,
                     payer_fault: false,
