@@ -34,7 +34,7 @@ use crate::pay::call::{
     resend_ledger_failure, strike_until, unix_now,
 };
 use crate::pay::facilitator::SETTLEMENT_PENDING;
-use crate::pay::ledger::{AttemptRow, Keep, Outcome, Retained};
+use crate::pay::ledger::{AttemptRow, Keep, LedgerError, Outcome, Retained};
 use crate::pay::reconcile::{RESERVED_MARGIN_SECONDS, outcome_of, payment_of};
 use crate::pay::retained::{self, Answer, Lookup};
 use crate::pay::settlement::{Finding, SETTLEMENT_FAILED, our_settle_response};
@@ -362,19 +362,11 @@ impl Resend<'_> {
         let Ok(sealed) = retained::seal(&self.rail.retention.secret, self.lookup, &answer) else {
             return self.still_pending(entry);
         };
-        let keep = Keep::Store {
-            sealed: &sealed,
-            held: false,
-            collectable_until: Some(self.collectable_from_now()),
-        };
-        let ledger = &self.rail.ledger;
-        let stored = ledger
-            .resolve_keeping(row.id, &row.state, settled, keep)
-            .await;
+        let stored = self.store_delivered(row, settled, &sealed).await;
         match stored {
             Err(error) => return resend_ledger_failure(&error),
-            // Another resend stored it, or a reconcile settled the row meanwhile (the next
-            // resend then stores and counts it): delivered, not counted here.
+            // A concurrent resend stored it, or a reconcile settled the row meanwhile (the
+            // next resend then stores and counts it): delivered, not counted here.
             Ok(false) => tracing::info!(
                 attempt = row.id,
                 "a paid row changed while its held answer was stored"
@@ -385,6 +377,30 @@ impl Resend<'_> {
         tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
         self.collected(row.id).await;
         PaidOutcome::Answered(answer)
+    }
+
+    /// Stores the sealed answer of a held result as the sent one: with the row's move to
+    /// `settled`, or, if a reconcile recorded it already, only while the result is still held.
+    /// False when another resend (or the reconcile) changed the row first.
+    async fn store_delivered(
+        &self,
+        row: &AttemptRow,
+        settled: &Outcome,
+        sealed: &[u8],
+    ) -> Result<bool, LedgerError> {
+        let until = self.collectable_from_now();
+        let ledger = &self.rail.ledger;
+        if row.state == "settled" {
+            return ledger.deliver_held(row.id, sealed, until).await;
+        }
+        let keep = Keep::Store {
+            sealed,
+            held: false,
+            collectable_until: Some(until),
+        };
+        ledger
+            .resolve_keeping(row.id, &row.state, settled, keep)
+            .await
     }
 
     /// The same pending answer as the first: no fresh challenge, `Retry-After`.

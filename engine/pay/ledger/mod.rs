@@ -330,6 +330,11 @@ const STORE_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = ?2,
 /// Forgets a row's retained answer.
 const DROP_SQL: &str = "DELETE FROM retained_answers WHERE attempt_id = ?1";
 
+/// A held answer of a row already recorded `settled` becomes the sent one; only while it is
+/// still held, so of two concurrent resends one stores (and counts) it.
+const DELIVER_HELD_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = 'sent',
+     collectable_until = ?2 WHERE attempt_id = ?3 AND kind = 'held'";
+
 /// One more collection of a row's answer.
 const COLLECTED_SQL: &str =
     "UPDATE payment_attempts SET collected_again = collected_again + 1 WHERE id = ?1";
@@ -721,6 +726,20 @@ impl Ledger {
         match self {
             Ledger::Sqlite(l) => l.retain(id, binding, sealed, collectable_until),
             Ledger::Postgres(l) => Box::pin(l.retain(id, binding, sealed, collectable_until)).await,
+        }
+    }
+
+    /// Stores the finished answer of a row already recorded `settled` in place of its held
+    /// result. False when it is no longer held (another resend stored it first).
+    pub async fn deliver_held(
+        &self,
+        id: i64,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<bool, LedgerError> {
+        match self {
+            Ledger::Sqlite(l) => l.deliver_held(id, sealed, collectable_until),
+            Ledger::Postgres(l) => Box::pin(l.deliver_held(id, sealed, collectable_until)).await,
         }
     }
 

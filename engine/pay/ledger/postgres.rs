@@ -17,9 +17,9 @@ use tokio_postgres::error::SqlState;
 use super::tls;
 
 use super::{
-    AttemptRow, BINDING_INSERT, Binding, CHANGE_SQL, COLLECTED_SQL, Change, INDEXES, LedgerError,
-    NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL,
-    ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted,
+    AttemptRow, BINDING_INSERT, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DELIVER_HELD_SQL,
+    INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL,
+    RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted,
     retained_schema, schema,
 };
 
@@ -68,6 +68,7 @@ struct Numbered {
     retained: String,
     retain: String,
     collected: String,
+    deliver_held: String,
     sweep: String,
     precheck: String,
     change: String,
@@ -111,6 +112,7 @@ static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
     retained: numbered(RETAINED_SQL),
     retain: numbered(RETAIN_SQL),
     collected: numbered(COLLECTED_SQL),
+    deliver_held: numbered(DELIVER_HELD_SQL),
     sweep: numbered(SWEEP_SQL),
     precheck: numbered(PRECHECK_SQL),
     change: numbered(CHANGE_SQL),
@@ -440,6 +442,18 @@ impl PostgresLedger {
             &at,
         ];
         self.execute(&NUMBERED.retain, &arguments).await.map(|_| ())
+    }
+
+    pub(super) async fn deliver_held(
+        &self,
+        id: i64,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<bool, LedgerError> {
+        let stored = self
+            .execute(&NUMBERED.deliver_held, &[&sealed, &collectable_until, &id])
+            .await?;
+        Ok(stored == 1)
     }
 
     pub(super) async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {

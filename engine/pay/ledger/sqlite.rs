@@ -6,9 +6,10 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
-    AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DROP_SQL, INDEXES,
-    LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RESERVE_SQL, RETAIN_SQL, RETAINED_SQL,
-    ROW_BY_NONCE_SQL, Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now, retained_schema, schema,
+    AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DELIVER_HELD_SQL, DROP_SQL,
+    INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RESERVE_SQL, RETAIN_SQL,
+    RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now,
+    retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -255,6 +256,19 @@ impl SqliteLedger {
             ])
         })
         .map(|_| ())
+    }
+
+    pub(super) fn deliver_held(
+        &self,
+        id: i64,
+        sealed: &[u8],
+        collectable_until: i64,
+    ) -> Result<bool, LedgerError> {
+        self.with(|c| {
+            c.prepare_cached(DELIVER_HELD_SQL)?
+                .execute(params![sealed, collectable_until, id])
+        })
+        .map(|stored| stored == 1)
     }
 
     pub(super) fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
@@ -711,10 +725,6 @@ mod tests {
         let dir = fresh_dir("sweep");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
-        let bind = |n: usize| Binding {
-            lookup_sha256: format!("{n:064x}"),
-            id_sha256: None,
-        };
         let paid = ledger
             .reserve(&attempt(1), Some(&bind(1)))
             .expect("reserve");
@@ -741,8 +751,39 @@ mod tests {
                 .expect("count")
         };
         // A result held while its settlement was pending, the row then settled by a reconcile.
+        held_then_settled(&ledger, 3);
+        let now = crate::pay::call::unix_now();
+        let horizon = |ago: i64| super::super::settled_before(now.saturating_add_signed(-ago));
+        let sweep = |horizons: [String; 2]| {
+            ledger
+                .sweep_retained(i64::try_from(now).expect("now"), &horizons)
+                .expect("sweep")
+        };
+        // Within the window: only the unpaid row's binding goes.
+        assert_eq!(sweep([horizon(600), horizon(86_400)]), 1);
+        assert_eq!(bindings(), 2, "the paid rows' binding and held result stay");
+        // Once the window after the settlement has passed, the binding goes too.
+        assert_eq!(sweep([horizon(-1), horizon(86_400)]), 1);
+        assert_eq!(bindings(), 1, "the held result outlives the window");
+        // And the held result once its own, longer window has passed.
+        assert_eq!(sweep([horizon(-1), horizon(-1)]), 1);
+        assert_eq!(bindings(), 0);
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn bind(n: usize) -> Binding {
+        Binding {
+            lookup_sha256: format!("{n:064x}"),
+            id_sha256: None,
+        }
+    }
+
+    /// A row whose result was held while its settlement was pending, then recorded `settled`
+    /// by a reconcile (the result still held); its id.
+    fn held_then_settled(ledger: &SqliteLedger, n: usize) -> i64 {
         let held = ledger
-            .reserve(&attempt(3), Some(&bind(3)))
+            .reserve(&attempt(n), Some(&bind(n)))
             .expect("reserve");
         let pending = Outcome::SettlePending {
             transaction: None,
@@ -766,23 +807,32 @@ mod tests {
             transfer_log_index: Some(1),
             evidence: None,
         };
-        assert!(resolve(&ledger, held, "settle_pending", &settled_later));
-        let now = crate::pay::call::unix_now();
-        let horizon = |ago: i64| super::super::settled_before(now.saturating_add_signed(-ago));
-        let sweep = |horizons: [String; 2]| {
-            ledger
-                .sweep_retained(i64::try_from(now).expect("now"), &horizons)
-                .expect("sweep")
-        };
-        // Within the window: only the unpaid row's binding goes.
-        assert_eq!(sweep([horizon(600), horizon(86_400)]), 1);
-        assert_eq!(bindings(), 2, "the paid rows' binding and held result stay");
-        // Once the window after the settlement has passed, the binding goes too.
-        assert_eq!(sweep([horizon(-1), horizon(86_400)]), 1);
-        assert_eq!(bindings(), 1, "the held result outlives the window");
-        // And the held result once its own, longer window has passed.
-        assert_eq!(sweep([horizon(-1), horizon(-1)]), 1);
-        assert_eq!(bindings(), 0);
+        assert!(resolve(ledger, held, "settle_pending", &settled_later));
+        held
+    }
+
+    #[test]
+    fn a_reconciled_rows_held_answer_is_delivered_by_one_resend_only() {
+        let dir = fresh_dir("deliver-held");
+        let url = format!("sqlite:{}", dir.join("ledger.db").display());
+        let ledger = SqliteLedger::open(&url).expect("open");
+        let held = held_then_settled(&ledger, 1);
+        assert!(ledger.deliver_held(held, b"answer", 100).expect("deliver"));
+        // A concurrent resend that read the row before: the answer is already the sent one.
+        assert!(!ledger.deliver_held(held, b"again", 200).expect("deliver"));
+        let (sealed, kind, until): (Vec<u8>, String, i64) = ledger
+            .with(|c| {
+                c.query_row(
+                    "SELECT sealed, kind, collectable_until FROM retained_answers WHERE attempt_id = ?1",
+                    [held],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+            })
+            .expect("retained");
+        assert_eq!(
+            (sealed.as_slice(), kind.as_str(), until),
+            (&b"answer"[..], "sent", 100)
+        );
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }
