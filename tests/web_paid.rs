@@ -654,7 +654,8 @@ async fn a_retained_vm01_page_is_unreadable_at_rest() {
 /// A payment for VM07, presented with the same body on VM01's route (both take `{"url"}`),
 /// neither collects VM07's retained answer there nor, once that answer is gone, buys VM01's
 /// work: the nonce was presented already. Before, the resend lookup (payload and body, not
-/// route) served VM07's answer on VM01's route, and ran VM01 for a VM07 payment.
+/// route) served VM07's answer on VM01's route, and ran VM01 for a VM07 payment; and once no
+/// answer was retained the nonce's row told VM01's route that VM07's answer had expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_payment_for_one_machine_never_runs_another_machines_work() {
     let web = Web::start(Arc::new(vm01_routes)).await;
@@ -688,6 +689,20 @@ async fn a_payment_for_one_machine_never_runs_another_machines_work() {
     // On its own route the paid row's work runs once more, as before.
     let home = web.server.post_paid(VM07, &request, header).await;
     assert_eq!(home.status().as_u16(), 200);
+
+    // Once no answer is retained at all (its window passed), the nonce's row answers: on its
+    // own route the answer expired; on the other machine's it was presented already.
+    common::ledgers::execute_sql(database_url, "DELETE FROM retained_answers;");
+    for (route, reason) in [
+        (VM01, "payment_nonce_already_presented"),
+        (VM07, "payment_answer_expired"),
+    ] {
+        let response = web.server.post_paid(route, &request, header).await;
+        assert_eq!(response.status().as_u16(), 402, "{route}");
+        let required = response.headers().get("payment-required").expect("402");
+        let required = common::decode_header(required.to_str().expect("ascii"));
+        assert_eq!(required["error"], reason, "{route}");
+    }
 }
 
 /// Without a payment-chain reader (a web machine needs no RPC endpoint, and none is

@@ -478,11 +478,13 @@ async fn chain_outcome(rail: &PaymentRail, row: &AttemptRow) -> Option<Outcome> 
 /// row still running, or whose settlement the chain cannot decide yet, is a 503 without a
 /// challenge. The payer's own pending or abandoned row is decided from the chain now, by the
 /// settlement rules. A settled payment of the same payer and request says its answer can no
-/// longer be collected; anything else was presented already. None: the nonce is not on
-/// record (one ledger read answers both whether it is and what became of it).
+/// longer be collected; anything else was presented already. A payment for another machine
+/// (a body both take) is neither decided nor explained here: presented, or 503 while its
+/// outcome is unknown. None: the nonce is not on record (one ledger read answers both whether
+/// it is and what became of it).
 pub(crate) async fn known_nonce(
     rail: &PaymentRail,
-    request_sha256: &str,
+    call: &PaidCall<'_>,
     resent: Resent<'_>,
 ) -> Option<PaidOutcome> {
     let row = match rail.ledger.row_by_nonce(resent.nonce_sha256).await {
@@ -490,7 +492,10 @@ pub(crate) async fn known_nonce(
         Ok(None) => return None,
         Err(error) => return Some(resend_ledger_failure(&error)),
     };
-    Some(known_row(rail, request_sha256, &resent, row).await)
+    if row.machine != call.machine.machine {
+        return Some(another_machines(&row));
+    }
+    Some(known_row(rail, call.request_sha256, &resent, row).await)
 }
 
 /// [`known_nonce`]'s answer for the nonce's row.

@@ -192,7 +192,7 @@ async fn nonce_on_record(
         payer: presented.payer,
     };
     // Boxed: a nonce on record is rare, and its answer may read the chain.
-    Box::pin(known_nonce(rail, call.request_sha256, resent)).await
+    Box::pin(known_nonce(rail, call, resent)).await
 }
 
 /// The answer to a nonce the ledger holds (a row that vanished meanwhile was presented).
