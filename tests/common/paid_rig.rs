@@ -154,11 +154,7 @@ impl<'a> Rig<'a> {
 
 /// The rejection reason of a 402: the `error` of its fresh PAYMENT-REQUIRED.
 pub fn reason_of(response: &reqwest::Response) -> String {
-    let header = response
-        .headers()
-        .get("payment-required")
-        .expect("a fresh challenge");
-    decode_header(header.to_str().expect("ascii"))["error"]
+    super::payment_required(response)["error"]
         .as_str()
         .unwrap_or_default()
         .to_string()
