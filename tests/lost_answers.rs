@@ -394,6 +394,38 @@ async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve(
     assert_charged_once(&rig, &buyer);
 }
 
+/// Two copies of one payment sent at once both pass `/verify`; the ledger reserves one, and
+/// the other, told the outcome is unknown, waits for it. When the first ends unpaid (the
+/// settle refused before broadcasting), the copy hears that its nonce was presented, with a
+/// fresh challenge like the first's, instead of a 503 that asks the buyer to come back for an
+/// outcome already known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_verified_with_its_first_hears_when_that_one_ends_unpaid() {
+    let stack = shared_stack();
+    let buyer = stack.fresh_buyer(&FUNDS.to_string());
+    let rig = Rig::start(stack, Settle::Fail, &[]).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    rig.facilitator.recorder.hold_verifies(2);
+    let (a, b) = tokio::join!(rig.send(&body, &header), rig.send(&body, &header));
+    let mut reasons = Vec::new();
+    for response in [a, b] {
+        assert_eq!(response.status().as_u16(), 402, "neither is left unknown");
+        reasons.push(reason_of(&response));
+    }
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            "invalid_exact_evm_transaction_simulation_failed",
+            "payment_nonce_already_presented"
+        ]
+    );
+    assert_facilitator_saw(&rig, 2, 1);
+    assert_eq!(rig.only_row().await.state, "settle_failed");
+    assert_eq!(rig.balance(&buyer.address), FUNDS);
+}
+
 /// Past its retention (`FACTOMAT_DELIVERY_RETENTION_SECONDS`, 2 s here) a retained answer is
 /// swept from `retained_answers` by the timer, and a resend of its payment is refused with
 /// `payment_answer_expired`.

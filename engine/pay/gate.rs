@@ -325,14 +325,22 @@ pub(crate) async fn run<E: std::fmt::Display>(
         Collect::New => {}
     }
     let outcome = first_presentation(rail, manifest, &call, &presented, &lookup, work).await;
+    if !met_its_own_nonce(&outcome) {
+        return outcome;
+    }
     // A copy that raced the first presentation of this payment past the lookup is not
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
-    if met_its_own_nonce(&outcome)
-        && let Collect::Done(collected) = resend().collect().await
-    {
-        return collected;
+    match resend().collect().await {
+        Collect::Done(collected) => collected,
+        // Nothing to collect after all: a first that was still undecided may have ended
+        // unpaid meanwhile (its answer dropped), and its nonce's row now says so.
+        Collect::New if matches!(outcome, PaidOutcome::Failed(Refusal::OutcomeUnknown)) => {
+            nonce_on_record(rail, &call, &presented)
+                .await
+                .unwrap_or(outcome)
+        }
+        _ => outcome,
     }
-    outcome
 }
 
 /// The refusals of a payment whose nonce the ledger already held ([`known_nonce`]): a copy
