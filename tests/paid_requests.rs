@@ -1259,6 +1259,16 @@ async fn size_limits_and_content_type_are_checked_first() {
         .await
         .expect("answered");
     expect_400(response, "unsupported_content_type", "text/plain").await;
+    let response = server
+        .client
+        .post(format!("{}{}", server.url, path("VM01")))
+        .header("content-type", "application/json")
+        .header("content-type", "text/plain")
+        .body(r#"{"url":"https://example.com/"}"#)
+        .send()
+        .await
+        .expect("answered");
+    expect_400(response, "duplicate_content_type", "two Content-Types").await;
     let chunked = server
         .client
         .post(format!("{}{}", server.url, path("VM07")))

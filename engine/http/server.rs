@@ -749,9 +749,17 @@ fn body_timeout(deadline: Duration) -> ApiError {
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(CONTENT_TYPE) else {
+    let mut values = headers.get_all(CONTENT_TYPE).iter();
+    let Some(value) = values.next() else {
         return Ok(());
     };
+    if values.next().is_some() {
+        // A singleton field (RFC 9110 §8.3): which one the body is in is not ours to guess.
+        return Err(ApiError::bad_request(
+            "duplicate_content_type",
+            "send one Content-Type header (application/json); nothing was charged",
+        ));
+    }
     // What nearly every client sends, compared before any parsing.
     if value.as_bytes().eq_ignore_ascii_case(JSON.as_bytes()) {
         return Ok(());
