@@ -430,7 +430,7 @@ async fn reserve(
         lookup_sha256: lookup.key_hex(),
         id_sha256: lookup.id_sha256.clone(),
     };
-    match rail.ledger.reserve_bound(&attempt, Some(&binding)).await {
+    match rail.ledger.reserve_bound(&attempt, &binding).await {
         Ok(id) => Ok(id),
         Err(LedgerError::Duplicate) => Err(known_nonce_answer(rail, call, presented).await),
         Err(LedgerError::IdentifierBound) => {

@@ -685,13 +685,21 @@ impl Ledger {
 
     /// Reserves an attempt; `Duplicate` when its nonce is already on record.
     pub async fn reserve(&self, attempt: &NewAttempt) -> Result<i64, LedgerError> {
-        self.reserve_bound(attempt, None).await
+        self.reserve_with(attempt, None).await
     }
 
     /// Reserves an attempt and, in the same transaction, binds where its answer will be
     /// retained. `Duplicate` when its nonce is already on record, `IdentifierBound` when its
     /// payment-identifier is bound to another payment.
     pub async fn reserve_bound(
+        &self,
+        attempt: &NewAttempt,
+        binding: &Binding,
+    ) -> Result<i64, LedgerError> {
+        self.reserve_with(attempt, Some(binding)).await
+    }
+
+    async fn reserve_with(
         &self,
         attempt: &NewAttempt,
         binding: Option<&Binding>,
