@@ -362,26 +362,32 @@ impl Resend<'_> {
         let Ok(sealed) = retained::seal(&self.rail.retention.secret, self.lookup, &answer) else {
             return self.still_pending(entry);
         };
-        let stored = self.store_delivered(row, settled, &sealed).await;
-        match stored {
+        let answer = match self.store_delivered(row, settled, &sealed).await {
             Err(error) => return resend_ledger_failure(&error),
-            // A concurrent resend stored it, or a reconcile settled the row meanwhile (the
-            // next resend then stores and counts it): delivered, not counted here.
-            Ok(false) => tracing::info!(
-                attempt = row.id,
-                "a paid row changed while its held answer was stored"
-            ),
             // Counted once: when the held answer becomes the sent one.
-            Ok(true) => metrics().payment("settled", ""),
-        }
+            Ok(true) => {
+                metrics().payment("settled", "");
+                answer
+            }
+            // A concurrent resend stored (and counted) it first: its bytes are the answer
+            // every later resend collects, so they are this one's too.
+            Ok(false) => {
+                tracing::info!(
+                    attempt = row.id,
+                    "a concurrent resend delivered this held answer first"
+                );
+                self.stored_answer().await.unwrap_or(answer)
+            }
+        };
         tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
         self.collected(row.id).await;
         PaidOutcome::Answered(answer)
     }
 
-    /// Stores the sealed answer of a held result as the sent one: with the row's move to
-    /// `settled`, or, if a reconcile recorded it already, only while the result is still held.
-    /// False when another resend (or the reconcile) changed the row first.
+    /// Stores the sealed answer of a held result as the sent one, with the row's move to
+    /// `settled` or, once a reconcile recorded the row `settled` (before this resend read it,
+    /// or while it was deciding), only while the result is still held. False when another
+    /// resend stored it first.
     async fn store_delivered(
         &self,
         row: &AttemptRow,
@@ -390,17 +396,31 @@ impl Resend<'_> {
     ) -> Result<bool, LedgerError> {
         let until = self.collectable_from_now();
         let ledger = &self.rail.ledger;
-        if row.state == "settled" {
-            return ledger.deliver_held(row.id, sealed, until).await;
+        if row.state != "settled" {
+            let keep = Keep::Store {
+                sealed,
+                held: false,
+                collectable_until: Some(until),
+            };
+            if ledger
+                .resolve_keeping(row.id, &row.state, settled, keep)
+                .await?
+            {
+                return Ok(true);
+            }
         }
-        let keep = Keep::Store {
-            sealed,
-            held: false,
-            collectable_until: Some(until),
-        };
-        ledger
-            .resolve_keeping(row.id, &row.state, settled, keep)
-            .await
+        ledger.deliver_held(row.id, sealed, until).await
+    }
+
+    /// This payment's answer as stored `sent`, if it opens.
+    async fn stored_answer(&self) -> Option<Answer> {
+        let key = self.lookup.key_hex();
+        let id = self.lookup.id_sha256.as_deref();
+        let found = self.rail.ledger.retained(&key, id).await.ok()?;
+        let sent = found
+            .into_iter()
+            .find(|entry| entry.lookup_sha256 == key && entry.kind == "sent")?;
+        self.opened(&sent)
     }
 
     /// The same pending answer as the first: no fresh challenge, `Retry-After`.

@@ -332,13 +332,16 @@ pub(crate) async fn run<E: std::fmt::Display>(
     // invited to pay again: it collects the first one's answer, waiting for it if need be.
     match resend().collect().await {
         Collect::Done(collected) => collected,
-        // Nothing to collect after all: a first that was still undecided may have ended
-        // unpaid meanwhile (its answer dropped), and its nonce's row now says so.
+        // Nothing to collect after all: a first that was still undecided has ended (unpaid,
+        // its answer dropped; or paid with retention off), and its nonce's row now says so.
         Collect::New if matches!(outcome, PaidOutcome::Failed(Refusal::OutcomeUnknown)) => {
             nonce_on_record(rail, &call, &presented)
                 .await
                 .unwrap_or(outcome)
         }
+        // Otherwise the first refusal stands. For a paid first whose answer was not
+        // retained (`RunAgain`), `work` is spent here: the copy keeps its 503, and its
+        // resend runs the work again ("Collecting an answer again").
         _ => outcome,
     }
 }
