@@ -83,9 +83,14 @@ impl Received {
 /// A rig on the shared stack whose facilitator forwards every call, started with `env`; a
 /// buyer holding [`FUNDS`]; and that buyer's VM02 request.
 async fn forwarding_rig(env: &[(&str, &str)]) -> (Rig<'static>, Buyer, Value) {
+    settling_rig(Settle::Forward, env).await
+}
+
+/// [`forwarding_rig`], whose facilitator proxy treats `/settle` as `settle` says.
+async fn settling_rig(settle: Settle, env: &[(&str, &str)]) -> (Rig<'static>, Buyer, Value) {
     let stack = shared_stack();
     let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let rig = Rig::start(stack, Settle::Forward, env).await;
+    let rig = Rig::start(stack, settle, env).await;
     let body = rig.request(&buyer);
     (rig, buyer, body)
 }
@@ -106,15 +111,12 @@ async fn left_pending(
     delay: Duration,
     env: &[(&str, &str)],
 ) -> (Rig<'static>, Buyer, Value, String, reqwest::Response) {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
     let mut short = vec![
         ("FACTOMAT_FACILITATOR_SETTLE_TIMEOUT_MS", "1000"),
         ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
     ];
     short.extend_from_slice(env);
-    let rig = Rig::start(stack, Settle::After(delay), &short).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = settling_rig(Settle::After(delay), &short).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let pending = rig.send(&body, &header).await;
     assert_eq!(pending.status().as_u16(), 503);
@@ -223,10 +225,7 @@ async fn a_settled_answer_is_collected_again_with_the_same_payment() {
 async fn a_settle_answer_without_payer_still_gets_evidence_naming_the_signer() {
     let signing_key = key_file("evidence.pem").display().to_string();
     let signing = [("FACTOMAT_EVIDENCE_SIGNING_KEY_FILE", signing_key.as_str())];
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let rig = Rig::start(stack, Settle::ForwardWithout("payer"), &signing).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = settling_rig(Settle::ForwardWithout("payer"), &signing).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let answer = paid(&rig, &body, &header).await;
     assert_eq!(answer.status, 200, "{answer:?}");
@@ -401,10 +400,7 @@ async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve(
 /// outcome already known.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_verified_with_its_first_hears_when_that_one_ends_unpaid() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let rig = Rig::start(stack, Settle::Fail, &[]).await;
-    let body = rig.request(&buyer);
+    let (rig, buyer, body) = settling_rig(Settle::Fail, &[]).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     rig.facilitator.recorder.hold_verifies(2);
     let (a, b) = tokio::join!(rig.send(&body, &header), rig.send(&body, &header));
@@ -1059,6 +1055,47 @@ fn ledger_statement(ledger_url: &str, sql: &str) {
     connection.execute(sql, []).expect("statement runs");
 }
 
+/// A replica that stopped between its transfer and its record leaves the row `reserved` with
+/// no answer. Past `validBefore` (+10 s) the identical resend reads the chain, records the
+/// row `settled` and runs the work once more, at retention 0 too: it is not told that its
+/// answer expired. Before, the second look under the re-run lock found the row now settled
+/// without an answer and, with nothing to keep at retention 0, sent it on to a 402 with a
+/// fresh challenge: paid and answerless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_retention_zero_a_paid_call_its_replica_left_reserved_is_run_again() {
+    let off = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0")];
+    let (rig, buyer, body) = forwarding_rig(&off).await;
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    let per_call = rig.rpc.calls("eth_call");
+    let past = unix_now() - 60;
+    ledger_statement(
+        &rig.ledger_url,
+        &format!(
+            "UPDATE payment_attempts SET state = 'reserved', valid_before = '{past}',
+             transaction_hash = NULL, transfer_log_index = NULL"
+        ),
+    );
+    unanswer_retained_answers(&rig.ledger_url);
+
+    let again = paid(&rig, &body, &header).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    // Nothing was retained to collect: the answer is the work's, run once more.
+    assert_eq!(again.json()["machine"], "VM02");
+    assert!(
+        rig.rpc.calls("eth_call") > per_call,
+        "the work ran once more"
+    );
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settled");
+    assert_eq!(
+        again.settlement()["transaction"].as_str(),
+        row.transaction_hash.as_deref()
+    );
+    assert_facilitator_saw(&rig, 1, 1);
+    assert_charged_once(&rig, &buyer);
+}
+
 /// Leaves every binding of a SQLite ledger without its answer, as an answer that could not
 /// be sealed, or a row settled from the chain after a crash, leaves a paid row.
 fn unanswer_retained_answers(ledger_url: &str) {
@@ -1165,10 +1202,7 @@ async fn replicas_on_postgres_hand_back_each_others_answers() {
 /// charge) and retains the new answer under the new key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_delivery_key_runs_the_work_once_more_within_the_window() {
-    let stack = shared_stack();
-    let buyer = stack.fresh_buyer(&FUNDS.to_string());
-    let before = Rig::start(stack, Settle::Forward, &[]).await;
-    let body = before.request(&buyer);
+    let (before, buyer, body) = forwarding_rig(&[]).await;
     let (header, _) = before.sign(&buyer, &body, &[]).await;
     assert_eq!(paid(&before, &body, &header).await.status, 200);
 

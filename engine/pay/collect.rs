@@ -117,7 +117,14 @@ impl Resend<'_> {
         };
         let one_run = self.rail.reruns.lock(rerun.row.id).await;
         match self.decided().await {
-            Collect::RunAgain(rerun) => Collect::RunAgain(Rerun {
+            Collect::RunAgain(again) => Collect::RunAgain(Rerun {
+                _one_run: Some(one_run),
+                ..again
+            }),
+            // The row is paid and still holds no answer, but it has nothing to keep (retention
+            // 0, or a window that closed as the first look settled it): the first look's
+            // decision stands, or a paid buyer would be sent on to a fresh challenge.
+            Collect::New => Collect::RunAgain(Rerun {
                 _one_run: Some(one_run),
                 ..rerun
             }),
