@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
 use common::devstack::DevStack;
-use common::{TestServer, decode_header, repo_root, temp_path};
+use common::{TestServer, decode_header, repo_root, temp_path, unix_now};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -237,7 +237,16 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     );
     let permit2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
     let another = json!({"owner": buyer, "token": USDC, "spender": permit2});
-    assert_eq!(send_to(VM02, another, good).await, 402);
+    assert_eq!(send_to(VM02, another.clone(), good.clone()).await, 402);
+    // The same authorization again once its validBefore has passed: refused on its own terms
+    // (the window), then answered by its nonce (presented); one 402, counted once.
+    let nonce = decode_header(&good)["payload"]["authorization"]["nonce"]
+        .as_str()
+        .expect("nonce")
+        .to_string();
+    let past = (unix_now() - 60).to_string();
+    let late = stack.payment_header(&required, &["--nonce", &nonce, "--valid-before", &past]);
+    assert_eq!(send_to(VM02, another, late).await, 402);
     let corrupt = stack.payment_header(&required, &["--corrupt-signature"]);
     assert_eq!(send(corrupt).await, 402);
     assert_eq!(
@@ -285,8 +294,8 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     };
     assert_eq!(
         requests("402"),
-        4.0,
-        "2 challenges + 2 rejected payments\n{text}"
+        5.0,
+        "2 challenges + 3 rejected payments\n{text}"
     );
     assert_eq!(requests("400"), 1.0);
     assert_eq!(requests("200"), 2.0, "paid, then collected again");
@@ -301,7 +310,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
     assert_eq!(payments("challenged"), 3.0, "2 VM02 + 1 VM05\n{text}");
     assert_eq!(payments("verified"), 2.0);
     assert_eq!(payments("settled"), 2.0);
-    assert_eq!(payments("rejected"), 2.0);
+    assert_eq!(payments("rejected"), 3.0, "one count per 402\n{text}");
     assert_eq!(payments("settle_failed"), 0.0);
     assert_eq!(payments("work_failed"), 0.0);
     let retained = |event: &str| {
@@ -323,7 +332,7 @@ async fn metrics_count_a_scripted_run_and_readyz_follows_the_facilitator() {
             "factomat_payments_total",
             json!({"outcome": "rejected", "reason": "payment_nonce_already_presented"})
         ),
-        1.0
+        2.0
     );
     let calls = |endpoint: &str, result: &str| {
         value(

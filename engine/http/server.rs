@@ -540,7 +540,7 @@ fn paid_response(
             retry_after_seconds,
             payment_response,
         } => settlement_pending(transaction, retry_after_seconds, &payment_response),
-        PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, &reason),
+        PaidOutcome::Rejected { reason } => rejection(state, route, pay_to, reason.code()),
         PaidOutcome::SettleFailed {
             reason,
             payment_response,

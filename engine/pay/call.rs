@@ -167,7 +167,7 @@ pub(crate) enum PaidOutcome {
     /// The paid answer as it goes out (first sent, or collected again).
     Answered(Answer),
     /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
-    Rejected { reason: String },
+    Rejected { reason: Rejection },
     /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
     SettleFailed {
         reason: String,
@@ -184,19 +184,46 @@ pub(crate) enum PaidOutcome {
     Failed(Refusal),
 }
 
-/// A 402 with a fresh challenge naming `reason`, one of our own codes.
-pub(crate) fn reject(reason: &'static str) -> PaidOutcome {
-    metrics().payment("rejected", reason);
-    PaidOutcome::Rejected {
-        reason: reason.to_string(),
+/// Why a payment gets a fresh challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Rejection {
+    /// One of our own codes.
+    Ours(&'static str),
+    /// A reason the facilitator reported: an open string, so its metric label is bounded.
+    Reported(String),
+}
+
+impl Rejection {
+    /// The reason as the challenge's `error` names it.
+    pub(crate) fn code(&self) -> &str {
+        match self {
+            Rejection::Ours(code) => code,
+            Rejection::Reported(reason) => reason,
+        }
+    }
+
+    /// Counts it in `payments{outcome="rejected"}`: once, for the refusal the buyer gets (a
+    /// refusal replaced by its nonce's answer on the way is not counted).
+    pub(crate) fn count(&self) {
+        match self {
+            Rejection::Ours(code) => metrics().payment("rejected", code),
+            Rejection::Reported(reason) => metrics().payment_reported("rejected", reason),
+        }
     }
 }
 
-/// A 402 with a fresh challenge naming a reason the facilitator reported (an open string,
-/// so its metric label is bounded).
+/// A 402 with a fresh challenge naming `reason`, one of our own codes.
+pub(crate) fn reject(reason: &'static str) -> PaidOutcome {
+    PaidOutcome::Rejected {
+        reason: Rejection::Ours(reason),
+    }
+}
+
+/// A 402 with a fresh challenge naming a reason the facilitator reported.
 pub(crate) fn reject_reported(reason: String) -> PaidOutcome {
-    metrics().payment_reported("rejected", &reason);
-    PaidOutcome::Rejected { reason }
+    PaidOutcome::Rejected {
+        reason: Rejection::Reported(reason),
+    }
 }
 
 /// Now, in unix seconds.

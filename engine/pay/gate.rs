@@ -301,6 +301,20 @@ pub(crate) async fn run<E: std::fmt::Display>(
     call: PaidCall<'_>,
     work: impl Future<Output = Result<Vec<u8>, E>>,
 ) -> PaidOutcome {
+    let outcome = decide(rail, manifest, call, work).await;
+    if let PaidOutcome::Rejected { reason } = &outcome {
+        reason.count();
+    }
+    outcome
+}
+
+/// [`run`]'s steps, in order.
+async fn decide<E: std::fmt::Display>(
+    rail: &PaymentRail,
+    manifest: &Manifest,
+    call: PaidCall<'_>,
+    work: impl Future<Output = Result<Vec<u8>, E>>,
+) -> PaidOutcome {
     let presented = match decode(call.header, call.declared.echoes()) {
         Ok(presented) => presented,
         Err(outcome) => return outcome,
@@ -339,10 +353,11 @@ pub(crate) async fn run<E: std::fmt::Display>(
                 .await
                 .unwrap_or(outcome)
         }
-        // Otherwise the first refusal stands. For a paid first whose answer was not
-        // retained (`RunAgain`), `work` is spent here: the copy keeps its 503, and its
-        // resend runs the work again ("Collecting an answer again").
-        _ => outcome,
+        // A paid first whose answer was not retained: `work` is spent here, so the copy is
+        // asked to come back (503, `Retry-After`), and its resend runs the work again
+        // ("Collecting an answer again") instead of hearing that the answer expired.
+        Collect::RunAgain(_) => PaidOutcome::Failed(Refusal::InProgress),
+        Collect::New => outcome,
     }
 }
 
@@ -350,7 +365,9 @@ pub(crate) async fn run<E: std::fmt::Display>(
 /// racing its first presentation may collect that one's answer.
 fn met_its_own_nonce(outcome: &PaidOutcome) -> bool {
     match outcome {
-        PaidOutcome::Rejected { reason } => reason == ALREADY_PRESENTED || reason == ANSWER_EXPIRED,
+        PaidOutcome::Rejected { reason } => {
+            [ALREADY_PRESENTED, ANSWER_EXPIRED].contains(&reason.code())
+        }
         PaidOutcome::Failed(refusal) => matches!(refusal, Refusal::OutcomeUnknown),
         _ => false,
     }
