@@ -122,7 +122,7 @@ pub const KEYS: &[(&str, &str, bool, &str)] = &[
         "delivery_retention_seconds",
         "FACTOMAT_DELIVERY_RETENTION_SECONDS",
         false,
-        "How long a paid answer bought with a payment-identifier id stays collectable again with the same payment, in seconds (default 600; 0 = no answer is retained).",
+        "How long a paid answer bought with a payment-identifier id stays collectable again with the same payment, in seconds (default 600; 0 = no delivered answer is retained; one never delivered still is, for a day: docs/payment.md).",
     ),
     (
         "delivery_collect_without_id_seconds",

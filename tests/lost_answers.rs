@@ -1056,18 +1056,40 @@ fn ledger_statement(ledger_url: &str, sql: &str) {
 }
 
 /// A replica that stopped between its transfer and its record leaves the row `reserved` with
-/// no answer. Past `validBefore` (+10 s) the identical resend reads the chain, records the
-/// row `settled` and runs the work once more, at retention 0 too: it is not told that its
-/// answer expired. Before, the second look under the re-run lock found the row now settled
-/// without an answer and, with nothing to keep at retention 0, sent it on to a 402 with a
-/// fresh challenge: paid and answerless.
+/// its reserve-time binding and no answer. Past `validBefore` (+10 s) the identical resend
+/// reads the chain, records the row `settled` and runs the work once more, at retention 0
+/// too, and that answer, owed rather than delivered, is kept for the held results' window: a
+/// resend after a lost connection collects the same bytes. A delivery at retention 0 removes
+/// its binding, so a binding left on a settled row always means an answer still owed. Before,
+/// the second look under the re-run lock found the row settled with nothing to keep and sent
+/// the paid buyer on to 402 `payment_answer_expired` with a fresh challenge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_retention_zero_a_paid_call_its_replica_left_reserved_is_run_again() {
     let off = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "0")];
     let (rig, buyer, body) = forwarding_rig(&off).await;
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    assert_eq!(paid(&rig, &body, &header).await.status, 200);
+    // The binding as the reserve wrote it, copied while the (slowed) work runs.
+    rig.rpc.set_delay("eth_call", Duration::from_secs(1));
+    let (first, ()) = tokio::join!(paid(&rig, &body, &header), async {
+        wait_for("the call is reserved", async || {
+            !rig.rows().await.is_empty()
+        })
+        .await;
+        ledger_statement(
+            &rig.ledger_url,
+            "CREATE TABLE reserve_time_binding AS SELECT * FROM retained_answers",
+        );
+    });
+    rig.rpc.set_delay("eth_call", Duration::ZERO);
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(
+        sqlite_count(&rig.ledger_url, "retained_answers"),
+        0,
+        "delivered at retention 0: the binding goes"
+    );
+    assert_eq!(sqlite_count(&rig.ledger_url, "reserve_time_binding"), 1);
     let per_call = rig.rpc.calls("eth_call");
+    // What the stopped replica left: the row reserved, its validBefore passed, the binding.
     let past = unix_now() - 60;
     ledger_statement(
         &rig.ledger_url,
@@ -1076,7 +1098,10 @@ async fn at_retention_zero_a_paid_call_its_replica_left_reserved_is_run_again() 
              transaction_hash = NULL, transfer_log_index = NULL"
         ),
     );
-    unanswer_retained_answers(&rig.ledger_url);
+    ledger_statement(
+        &rig.ledger_url,
+        "INSERT INTO retained_answers SELECT * FROM reserve_time_binding",
+    );
 
     let again = paid(&rig, &body, &header).await;
     assert_eq!(again.status, 200, "{again:?}");
@@ -1092,6 +1117,13 @@ async fn at_retention_zero_a_paid_call_its_replica_left_reserved_is_run_again() 
         again.settlement()["transaction"].as_str(),
         row.transaction_hash.as_deref()
     );
+    let after_rerun = rig.rpc.calls("eth_call");
+    assert_eq!(
+        paid(&rig, &body, &header).await,
+        again,
+        "the owed answer is kept"
+    );
+    assert_eq!(rig.rpc.calls("eth_call"), after_rerun, "collected, not run");
     assert_facilitator_saw(&rig, 1, 1);
     assert_charged_once(&rig, &buyer);
 }

@@ -202,16 +202,13 @@ impl AppState {
         let Some(rail) = &self.rail else { return };
         let retention = &rail.retention;
         let (ledger, every) = (Arc::clone(&rail.ledger), retention.sweep_interval());
-        let windows = (
-            retention.longest_window_seconds(),
-            retention.held_window_seconds(),
-        );
+        let held_window = retention.held_window_seconds();
         tokio::spawn(async move {
             let mut timer = tokio::time::interval(every);
             loop {
                 timer.tick().await;
                 let now = crate::pay::call::unix_now();
-                match ledger.sweep_retained(now, windows.0, windows.1).await {
+                match ledger.sweep_retained(now, held_window).await {
                     Ok(0) => {}
                     Ok(swept) => {
                         metrics().retained_expired(swept);

@@ -168,7 +168,8 @@ pub(crate) enum PaidOutcome {
     Answered(Answer),
     /// 402 with a fresh challenge whose `error` names the reason; nothing ran or was charged.
     Rejected { reason: Rejection },
-    /// 402 with PAYMENT-RESPONSE success:false; unpaid for sure, the result withheld.
+    /// 402 with PAYMENT-RESPONSE success:false; unpaid when decided (unused on chain), the
+    /// result withheld.
     SettleFailed {
         reason: String,
         payment_response: String,

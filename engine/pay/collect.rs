@@ -117,14 +117,7 @@ impl Resend<'_> {
         };
         let one_run = self.rail.reruns.lock(rerun.row.id).await;
         match self.decided().await {
-            Collect::RunAgain(again) => Collect::RunAgain(Rerun {
-                _one_run: Some(one_run),
-                ..again
-            }),
-            // The row is paid and still holds no answer, but it has nothing to keep (retention
-            // 0, or a window that closed as the first look settled it): the first look's
-            // decision stands, or a paid buyer would be sent on to a fresh challenge.
-            Collect::New => Collect::RunAgain(Rerun {
+            Collect::RunAgain(rerun) => Collect::RunAgain(Rerun {
                 _one_run: Some(one_run),
                 ..rerun
             }),
@@ -182,13 +175,10 @@ impl Resend<'_> {
 
     /// This exact payment's binding holds no answer though its row is paid (the answer could
     /// not be sealed, or the row was settled from the chain after a crash or a pending
-    /// settlement): within its window the work runs once more; anything else is a new
-    /// payment to the gate (whose nonce pre-check then refuses a replay).
+    /// settlement; at retention 0, where a delivery removes the binding, an answer never
+    /// delivered): within the window it is owed in the work runs once more; anything else is
+    /// a new payment to the gate (whose nonce pre-check then refuses a replay).
     async fn unretained(&self) -> Collect {
-        if !self.rail.retention.keeps_delivered(self.lookup) {
-            // A window of zero: nothing to collect, not even within the settlement's second.
-            return Collect::New;
-        }
         let row = match self
             .rail
             .ledger
@@ -208,7 +198,7 @@ impl Resend<'_> {
             return Collect::New;
         }
         let now = i64::try_from(unix_now()).unwrap_or(i64::MAX);
-        match self.window_end(&row.updated_at) {
+        match self.owed_until(&row.updated_at) {
             Some(until) if now <= until => {
                 tracing::warn!(
                     attempt = row.id,
@@ -227,12 +217,17 @@ impl Resend<'_> {
             .collectable_until(self.lookup, unix_now())
     }
 
-    /// Until when an answer of this payment, settled at `settled_at` (RFC 3339), may be
-    /// collected.
-    fn window_end(&self, settled_at: &str) -> Option<i64> {
+    /// Until when the answer of this payment, settled at `settled_at` (RFC 3339) and not
+    /// retained, may be run again and collected.
+    fn owed_until(&self, settled_at: &str) -> Option<i64> {
         let settled = chrono::DateTime::parse_from_rfc3339(settled_at).ok()?;
         let settled = u64::try_from(settled.timestamp()).ok()?;
-        Some(self.rail.retention.collectable_until(self.lookup, settled))
+        Some(self.rail.retention.owed_until(self.lookup, settled))
+    }
+
+    /// [`Resend::owed_until`] for a row settled now.
+    fn owed_from_now(&self) -> i64 {
+        self.rail.retention.owed_until(self.lookup, unix_now())
     }
 
     /// A row left `reserved` long past `validBefore` (its replica stopped mid-call): the
@@ -254,8 +249,7 @@ impl Resend<'_> {
         );
         match outcome {
             Outcome::Settled { transaction, .. } => {
-                let until = self.collectable_from_now();
-                run_again(settled_row(row, &transaction), until)
+                run_again(settled_row(row, &transaction), self.owed_from_now())
             }
             outcome => Collect::Done(reject(unpaid_reason(&outcome))),
         }
@@ -349,8 +343,7 @@ impl Resend<'_> {
             attempt = row.id,
             "a pending payment settled but its held answer does not open: running its work once more"
         );
-        let until = self.collectable_from_now();
-        run_again(settled_row(row.clone(), transaction), until)
+        run_again(settled_row(row.clone(), transaction), self.owed_from_now())
     }
 
     /// The held answer of a payment the chain now proves: finished as a paid 200 (receipt

@@ -95,13 +95,9 @@ impl Row<'_> {
         response
     }
 
-    /// The answer sealed for retention, when it is to be kept (a held result always, a
-    /// delivered one unless its window is zero) and sealing works.
-    fn sealed(&self, answer: &Answer, held: bool) -> Option<(&Retention, Vec<u8>)> {
+    /// The answer sealed for retention, when sealing works.
+    fn sealed(&self, answer: &Answer) -> Option<(&Retention, Vec<u8>)> {
         let retention = &self.rail.retention;
-        if !held && !retention.keeps_delivered(self.lookup) {
-            return None;
-        }
         retained::seal(&retention.secret, self.lookup, answer)
             .map_err(|error| {
                 tracing::error!(%error, attempt = self.id, "answer not retained");
@@ -110,14 +106,19 @@ impl Row<'_> {
             .map(|sealed| (retention, sealed))
     }
 
-    /// Records the outcome, retaining `answer` with it in one transaction.
+    /// Records the outcome, retaining `answer` with it in one transaction: a held result
+    /// always, a delivered answer unless its window is zero (then its binding goes with it).
     async fn finish(
         &self,
         outcome: &Outcome,
         answer: &Answer,
         held: bool,
     ) -> Result<(), LedgerError> {
-        let Some((retention, sealed)) = self.sealed(answer, held) else {
+        if !held && !self.rail.retention.keeps_delivered(self.lookup) {
+            let ledger = &self.rail.ledger;
+            return ledger.finish_keeping(self.id, outcome, Keep::Forget).await;
+        }
+        let Some((retention, sealed)) = self.sealed(answer) else {
             return self.rail.ledger.finish(self.id, outcome).await;
         };
         let collectable_until =

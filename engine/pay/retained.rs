@@ -282,6 +282,17 @@ impl Retention {
         i64::try_from(now.saturating_add(seconds)).unwrap_or(i64::MAX)
     }
 
+    /// Until when the answer of a row settled at `settled` (unix seconds) that its buyer never
+    /// got may be run again and collected: its own window; when delivered answers bought
+    /// this way are not kept (a window of zero), the held results' window, since a delivery
+    /// removes the binding and one left on a settled row is an answer still owed.
+    pub(crate) fn owed_until(&self, lookup: &Lookup, settled: u64) -> i64 {
+        if self.keeps_delivered(lookup) {
+            return self.collectable_until(lookup, settled);
+        }
+        i64::try_from(settled.saturating_add(self.held_window_seconds())).unwrap_or(i64::MAX)
+    }
+
     /// Whether a delivered answer bought this way is kept at all (its window is not zero).
     pub(crate) fn keeps_delivered(&self, lookup: &Lookup) -> bool {
         self.collectable_until(lookup, 0) > 0

@@ -165,6 +165,9 @@ pub struct Binding {
 pub enum Keep<'a> {
     /// Leave it as it is.
     Untouched,
+    /// Delete it: the answer was delivered and none is kept of it (its window is zero), so a
+    /// binding left on a settled row always means an answer never delivered.
+    Forget,
     /// Store the sealed answer: `held` while its settlement is pending (the body only, no
     /// payment headers yet); `collectable_until` None keeps it until the row resolves.
     Store {
@@ -340,18 +343,16 @@ const COLLECTED_SQL: &str =
     "UPDATE payment_attempts SET collected_again = collected_again + 1 WHERE id = ?1";
 
 /// Deletes answers past their window, and bindings whose call ended without an answer.
-/// A settled row's binding without an answer stays while the row's settlement (`updated_at`)
-/// is newer than `?2`: its identical resend runs the work once more within its window. A
-/// result held for a buyer told "pending" stays while the settlement is newer than `?3`: a
-/// reconcile may settle the row long before the buyer comes back for it.
+/// A settled row's binding without an answer, or its result held for a buyer told
+/// "pending", stays while the row's settlement (`updated_at`) is newer than `?2` (the held
+/// results' window): its identical resend runs the work once more, or collects the result,
+/// and a reconcile may settle the row long before the buyer comes back for it.
 const SWEEP_SQL: &str = "DELETE FROM retained_answers
      WHERE (kind = 'sent' AND collectable_until < ?1)
         OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
             WHERE state NOT IN ('reserved', 'settle_pending', 'settled')))
-        OR (kind = 'in_flight' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state = 'settled' AND updated_at < ?2))
-        OR (kind = 'held' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state = 'settled' AND updated_at < ?3))";
+        OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
+            WHERE state = 'settled' AND updated_at < ?2))";
 
 /// The retained answers table; `blob` is the backend's byte-string type.
 fn retained_schema(blob: &str) -> String {
@@ -400,6 +401,7 @@ impl<'a> RetainedChange<'a> {
                 kind: if held { "held" } else { "sent" },
                 collectable_until,
             },
+            (_, Keep::Forget) => RetainedChange::Drop,
             (_, Keep::Untouched) => RetainedChange::None,
         }
     }
@@ -760,21 +762,18 @@ impl Ledger {
     }
 
     /// Deletes retained answers past their window (unix seconds `now`), bindings whose call
-    /// ended unpaid, bindings of rows settled without an answer more than
-    /// `longest_window_seconds` ago, and held results of rows settled more than
+    /// ended unpaid, and bindings without an answer or held results of rows settled more than
     /// `held_window_seconds` ago; how many went. Idempotent: every replica runs it.
     pub async fn sweep_retained(
         &self,
         now: u64,
-        longest_window_seconds: u64,
         held_window_seconds: u64,
     ) -> Result<u64, LedgerError> {
-        let horizons = [longest_window_seconds, held_window_seconds]
-            .map(|window| settled_before(now.saturating_sub(window)));
+        let horizon = settled_before(now.saturating_sub(held_window_seconds));
         let now = i64::try_from(now).unwrap_or(i64::MAX);
         match self {
-            Ledger::Sqlite(l) => l.sweep_retained(now, &horizons),
-            Ledger::Postgres(l) => Box::pin(l.sweep_retained(now, &horizons)).await,
+            Ledger::Sqlite(l) => l.sweep_retained(now, &horizon),
+            Ledger::Postgres(l) => Box::pin(l.sweep_retained(now, &horizon)).await,
         }
     }
 

@@ -460,14 +460,9 @@ impl PostgresLedger {
         self.execute(&NUMBERED.collected, &[&id]).await.map(|_| ())
     }
 
-    /// `horizons`: settled before these, an unanswered binding, then a held result, goes.
-    pub(super) async fn sweep_retained(
-        &self,
-        now: i64,
-        horizons: &[String; 2],
-    ) -> Result<u64, LedgerError> {
-        self.execute(&NUMBERED.sweep, &[&now, &horizons[0], &horizons[1]])
-            .await
+    /// `horizon`: settled before it, a binding without an answer or a held result goes.
+    pub(super) async fn sweep_retained(&self, now: i64, horizon: &str) -> Result<u64, LedgerError> {
+        self.execute(&NUMBERED.sweep, &[&now, &horizon]).await
     }
 
     /// One statement (numbered), within the statement timeout.

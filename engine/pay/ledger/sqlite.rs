@@ -276,17 +276,10 @@ impl SqliteLedger {
             .map(|_| ())
     }
 
-    /// `horizons`: settled before these, an unanswered binding, then a held result, goes.
-    pub(super) fn sweep_retained(
-        &self,
-        now: i64,
-        horizons: &[String; 2],
-    ) -> Result<u64, LedgerError> {
-        self.with(|c| {
-            c.prepare_cached(SWEEP_SQL)?
-                .execute(params![now, horizons[0], horizons[1]])
-        })
-        .map(|swept| swept as u64)
+    /// `horizon`: settled before it, a binding without an answer or a held result goes.
+    pub(super) fn sweep_retained(&self, now: i64, horizon: &str) -> Result<u64, LedgerError> {
+        self.with(|c| c.prepare_cached(SWEEP_SQL)?.execute(params![now, horizon]))
+            .map(|swept| swept as u64)
     }
 
     pub(super) fn precheck(
@@ -721,7 +714,7 @@ mod tests {
     }
 
     #[test]
-    fn a_settled_rows_unanswered_binding_outlives_the_sweep_until_its_window_ends() {
+    fn a_settled_rows_unanswered_binding_outlives_the_sweep_until_the_held_window_ends() {
         let dir = fresh_dir("sweep");
         let path = dir.join("ledger.db");
         let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
@@ -754,19 +747,16 @@ mod tests {
         held_then_settled(&ledger, 3);
         let now = crate::pay::call::unix_now();
         let horizon = |ago: i64| super::super::settled_before(now.saturating_add_signed(-ago));
-        let sweep = |horizons: [String; 2]| {
+        let sweep = |horizon: String| {
             ledger
-                .sweep_retained(i64::try_from(now).expect("now"), &horizons)
+                .sweep_retained(i64::try_from(now).expect("now"), &horizon)
                 .expect("sweep")
         };
-        // Within the window: only the unpaid row's binding goes.
-        assert_eq!(sweep([horizon(600), horizon(86_400)]), 1);
+        // Within the held window: only the unpaid row's binding goes.
+        assert_eq!(sweep(horizon(86_400)), 1);
         assert_eq!(bindings(), 2, "the paid rows' binding and held result stay");
-        // Once the window after the settlement has passed, the binding goes too.
-        assert_eq!(sweep([horizon(-1), horizon(86_400)]), 1);
-        assert_eq!(bindings(), 1, "the held result outlives the window");
-        // And the held result once its own, longer window has passed.
-        assert_eq!(sweep([horizon(-1), horizon(-1)]), 1);
+        // Once it has passed, the paid row's binding and the held result go too.
+        assert_eq!(sweep(horizon(-1)), 2);
         assert_eq!(bindings(), 0);
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
