@@ -184,7 +184,7 @@ impl AppState {
                         nonce = row.nonce.as_deref().unwrap_or("unknown"),
                         valid_before = row.valid_before.as_deref().unwrap_or("unknown"),
                         request_id = row.request_id.as_deref().unwrap_or("unknown"),
-                        "ledger row left reserved by an earlier run: settlement outcome unknown; its buyer's resend decides it from the chain (and runs the work once more if it was paid), else the reconcile pass does a day after validBefore; `factomat ledger reconcile` decides it now, which ends the buyer's re-run at delivery_retention_seconds = 0"
+                        "ledger row left reserved by an earlier run: settlement outcome unknown; its buyer's resend decides it from the chain (and runs the work once more if it was paid), else the reconcile pass does a day after validBefore; `factomat ledger reconcile` decides it now, and the buyer's resend then still runs the work once more within its window (at delivery_retention_seconds = 0, a day)"
                     );
                 }
                 tracing::warn!(
@@ -311,7 +311,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
 fn retention(config: &Config) -> Result<Retention, StartError> {
     if config.delivery_retention_seconds == 0 {
         tracing::info!(
-            "delivery_retention_seconds = 0: delivered answers are not retained; a result held while its settlement is pending still is"
+            "delivery_retention_seconds = 0: delivered answers are not retained; an answer never delivered (a result held while its settlement is pending, a paid call its replica stopped before recording) still is, for a day"
         );
     }
     let refused = |e: crate::pay::retained::RetainedError| StartError::Prepare(e.to_string());

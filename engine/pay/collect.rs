@@ -11,7 +11,7 @@
 //! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
-//! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed) |
+//! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed); at a window of zero the binding is what is left of an answer never delivered, owed for the held results' window, and goes once the re-run delivers it |
 //! | none, and the nonce's row ended unpaid for good for this request and payer (a reconcile decided it) | 402 `settlement_failed` or `payment_nonce_burned` |
 //! | none, or the `id` bound to another payload | normal processing; 409 `payment_identifier_conflict` for the `id` |
 //! | any of the above, presented on another machine's route (a body both take) | nothing collected, run or resolved: 402 `payment_nonce_already_presented`, or 503 `payment_in_progress` while the outcome is unknown |
@@ -67,7 +67,7 @@ pub(crate) enum Collect {
 pub(crate) struct Rerun {
     /// The paid row.
     pub row: Box<AttemptRow>,
-    /// Until when the new answer may be collected (the original window).
+    /// Until when the new answer may be collected (the window it is owed in).
     pub collectable_until: i64,
     /// The row's re-run lock, held until the answer is retained; None until taken.
     _one_run: Option<OwnedMutexGuard<()>>,
@@ -175,9 +175,9 @@ impl Resend<'_> {
 
     /// This exact payment's binding holds no answer though its row is paid (the answer could
     /// not be sealed, or the row was settled from the chain after a crash or a pending
-    /// settlement; at retention 0, where a delivery removes the binding, an answer never
-    /// delivered): within the window it is owed in the work runs once more; anything else is
-    /// a new payment to the gate (whose nonce pre-check then refuses a replay).
+    /// settlement; at a window of zero, where a delivery removes the binding, an answer never
+    /// delivered): within the window the answer is owed in, the work runs once more; anything
+    /// else is a new payment to the gate (whose nonce pre-check then refuses a replay).
     async fn unretained(&self) -> Collect {
         let row = match self
             .rail

@@ -7,7 +7,7 @@
 //! - a `reserved` row (its replica stopped mid-call) once `validBefore`, the abandoned-row
 //!   margin and the held results' window (a day, or the longest delivery window) have passed:
 //!   until then its buyer's resend decides it and gets the work run once more, which a
-//!   settlement recorded without them would cut to the delivery window counted from it;
+//!   settlement recorded without them would cut to the window counted from it;
 //! - never a `settle_failed` row: the chain showed it unused when it was refused, and reading
 //!   every old one again would search its logs back to its reserve (`ledger reconcile` still
 //!   reads them, for the rare authorization executed after our refusal);

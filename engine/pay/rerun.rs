@@ -36,10 +36,17 @@ impl Resend<'_> {
         PaidOutcome::Answered(answer)
     }
 
-    /// Retains the answer run again under this payment's binding, until the original window
-    /// ends.
+    /// Retains the answer run again under this payment's binding, until its window ends; when
+    /// none is kept of a delivered answer bought this way (a window of zero), the binding
+    /// goes, as after any delivery.
     async fn keep(&self, rerun: &Rerun, answer: &Answer) {
         let attempt = rerun.row.id;
+        if !self.rail.retention.keeps_delivered(self.lookup) {
+            if let Err(error) = self.rail.ledger.forget(attempt).await {
+                tracing::warn!(%error, attempt, "could not remove a delivered answer's binding");
+            }
+            return;
+        }
         let binding = Binding {
             lookup_sha256: self.lookup.key_hex(),
             id_sha256: self.lookup.id_sha256.clone(),

@@ -753,6 +753,14 @@ impl Ledger {
         }
     }
 
+    /// Deletes a row's binding: its answer was delivered and none is kept of it.
+    pub async fn forget(&self, id: i64) -> Result<(), LedgerError> {
+        match self {
+            Ledger::Sqlite(l) => l.forget(id),
+            Ledger::Postgres(l) => Box::pin(l.forget(id)).await,
+        }
+    }
+
     /// Counts one more collection of a row's answer (for `ledger report`).
     pub async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
         match self {

@@ -18,9 +18,9 @@ use super::tls;
 
 use super::{
     AttemptRow, BINDING_INSERT, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DELIVER_HELD_SQL,
-    INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL, RETAIN_SQL,
-    RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, SWEEP_SQL, now, redacted,
-    retained_schema, schema,
+    DROP_SQL, INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, PoolOptions, Precheck, RESERVE_SQL,
+    RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STATE_LIST, SWEEP_SQL,
+    now, redacted, retained_schema, schema,
 };
 
 /// One statement argument.
@@ -69,6 +69,7 @@ struct Numbered {
     retain: String,
     collected: String,
     deliver_held: String,
+    forget: String,
     sweep: String,
     precheck: String,
     change: String,
@@ -113,6 +114,7 @@ static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
     retain: numbered(RETAIN_SQL),
     collected: numbered(COLLECTED_SQL),
     deliver_held: numbered(DELIVER_HELD_SQL),
+    forget: numbered(DROP_SQL),
     sweep: numbered(SWEEP_SQL),
     precheck: numbered(PRECHECK_SQL),
     change: numbered(CHANGE_SQL),
@@ -454,6 +456,10 @@ impl PostgresLedger {
             .execute(&NUMBERED.deliver_held, &[&sealed, &collectable_until, &id])
             .await?;
         Ok(stored == 1)
+    }
+
+    pub(super) async fn forget(&self, id: i64) -> Result<(), LedgerError> {
+        self.execute(&NUMBERED.forget, &[&id]).await.map(|_| ())
     }
 
     pub(super) async fn note_collected(&self, id: i64) -> Result<(), LedgerError> {

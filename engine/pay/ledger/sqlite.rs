@@ -271,6 +271,11 @@ impl SqliteLedger {
         .map(|stored| stored == 1)
     }
 
+    pub(super) fn forget(&self, id: i64) -> Result<(), LedgerError> {
+        self.with(|c| c.prepare_cached(DROP_SQL)?.execute(params![id]))
+            .map(|_| ())
+    }
+
     pub(super) fn note_collected(&self, id: i64) -> Result<(), LedgerError> {
         self.with(|c| c.prepare_cached(COLLECTED_SQL)?.execute(params![id]))
             .map(|_| ())
