@@ -311,7 +311,7 @@ fn payment_rail(config: &Config, gateway: &Gateway) -> Result<Option<PaymentRail
 fn retention(config: &Config) -> Result<Retention, StartError> {
     if config.delivery_retention_seconds == 0 {
         tracing::info!(
-            "delivery_retention_seconds = 0: delivered answers are not retained; an answer never delivered (a result held while its settlement is pending, a paid call its replica stopped before recording) still is, for a day"
+            "delivery_retention_seconds = 0: delivered answers are not retained; an answer never delivered (a result held while its settlement is pending, a paid call its replica stopped before recording) is still owed, for a day"
         );
     }
     let refused = |e: crate::pay::retained::RetainedError| StartError::Prepare(e.to_string());

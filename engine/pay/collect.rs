@@ -69,7 +69,8 @@ pub(crate) struct Rerun {
     pub row: Box<AttemptRow>,
     /// Until when the new answer may be collected (the window it is owed in).
     pub collectable_until: i64,
-    /// The row's re-run lock, held until the answer is retained; None until taken.
+    /// The row's re-run lock, held until the answer is retained (or, at a window of zero, its
+    /// binding dropped); None until taken.
     _one_run: Option<OwnedMutexGuard<()>>,
 }
 
@@ -109,7 +110,8 @@ impl Resend<'_> {
     /// What the resend gets: waits (bounded by `delivery_in_flight_wait_ms`) while the
     /// original is still running. Concurrent resends of a paid row whose answer was not
     /// retained take its re-run lock in turn: the first runs the work, and the others, let in
-    /// after it, collect the answer it retained.
+    /// after it, collect the answer it retained (at a window of zero, where the delivery drops
+    /// the binding, they hear 402 `payment_answer_expired`).
     pub(crate) async fn collect(&self) -> Collect {
         let rerun = match self.decided().await {
             Collect::RunAgain(rerun) => rerun,

@@ -1,7 +1,9 @@
 //! The work of a paid row whose answer was not retained, run once more for its buyer
 //! (`collect` decides when): the answer goes out as a paid 200 naming the row's transaction,
-//! without `/verify` or `/settle`, and is retained like a first answer. The row's re-run lock
-//! is held until then, so concurrent resends collect this answer instead of running the work.
+//! without `/verify` or `/settle`, and is retained like a first answer (at a window of zero,
+//! its binding goes instead, as after any delivery). The row's re-run lock is held until
+//! then, so concurrent resends collect this answer, or at a window of zero hear that it was
+//! delivered (402 `payment_answer_expired`), instead of running the work.
 
 use crate::pay::call::{PaidOutcome, Refusal, WORK_GRACE};
 use crate::pay::collect::{Rerun, Resend};
@@ -11,7 +13,7 @@ use crate::pay::settlement::our_settle_response;
 use crate::support::metrics::metrics;
 
 impl Resend<'_> {
-    /// Runs `work` for the paid row of `rerun` and answers with it, retained.
+    /// Runs `work` for the paid row of `rerun` and answers with it, retained (`keep`).
     pub(crate) async fn run_again<E: std::fmt::Display>(
         &self,
         rerun: Rerun,
