@@ -27,7 +27,7 @@ use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::describe_error;
+use crate::chain::rpc::{describe_contract_error, describe_error};
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
@@ -192,7 +192,10 @@ impl AuthorizationReader {
             .block(BlockId::number(block))
             .call()
             .await
-            .map_err(|e| ChainReadError(format!("authorizationState could not be read: {e}")))?;
+            .map_err(|e| {
+                let why = describe_contract_error(&e);
+                ChainReadError(format!("authorizationState could not be read: {why}"))
+            })?;
         Ok(StateReading {
             block,
             timestamp,

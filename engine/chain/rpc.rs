@@ -152,6 +152,19 @@ impl From<&TransportError> for ReadFailure {
     }
 }
 
+/// A contract call's failure in [`describe_error`]'s words: never the URL, nor an HTTP error's
+/// body (a proxy's error page may echo the request path, and with it an API key).
+pub(crate) fn describe_contract_error(error: &alloy::contract::Error) -> String {
+    match error {
+        alloy::contract::Error::TransportError(e) => describe_error(e),
+        alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {
+            "the call returned no decodable value".to_string()
+        }
+        _ => "the call failed".to_string(),
+    }
+}
+
+/// A transport failure described without the URL or an HTTP error's body.
 pub(crate) fn describe_error(error: &TransportError) -> String {
     match error {
         TransportError::ErrorResp(payload) => {
@@ -249,5 +262,23 @@ fn revert_reason(data: &[u8]) -> Option<String> {
         RevertReason::ContractError(ContractError::Panic(panic)) => Some(panic.to_string()),
         RevertReason::ContractError(ContractError::CustomError(never)) => match never {},
         RevertReason::RawString(text) => Some(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_error_is_described_without_its_body() {
+        let page = "Cannot POST /v2/SECRETKEY123".to_string();
+        let error =
+            alloy::contract::Error::TransportError(TransportErrorKind::http_error(404, page));
+        assert!(
+            error.to_string().contains("SECRETKEY123"),
+            "alloy's own text has it"
+        );
+        let described = describe_contract_error(&error);
+        assert_eq!(described, "RPC HTTP status 404");
     }
 }

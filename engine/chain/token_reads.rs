@@ -11,7 +11,7 @@ use alloy::sol;
 use crate::catalog::manifest::Machine;
 use crate::chain::endpoints::FailoverRpc;
 use crate::chain::networks::BASE;
-use crate::chain::rpc::describe_error;
+use crate::chain::rpc::{describe_contract_error, describe_error};
 use crate::config::Config;
 use crate::net::gateway::Gateway;
 
@@ -79,7 +79,7 @@ pub(crate) async fn read(
         Ok(v) => reads.balance = Some(v),
         Err(e) => reads.limitations.push(format!(
             "balanceOf(payer) could not be read at block {block}: {}.",
-            contract_error(&e)
+            describe_contract_error(&e)
         )),
     }
     if let Some(spender) = spender {
@@ -87,21 +87,11 @@ pub(crate) async fn read(
             Ok(v) => reads.allowance = Some(v),
             Err(e) => reads.limitations.push(format!(
                 "allowance(payer, spender) could not be read at block {block}: {}.",
-                contract_error(&e)
+                describe_contract_error(&e)
             )),
         }
     }
     // A read that needed a second attempt says so.
     reads.limitations.extend(rpc.retries());
     Ok(reads)
-}
-
-fn contract_error(error: &alloy::contract::Error) -> String {
-    match error {
-        alloy::contract::Error::TransportError(e) => describe_error(e),
-        alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {
-            "the call returned no decodable value".to_string()
-        }
-        _ => "the call failed".to_string(),
-    }
 }

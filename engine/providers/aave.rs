@@ -10,7 +10,7 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::sol;
 use serde::{Deserialize, Serialize};
 
-use crate::chain::rpc::describe_error;
+use crate::chain::rpc::{describe_contract_error, describe_error};
 
 sol! {
     #[sol(rpc)]
@@ -103,7 +103,7 @@ pub(crate) async fn read_reserve(
         .await
         .map_err(|e| AaveError::PoolUnreadable {
             block,
-            why: contract_error(&e),
+            why: describe_contract_error(&e),
         })?;
     if pool.is_zero() {
         return Err(AaveError::NoPool(block));
@@ -115,7 +115,7 @@ pub(crate) async fn read_reserve(
         .await
         .map_err(|e| AaveError::ReserveUnreadable {
             block,
-            why: contract_error(&e),
+            why: describe_contract_error(&e),
         })?;
     if reserve.aTokenAddress.is_zero() {
         return Err(AaveError::NotListed { asset, block });
@@ -130,15 +130,4 @@ pub(crate) async fn read_reserve(
         last_update_timestamp: reserve.lastUpdateTimestamp.to::<u64>(),
         retrieved_at: crate::support::timestamp::now_millis(),
     })
-}
-
-/// A contract-call failure described without the URL.
-pub(crate) fn contract_error(error: &alloy::contract::Error) -> String {
-    match error {
-        alloy::contract::Error::TransportError(e) => describe_error(e),
-        alloy::contract::Error::AbiError(_) | alloy::contract::Error::ZeroData(..) => {
-            "the call returned no decodable value".to_string()
-        }
-        _ => "the call failed".to_string(),
-    }
 }

@@ -9,7 +9,7 @@ use alloy::providers::RootProvider;
 use alloy::sol;
 use alloy::sol_types::SolCall;
 
-use crate::providers::aave::contract_error;
+use crate::chain::rpc::describe_contract_error;
 
 sol! {
     #[sol(rpc)]
@@ -89,7 +89,7 @@ pub(crate) async fn read_at_block(
         .block(BlockId::number(block))
         .call()
         .await
-        .map_err(|e| ReadError::Call(contract_error(&e)))?;
+        .map_err(|e| ReadError::Call(describe_contract_error(&e)))?;
     if results.len() != tokens.len() * 3 {
         return Err(ReadError::Count {
             answered: results.len(),
