@@ -209,7 +209,7 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
             ]);
         }
     }
-    let outbound_before = rig.server.outbound();
+    let outbound_before = rig.server.outbound_asked();
     for (i, (spender, allowance, allowance_adjusted, exposure_adjusted, covers, max, unlimited)) in
         cases.iter().enumerate()
     {
@@ -285,7 +285,7 @@ async fn the_official_client_pays_for_vm02_and_the_observation_is_exact() {
     // Per paid call: 1 verify + 2 RPC requests (eth_blockNumber, then one batch of five
     // reads) + 1 settle, nothing else.
     assert_eq!(
-        rig.server.outbound() - outbound_before,
+        rig.server.outbound_asked() - outbound_before,
         4 * cases.len() as u64
     );
 }

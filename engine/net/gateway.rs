@@ -160,6 +160,8 @@ pub struct Gateway {
     /// client per call would lose its connection pool).
     derived: Arc<Mutex<HashMap<Duration, reqwest::Client>>>,
     sent: Arc<AtomicU64>,
+    /// Of those, the second sendings of requests that met a closed kept-alive connection.
+    resent: Arc<AtomicU64>,
     /// When every request through this gateway must have ended (a paid call's work budget,
     /// see [`Gateway::ending_by`]); None: each request's own timeout only.
     ends_by: Option<Instant>,
@@ -190,6 +192,7 @@ impl Gateway {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             derived: Arc::new(Mutex::new(derived)),
             sent: Arc::new(AtomicU64::new(0)),
+            resent: Arc::new(AtomicU64::new(0)),
             ends_by: None,
         })
     }
@@ -263,6 +266,13 @@ impl Gateway {
         self.sent.load(Ordering::SeqCst)
     }
 
+    /// How many of [`Gateway::outbound_requests`] were a request sent once more because the
+    /// upstream closed a kept-alive connection as we wrote (when depends on the upstream's
+    /// idle timer, not on the call).
+    pub fn resent_requests(&self) -> u64 {
+        self.resent.load(Ordering::SeqCst)
+    }
+
     /// Sends the request `build` makes (with [`Gateway::request`]) to `upstream`; the count
     /// rises before any I/O, and the call's result and time to its answer go to the metrics.
     /// A request that could not be built goes nowhere and is not counted.
@@ -290,6 +300,7 @@ impl Gateway {
             return record.finish(Err(error));
         };
         record.resent();
+        self.resent.fetch_add(1, Ordering::SeqCst);
         tracing::debug!(
             provider = upstream.provider,
             endpoint = upstream.endpoint,
@@ -409,6 +420,7 @@ mod tests {
             "the pooled connection was closed"
         );
         assert_eq!(gateway.outbound_requests(), 3, "the retry is counted");
+        assert_eq!(gateway.resent_requests(), 1, "as a resend");
         let exposition = metrics().encode(&[]);
         for (result, count) in [("ok", 2), ("resent", 1)] {
             let series = format!(

@@ -106,6 +106,14 @@ impl TestServer {
         self.server.state.gateway.outbound_requests()
     }
 
+    /// [`TestServer::outbound`] less the requests sent once more because the upstream closed
+    /// a kept-alive connection as we wrote (the facilitator's 5 s idle timer, under a loaded
+    /// machine): what the calls themselves asked for.
+    pub fn outbound_asked(&self) -> u64 {
+        let gateway = &self.server.state.gateway;
+        gateway.outbound_requests() - gateway.resent_requests()
+    }
+
     /// `http://` and the admin listener's address (`FACTOMAT_ADMIN_LISTEN` must be set).
     pub fn admin_url(&self) -> String {
         format!("http://{}", self.server.admin_addr.expect("admin listener"))
