@@ -20,6 +20,8 @@
 //     burn-nonce --from-key K <nonce> [--token T]      K signs an EIP-3009 TransferWithAuthorization K -> K, value 0,
 //                                                     this 32-byte nonce, validAfter 0, validBefore now + 1 year; the
 //                                                     admin gets it mined. Prints {transaction, block_number, authorizer, nonce}
+//     sweep --from-key K <to> [--token T]            K signs an EIP-3009 TransferWithAuthorization of its whole balance to <to>
+//                                                     (a random nonce); the admin gets it mined. Prints {transaction, block_number, from, to, moved}
 //     batch-authorizations --burn-key K --burn-nonce X --execute '<json>' [--token T]
 //                                                     ONE transaction (AuthorizationBatch, deployed on first use) that first
 //                                                     burns nonce X (K -> K, value 0) and then executes the given signed
@@ -34,6 +36,7 @@
 // --chain-id 1 selects the state's rpc_url_eip155_1 (start with --mainnet-anvil); "usdc" only exists on 8453.
 // Transactions are sent by anvil account #1 ("admin"); account #0 belongs to the facilitator.
 import { parseArgs } from 'node:util';
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { createPublicClient, createWalletClient, http, getAddress, isHex, pad, parseEther, decodeEventLog } from 'viem';
 import { privateKeyToAccount, generatePrivateKey } from 'viem/accounts';
@@ -117,14 +120,15 @@ async function main() {
     if (!/^0x[0-9a-fA-F]{64}$/.test(String(v ?? ''))) throw new Error(`${what} must be 0x followed by 64 hex digits (32 bytes)`);
     return v;
   };
-  // K signs TransferWithAuthorization(K -> K, 0, validAfter 0, validBefore now + 1 year, nonce) for token t.
-  const selfAuthorization = async (t, key, nonce) => {
+  // K signs TransferWithAuthorization(K -> to, value, validAfter 0, validBefore now + 1 year, nonce)
+  // for token t; K -> K of 0 unless told.
+  const selfAuthorization = async (t, key, nonce, to = null, value = 0n) => {
     const acct = privateKeyToAccount(key);
     const [name, version] = await Promise.all([read(t, 'name', []), read(t, 'version', [])]);
     const message = {
       from: acct.address,
-      to: acct.address,
-      value: 0n,
+      to: to ?? acct.address,
+      value,
       validAfter: 0n,
       validBefore: BigInt(Math.floor(Date.now() / 1000) + 365 * 24 * 3600),
       nonce,
@@ -278,6 +282,22 @@ async function main() {
       });
       const r = await wait(hash);
       return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: auth.from, nonce: auth.nonce };
+    }
+    case 'sweep': {
+      if (!opt['from-key'] || a.length !== 1) throw new Error('usage: sweep --from-key K <to> [--token T]');
+      const t = token(opt.token);
+      const owner = privateKeyToAccount(opt['from-key']).address;
+      const moved = await read(t, 'balanceOf', [owner]);
+      const nonce = `0x${randomBytes(32).toString('hex')}`;
+      const auth = await selfAuthorization(t, opt['from-key'], nonce, getAddress(a[0]), moved);
+      const hash = await admin.writeContract({
+        address: t,
+        abi: ERC20_ABI,
+        functionName: 'transferWithAuthorization',
+        args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
+      });
+      const r = await wait(hash);
+      return { transaction: hash, block_number: r.blockNumber, token: t, from: owner, to: auth.to, moved };
     }
     case 'batch-authorizations': {
       if (!opt['burn-key'] || !opt['burn-nonce'] || !opt.execute || a.length !== 0) {

@@ -47,6 +47,84 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
     assert_eq!(rig.only_row().await.state, "settle_pending");
 }
 
+/// `/settle` refused for the payer's balance, naming no transaction: unpaid (402, the payer
+/// struck) only once our node shows the funds gone too, asked again while it still shows
+/// them. A node that shows them to the end of the wait has not seen what the facilitator saw
+/// (it lags, or the facilitator is wrong), and the funds may have left through this very
+/// authorization: the outcome is pending, never a fresh challenge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_for_funds_is_unpaid_only_when_our_node_shows_them_gone() {
+    let stack = shared_stack();
+    let short = [("FACTOMAT_SETTLEMENT_WAIT_MS", "1000")];
+
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::RefuseForFunds {
+        sweep_key: None,
+        sweep_late: false,
+    };
+    let rig = Rig::start(stack, refuse, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(
+        response.status().as_u16(),
+        503,
+        "our node still shows the funds"
+    );
+    assert!(response.headers().get("payment-required").is_none());
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settle_pending");
+    let evidence = row.evidence.unwrap_or_default();
+    assert!(
+        evidence.contains("our node still shows the payer's balance 1000000"),
+        "{evidence}"
+    );
+    let again = rig.send(&body, &header).await;
+    assert_eq!(
+        again.status().as_u16(),
+        503,
+        "its resend is not invited to pay"
+    );
+    assert_eq!(rig.balance(&buyer.address), 1_000_000, "no money moved");
+
+    // The eth_calls each paid call made: the work's, then the refusal's readings.
+    let mut reads = Vec::new();
+    for sweep_late in [false, true] {
+        let buyer = stack.fresh_buyer("1000000");
+        let refuse = Settle::RefuseForFunds {
+            sweep_key: Some(buyer.key.clone()),
+            sweep_late,
+        };
+        let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
+        let rig = Rig::start(stack, refuse, &wait).await;
+        let body = rig.request(&buyer);
+        let (header, _) = rig.sign(&buyer, &body, &[]).await;
+        let response = rig.send(&body, &header).await;
+        reads.push(rig.rpc.calls("eth_call"));
+        assert_eq!(
+            response.status().as_u16(),
+            402,
+            "late {sweep_late}: funds gone"
+        );
+        assert_eq!(
+            reason_of(&response),
+            "invalid_exact_evm_insufficient_balance"
+        );
+        assert_eq!(payment_response(&response)["success"], false);
+        let row = rig.only_row().await;
+        assert_eq!(row.state, "settle_failed", "{row:?}");
+        let evidence = row.evidence.unwrap_or_default();
+        assert!(evidence.contains("the payer holds 0"), "{evidence}");
+        let (header, _) = rig.sign(&buyer, &body, &[]).await;
+        let response = rig.send(&body, &header).await;
+        assert_eq!(reason_of(&response), "payer_recently_unpaid", "struck");
+    }
+    assert!(
+        reads[1] > reads[0],
+        "a node a block behind was asked again before the verdict: {reads:?}"
+    );
+}
+
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries
 /// (`SettlementPending`), and not a plain `Error`: one of the 503's `oneOf` holds.
 async fn assert_published_pending_body(rig: &Rig<'_>, body: &Value) {

@@ -27,7 +27,7 @@ use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{describe_contract_error, describe_error};
+use crate::chain::rpc::{describe_contract_error, describe_error, says_range_too_wide};
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
@@ -38,6 +38,7 @@ sol! {
         event AuthorizationUsed(address indexed authorizer, bytes32 indexed nonce);
         event AuthorizationCanceled(address indexed authorizer, bytes32 indexed nonce);
         event Transfer(address indexed from, address indexed to, uint256 value);
+        function balanceOf(address account) external view returns (uint256);
     }
 }
 
@@ -203,6 +204,24 @@ impl AuthorizationReader {
         })
     }
 
+    /// The payer's balance of the asset at `block`: whether the node read at that block has
+    /// seen the funds a facilitator says are gone.
+    pub async fn payer_balance(
+        &self,
+        terms: &PaymentTerms,
+        block: u64,
+    ) -> Result<U256, ChainReadError> {
+        IEip3009State::new(terms.asset, &self.provider)
+            .balanceOf(terms.payer)
+            .block(BlockId::number(block))
+            .call()
+            .await
+            .map_err(|e| {
+                let why = describe_contract_error(&e);
+                ChainReadError(format!("balanceOf could not be read: {why}"))
+            })
+    }
+
     /// What a transaction's receipt says about the payment; None while it has no receipt
     /// (not mined yet, dropped, or replaced).
     pub async fn receipt(
@@ -310,12 +329,16 @@ impl AuthorizationReader {
     }
 }
 
-/// An answer that may mean "range too wide": a JSON-RPC error, or HTTP 400/413.
+/// An answer that says "range too wide": QuickNode's HTTP 413, or an error (a JSON-RPC
+/// error answer, or Alchemy's HTTP 400 carrying one) whose message speaks of the range or the
+/// result's size ([`says_range_too_wide`]). Any other error (a node's timeout, a rate limit, a
+/// broken node) ends the search at once: narrowing the window would only ask again, about ten
+/// times.
 fn is_range_refusal(error: &TransportError) -> bool {
     match error {
-        RpcError::ErrorResp(_) => true,
+        RpcError::ErrorResp(payload) => says_range_too_wide(&payload.message),
         RpcError::Transport(TransportErrorKind::HttpError(http)) => {
-            matches!(http.status, 400 | 413)
+            http.status == 413 || (http.status == 400 && says_range_too_wide(&http.body))
         }
         _ => false,
     }
@@ -398,6 +421,52 @@ mod tests {
     const NONCE: B256 = b256!("1111111111111111111111111111111111111111111111111111111111111111");
     const OTHER_NONCE: B256 =
         b256!("2222222222222222222222222222222222222222222222222222222222222222");
+
+    #[test]
+    fn only_a_refused_range_narrows_an_event_search() {
+        let answer = |code: i64, message: &str| {
+            RpcError::ErrorResp(alloy::rpc::json_rpc::ErrorPayload {
+                code,
+                message: message.to_string().into(),
+                data: None,
+            })
+        };
+        let http = |status: u16, body: &str| {
+            RpcError::Transport(TransportErrorKind::HttpError(
+                alloy::transports::HttpError {
+                    status,
+                    body: body.into(),
+                },
+            ))
+        };
+        let alchemy = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"You can make eth_getLogs requests with up to a 10 block range."}}"#;
+        let refusals = [
+            http(400, alchemy),
+            http(413, ""),
+            answer(-32614, "eth_getLogs is limited to a 10,000 range"),
+            answer(-32602, "range 20000 exceeds limit of 10000"),
+            answer(-32005, "query returned more than 10000 results"),
+        ];
+        for refusal in &refusals {
+            assert!(is_range_refusal(refusal), "{refusal}");
+        }
+        let failures = [
+            answer(-32000, "execution aborted (timeout = 5s)"),
+            answer(-32005, "daily request count exceeded, request rate limited"),
+            answer(-32005, "rate limit: more than 100 requests per second"),
+            answer(429, "Too Many Requests"),
+            answer(-32603, "internal error"),
+            http(
+                400,
+                r#"{"error":{"code":-32602,"message":"invalid argument 0"}}"#,
+            ),
+            http(400, "Bad Request"),
+            http(500, "range"),
+        ];
+        for failure in &failures {
+            assert!(!is_range_refusal(failure), "{failure}");
+        }
+    }
 
     fn terms(nonce: B256) -> PaymentTerms {
         PaymentTerms {

@@ -15,7 +15,7 @@
 //! - reads of one transport stay on the endpoint that last answered, so an observation's
 //!   block-pinned reads go to the node that told it the block;
 //! - an HTTP 413 to an `eth_getLogs` (QuickNode's answer to a range over its plan's), or an
-//!   HTTP 400 carrying a JSON-RPC error (Alchemy's), is the request's fault, not the
+//!   HTTP 400 carrying a JSON-RPC error about the range (Alchemy's), is the request's fault, not the
 //!   endpoint's: it goes back to the log search, which narrows the range, and the endpoint is
 //!   neither cooled down nor left. Either status to any other read is an endpoint failure
 //!   like any other.
@@ -681,16 +681,17 @@ fn out_of_time() -> TransportError {
 }
 
 /// A refusal of a packet of log searches only: an HTTP 413 (QuickNode), or an HTTP 400 whose
-/// body is a JSON-RPC error (Alchemy: `-32600` "You can make eth_getLogs requests with up to
-/// a 500 block range"). The endpoint refused their range, which a narrower search fixes. The
-/// same statuses to other reads may be a body limit or a broken node, so those fail over.
+/// body is a JSON-RPC error about the range (Alchemy: `-32600` "You can make eth_getLogs
+/// requests with up to a 500 block range"). The endpoint refused their range, which a
+/// narrower search fixes. The same statuses to other reads, or a 400 about anything else,
+/// may be a body limit or a broken node, so those fail over.
 fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
     let RpcError::Transport(TransportErrorKind::HttpError(http)) = error else {
         return false;
     };
     let refused = match http.status {
         413 => true,
-        400 => is_json_rpc_error(&http.body),
+        400 => is_json_rpc_error(&http.body) && rpc::says_range_too_wide(&http.body),
         _ => false,
     };
     refused && packet.method_names().all(|method| method == "eth_getLogs")

@@ -22,7 +22,7 @@ const MAX_RPC_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 pub(crate) struct Attempt {
     /// The failure, without the URL.
     pub error: TransportError,
-    /// The endpoint's `Retry-After` in seconds, when it sent one.
+    /// How long the endpoint's `Retry-After` asked us to wait, when it sent one.
     pub retry_after: Option<Duration>,
     /// The endpoint answered HTTP 429.
     pub rate_limited: bool,
@@ -38,9 +38,28 @@ impl From<TransportError> for Attempt {
     }
 }
 
+/// Whether an error's message (or an HTTP body carrying one) says a log search's range or
+/// result was too large, in the providers' spellings: Alchemy "…up to a 10 block range",
+/// QuickNode "eth_getLogs is limited to a 10,000 range", Infura "range 20000 exceeds limit of
+/// 10000" and "query returned more than 10000 results", others "block range is too wide",
+/// "too many blocks", "response size exceeded". Never a rate limit's.
+pub(crate) fn says_range_too_wide(message: &str) -> bool {
+    const SIGNS: [&str; 6] = [
+        "range",
+        "more than",
+        "too many blocks",
+        "too many logs",
+        "too large",
+        "response size",
+    ];
+    let message = message.to_ascii_lowercase();
+    let rate_limit = message.contains("rate limit") || message.contains("too many requests");
+    !rate_limit && SIGNS.iter().any(|sign| message.contains(sign))
+}
+
 /// One JSON-RPC packet to one endpoint through the counted gateway. An HTTP error status is
-/// a failed attempt that keeps the endpoint's `Retry-After` (delay seconds; an HTTP date is
-/// read as no delay given).
+/// a failed attempt that keeps the endpoint's `Retry-After` (delay seconds, or an HTTP date
+/// read as the time until it).
 pub(crate) async fn post_packet(
     gateway: &Gateway,
     upstream: Upstream,

@@ -7,7 +7,8 @@
 //! | `success` naming no transaction hash, or another network | follow the chain |
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
-//! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
+//! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used or unreadable → follow |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short (asked again each poll while our node still shows the funds: pending when the wait ends); used or unreadable → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
 //!
@@ -324,14 +325,14 @@ async fn retry_pending(s: &Settling<'_>, first: SettleOutcome) -> Option<String>
 /// facilitator answers `invalid_exact_evm_transaction_failed` with an empty `transaction`
 /// when its `writeContract` call throws, and a node may have taken the transaction by then.
 /// `invalid_exact_evm_nonce_already_used` is not here: it says the nonce is used on the
-/// facilitator's node, which may be ahead of ours, so the chain decides.
+/// facilitator's node, which may be ahead of ours, so the chain decides. Nor is
+/// `…_valid_before`: the facilitator's clock is not the chain's, and the authorization may
+/// still run until a block reaches `validBefore` (or have run before a check of the window
+/// came first). The call's deadline comes before that block, so the buyer hears pending, and
+/// their resend (or the reconcile pass) hears the chain's verdict once it is past.
 const REFUSED_BEFORE_BROADCAST: &[&str] = &[
-    "insufficient_funds",
-    "invalid_exact_evm_insufficient_balance",
-    "invalid_exact_evm_insufficient_funds",
     "invalid_exact_evm_payload_signature",
     "invalid_exact_evm_signature",
-    "invalid_exact_evm_payload_authorization_valid_before",
     "invalid_exact_evm_payload_authorization_valid_after",
     "invalid_exact_evm_payload_authorization_value",
     "invalid_exact_evm_authorization_value",
@@ -349,6 +350,16 @@ const REFUSED_BEFORE_BROADCAST: &[&str] = &[
     "unsupported_scheme",
 ];
 
+/// The refusals that say the payer's funds are gone. A facilitator may check the balance
+/// before the nonce, and the funds also leave when this very authorization runs: our node
+/// must show both the nonce unused and the balance short at one block, or it has not seen
+/// what the facilitator saw (it lags, or the facilitator is wrong) and the chain decides.
+const REFUSED_FOR_FUNDS: &[&str] = &[
+    "insufficient_funds",
+    "invalid_exact_evm_insufficient_balance",
+    "invalid_exact_evm_insufficient_funds",
+];
+
 /// A failure naming no transaction: unpaid now if the facilitator refused before
 /// broadcasting and the chain shows the authorization unused; any other such failure is
 /// followed on chain like a timeout, so a lost broadcast is never answered with a fresh 402.
@@ -359,7 +370,8 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
         .error_reason
         .clone()
         .unwrap_or_else(|| SETTLEMENT_FAILED.into());
-    if !REFUSED_BEFORE_BROADCAST.contains(&reason.as_str()) {
+    let for_funds = REFUSED_FOR_FUNDS.contains(&reason.as_str());
+    if !for_funds && !REFUSED_BEFORE_BROADCAST.contains(&reason.as_str()) {
         tracing::warn!(%reason, "settle failed naming no transaction, for a reason that may follow a broadcast: following the chain");
         return follow(s, None).await;
     }
@@ -373,18 +385,73 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
             format!("settle failed ({reason}); no trusted chain reader"),
         );
     };
-    let state = tokio::time::timeout_at(s.deadline, chain.state(&s.payment.terms)).await;
-    match state {
-        Ok(Ok(state)) if !state.used => Settlement::Unpaid {
-            evidence: format!(
-                "settle failed before broadcasting ({reason}); authorizationState unused at block {}",
-                state.block
-            ),
-            payer_fault: reason.contains("insufficient"),
-            reason,
-            response: Some(outcome.response),
-        },
-        _ => follow(s, None).await,
+    let until = s.deadline.min(Instant::now() + s.wait);
+    loop {
+        let terms = &s.payment.terms;
+        let reading = tokio::time::timeout_at(s.deadline, read_refused(chain, terms, for_funds));
+        match reading.await {
+            Ok(Refused::Unpaid(evidence)) => {
+                return Settlement::Unpaid {
+                    evidence: format!("settle failed before broadcasting ({reason}); {evidence}"),
+                    payer_fault: for_funds,
+                    reason,
+                    response: Some(outcome.response),
+                };
+            }
+            Ok(Refused::FundsStillSeen(evidence)) => {
+                if Instant::now() + POLL_INTERVAL >= until {
+                    tracing::warn!(%reason, %evidence, "settle refused for the payer's funds, which our node still shows: pending");
+                    let evidence =
+                        format!("settle refused before broadcasting ({reason}); {evidence}");
+                    return pending(None, evidence);
+                }
+            }
+            Ok(Refused::Follow) | Err(_) => return follow(s, None).await,
+        }
+        // Our node may be a block behind the facilitator's: it is asked again.
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// What our node shows of an authorization the facilitator refused before broadcasting.
+enum Refused {
+    /// Unused at one block (and, for a refusal for funds, the balance short there): unpaid.
+    Unpaid(String),
+    /// A refusal for funds, unused, but our node still shows the funds: it may not have seen
+    /// what the facilitator saw yet.
+    FundsStillSeen(String),
+    /// Used, or unreadable: the chain decides.
+    Follow,
+}
+
+/// Reads the refused authorization's state, and for a refusal for funds the payer's
+/// balance, at one pinned block.
+async fn read_refused(
+    chain: &AuthorizationReader,
+    terms: &PaymentTerms,
+    for_funds: bool,
+) -> Refused {
+    let state = match chain.state(terms).await {
+        Ok(state) if !state.used => state,
+        _ => return Refused::Follow,
+    };
+    let unused = format!("authorizationState unused at block {}", state.block);
+    if !for_funds {
+        return Refused::Unpaid(unused);
+    }
+    match chain.payer_balance(terms, state.block).await {
+        Ok(balance) if balance < terms.value => Refused::Unpaid(format!(
+            "{unused}, where the payer holds {balance} of the {} due",
+            terms.value
+        )),
+        Ok(balance) => Refused::FundsStillSeen(format!(
+            "{unused}, where our node still shows the payer's balance {balance} of the {} due",
+            terms.value
+        )),
+        Err(error) => {
+            tracing::warn!(%error, "settle refused for the payer's funds, and their balance could not be read: following the chain");
+            Refused::Follow
+        }
     }
 }
 

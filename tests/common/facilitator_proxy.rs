@@ -23,6 +23,17 @@ pub enum Settle {
     /// settle-time re-verification (`invalid_exact_evm_transaction_simulation_failed`) and
     /// an empty `transaction`: nothing was broadcast.
     Fail,
+    /// Answer `success: false`, `errorReason: "invalid_exact_evm_insufficient_balance"` and an
+    /// empty `transaction` without asking the real facilitator: its settle-time
+    /// re-verification found the payer's funds gone. With `sweep_key` (the payer's key) the
+    /// payer's whole balance is moved away on anvil (`chain.mjs sweep`), so the chain agrees:
+    /// before the answer, or with `sweep_late` just after it (our node a block behind the
+    /// facilitator's). Without it our node still shows the funds (a facilitator whose node is
+    /// ahead of ours, or a wrong one).
+    RefuseForFunds {
+        sweep_key: Option<String>,
+        sweep_late: bool,
+    },
     /// Forward after this delay.
     After(Duration),
     /// Forward (the settlement lands on chain), then answer 500 without a verdict.
@@ -252,6 +263,27 @@ fn reply(status: u16, body: Vec<u8>) -> http::Response<bytes::Bytes> {
         .expect("response")
 }
 
+/// Moves the whole balance of `key`'s address to a fresh address, mined.
+async fn sweep(rpc: String, key: String) {
+    let to = super::devstack::fresh_payee();
+    let swept = tokio::task::spawn_blocking(move || {
+        run_node(
+            "chain.mjs",
+            &["--rpc-url", &rpc, "sweep", "--from-key", &key, &to],
+        )
+    })
+    .await
+    .expect("sweep runs");
+    assert!(swept["transaction"].is_string(), "sweep failed: {swept}");
+}
+
+/// A settle-time re-verification's refusal: nothing broadcast.
+fn refusal(reason: &str) -> http::Response<bytes::Bytes> {
+    let answer = json!({"success": false, "errorReason": reason,
+        "transaction": "", "network": "eip155:8453"});
+    reply(200, answer.to_string().into_bytes())
+}
+
 /// `paymentPayload.payload.authorization` of a facilitator request body.
 fn authorization(body: &[u8]) -> Value {
     let body: Value = serde_json::from_slice(body).expect("facilitator body is JSON");
@@ -272,14 +304,20 @@ impl Proxy {
         match self.settle.clone() {
             Settle::Forward => {}
             Settle::Fail => {
-                return reply(
-                    200,
-                    json!({"success": false,
-                        "errorReason": "invalid_exact_evm_transaction_simulation_failed",
-                        "transaction": "", "network": "eip155:8453"})
-                    .to_string()
-                    .into_bytes(),
-                );
+                return refusal("invalid_exact_evm_transaction_simulation_failed");
+            }
+            Settle::RefuseForFunds {
+                sweep_key,
+                sweep_late,
+            } => {
+                match sweep_key {
+                    Some(key) if sweep_late => {
+                        tokio::spawn(sweep(self.rpc_url(), key));
+                    }
+                    Some(key) => sweep(self.rpc_url(), key).await,
+                    None => {}
+                }
+                return refusal("invalid_exact_evm_insufficient_balance");
             }
             Settle::After(delay) => tokio::time::sleep(delay).await,
             Settle::ForwardThenFail => {
