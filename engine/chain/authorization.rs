@@ -108,7 +108,7 @@ const MIN_LOG_WINDOW: u64 = 1;
 const SEARCH_MARGIN_SECONDS: u64 = 60;
 
 /// Reads authorizations through the configured eip155:8453 RPC endpoints (failing over one
-/// at a time, never through an endpoint that serves another chain).
+/// at a time, only through endpoints that have answered `eth_chainId` 8453).
 #[derive(Debug, Clone)]
 pub struct AuthorizationReader {
     provider: RootProvider<Ethereum>,
@@ -135,7 +135,7 @@ impl AuthorizationReader {
             )],
         });
         Self::over(
-            FailoverRpc::new(gateway, set, response_timeout),
+            FailoverRpc::verified_only(gateway, set, response_timeout),
             max_log_blocks,
         )
     }
@@ -146,8 +146,9 @@ impl AuthorizationReader {
         config: &Config,
         response_timeout: Duration,
     ) -> Option<Self> {
-        FailoverRpc::for_chain(&gateway, config, BASE, response_timeout)
-            .map(|rpc| Self::over(rpc, config.rpc_max_log_blocks))
+        let set = EndpointSet::rpc(config, BASE);
+        let rpc = FailoverRpc::verified_only(gateway, set.clone(), response_timeout);
+        (!set.is_empty()).then(|| Self::over(rpc, config.rpc_max_log_blocks))
     }
 
     fn over(rpc: FailoverRpc, max_log_blocks: u64) -> Self {

@@ -21,7 +21,8 @@
 //!   like any other.
 //!
 //! An endpoint answering another chain's id is never used; one whose chain is unconfirmed
-//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it.
+//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it. The
+//! payment verdicts' reader ([`FailoverRpc::verified_only`]) passes over one still silent.
 //! Health is shared by every reader in the process (a registry keyed by the endpoint's
 //! position and a digest of its URL), so a cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
 //! only by position (`eip155:8453#1`) and setting, never by its URL.
@@ -400,6 +401,8 @@ pub(crate) struct FailoverRpc {
 #[derive(Debug)]
 struct Inner {
     gateway: Gateway,
+    /// Reads go only to endpoints that answered our chain's id (the payment verdicts' reader).
+    verified_only: bool,
     upstream: Upstream,
     set: Arc<EndpointSet>,
     response_timeout: Duration,
@@ -432,9 +435,31 @@ const MAX_RETRY_NOTES: usize = 16;
 impl FailoverRpc {
     /// A transport over `set`; each attempt's answer is bounded by `response_timeout`.
     pub(crate) fn new(gateway: Gateway, set: Arc<EndpointSet>, response_timeout: Duration) -> Self {
+        Self::build(gateway, set, response_timeout, false)
+    }
+
+    /// As [`FailoverRpc::new`], reading only endpoints that have answered our chain's id: one
+    /// still silent after it was asked is passed over, and with none left the read fails.
+    /// For the payment verdicts, where an unknown chain's "unused" would read as unpaid and
+    /// a failed read only leaves the outcome pending.
+    pub(crate) fn verified_only(
+        gateway: Gateway,
+        set: Arc<EndpointSet>,
+        response_timeout: Duration,
+    ) -> Self {
+        Self::build(gateway, set, response_timeout, true)
+    }
+
+    fn build(
+        gateway: Gateway,
+        set: Arc<EndpointSet>,
+        response_timeout: Duration,
+        verified_only: bool,
+    ) -> Self {
         FailoverRpc {
             inner: Arc::new(Inner {
                 upstream: set.chain.rpc,
+                verified_only,
                 gateway,
                 set,
                 response_timeout,
@@ -597,7 +622,12 @@ impl FailoverRpc {
                 set.check_identity(&self.inner.gateway, endpoint, self.inner.response_timeout)
                     .await;
             }
-            if !matches!(endpoint.identity(), Identity::Mismatch(_)) {
+            let usable = match endpoint.identity() {
+                Identity::Verified => true,
+                Identity::Mismatch(_) => false,
+                Identity::Unchecked | Identity::Unanswered => !self.inner.verified_only,
+            };
+            if usable {
                 return Some(index);
             }
         }
@@ -611,8 +641,13 @@ impl FailoverRpc {
         let mut order = self.candidates().into_iter();
         let Some(mut index) = self.next_on_our_chain(&mut order).await else {
             return Err(TransportErrorKind::custom_str(&format!(
-                "no {} RPC endpoint is usable now (each is cooling down after a failure or serves another chain)",
-                self.inner.set.chain.caip2
+                "no {} RPC endpoint is usable now (each is cooling down after a failure, serves another chain{})",
+                self.inner.set.chain.caip2,
+                if self.inner.verified_only {
+                    ", or has not answered its chain id"
+                } else {
+                    ""
+                }
             )));
         };
         let mut attempts = 1;
@@ -870,6 +905,53 @@ mod tests {
         assert_eq!(base_asked.load(Ordering::SeqCst), 1);
         assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
         assert_eq!(set.endpoints[1].identity(), Identity::Verified);
+    }
+
+    /// The payment verdicts' reader passes over an endpoint that stays silent to
+    /// `eth_chainId` (a 429 to everything): the read goes to the next, and with no other it
+    /// fails. A machine's reader still reads it, as before.
+    #[tokio::test]
+    async fn a_verified_only_reader_never_reads_an_endpoint_silent_about_its_chain() {
+        let silent = || {
+            node_on(None, |_| {
+                let limited =
+                    serde_json::json!({"error": {"code": 429, "message": "rate limited"}});
+                (429, limited)
+            })
+        };
+        let (quiet, quiet_asked) = silent().await;
+        let (base, base_asked) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+        let set = Arc::new(base_endpoints("silent", &[&quiet, &base]));
+        let gateway = Gateway::new().expect("gateway");
+        let strict = FailoverRpc::verified_only(gateway.clone(), set, Duration::from_secs(2));
+        let answered = strict.provider().get_block_number().await;
+        assert_eq!(answered.expect("answered"), 0x2b, "the next endpoint read");
+        assert_eq!(
+            quiet_asked.load(Ordering::SeqCst),
+            1,
+            "only its chain id asked"
+        );
+        assert_eq!(base_asked.load(Ordering::SeqCst), 1);
+
+        let (alone, alone_asked) = silent().await;
+        let set = Arc::new(base_endpoints("silent-alone", &[&alone]));
+        let strict =
+            FailoverRpc::verified_only(gateway.clone(), set.clone(), Duration::from_secs(2));
+        let refused = strict.provider().get_block_number().await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(
+            alone_asked.load(Ordering::SeqCst),
+            1,
+            "only its chain id asked"
+        );
+        let lenient = FailoverRpc::new(gateway, set, Duration::from_secs(2));
+        let read = lenient.provider().get_block_number().await;
+        assert!(read.is_err(), "429 to the read too: {read:?}");
+        assert_eq!(
+            alone_asked.load(Ordering::SeqCst),
+            2,
+            "a machine's reader reads it"
+        );
     }
 
     /// A node found serving another chain stays unused when a later check cannot reach it
