@@ -47,13 +47,14 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
     assert_eq!(rig.only_row().await.state, "settle_pending");
 }
 
-/// `/settle` refused for the payer's balance, naming no transaction: unpaid (402, the payer
-/// struck) only once our node shows the funds gone too, asked again while it still shows
-/// them. A node that shows them to the end of the wait has not seen what the facilitator saw
-/// (it lags, or the facilitator is wrong), and the funds may have left through this very
-/// authorization: the outcome is pending, never a fresh challenge.
+/// `/settle` refused before broadcasting, naming no transaction. For the payer's balance:
+/// unpaid (402, the payer struck) only once our node shows the funds gone too, asked again
+/// while it still shows them. A node that shows them to the end of the wait has not seen what
+/// the facilitator saw (it lags, or the facilitator is wrong), and the funds may have left
+/// through this very authorization: the outcome is pending, never a fresh challenge. For
+/// `validBefore`: pending too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_for_funds_is_unpaid_only_when_our_node_shows_them_gone() {
+async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     let stack = shared_stack();
     let short = [("FACTOMAT_SETTLEMENT_WAIT_MS", "1000")];
 
@@ -120,9 +121,21 @@ async fn a_refusal_for_funds_is_unpaid_only_when_our_node_shows_them_gone() {
         assert_eq!(reason_of(&response), "payer_recently_unpaid", "struck");
     }
     assert!(
-        reads[1] > reads[0],
-        "a node a block behind was asked again before the verdict: {reads:?}"
+        reads[1] >= reads[0] + 2,
+        "a node a block behind was asked again (state and balance) before the verdict: {reads:?}"
     );
+
+    // A refusal for validBefore: the facilitator's clock is not the chain's, and the
+    // authorization may still run until a block reaches it: pending, not a fresh challenge.
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::Refuse("invalid_exact_evm_payload_authorization_valid_before");
+    let rig = Rig::start(stack, refuse, &short).await;
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().get("payment-required").is_none());
+    assert_eq!(rig.only_row().await.state, "settle_pending");
 }
 
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries

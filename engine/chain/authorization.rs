@@ -27,7 +27,7 @@ use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{describe_contract_error, describe_error, says_range_too_wide};
+use crate::chain::rpc::{describe_contract_error, describe_error, may_be_range_refusal};
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
@@ -330,16 +330,18 @@ impl AuthorizationReader {
     }
 }
 
-/// An answer that says "range too wide": QuickNode's HTTP 413, or an error (a JSON-RPC
-/// error answer, or Alchemy's HTTP 400 carrying one) whose message speaks of the range or the
-/// result's size ([`says_range_too_wide`]). Any other error (a node's timeout, a rate limit, a
-/// broken node) ends the search at once: narrowing the window would only ask again, about ten
-/// times.
+/// An answer that may mean "range too wide": QuickNode's HTTP 413, or an error (a JSON-RPC
+/// error answer, its `data` included, or Alchemy's HTTP 400 carrying one) that names no other
+/// cause ([`may_be_range_refusal`]). A rate limit, a credential refused, a lagging node end
+/// the search at once: narrowing the window would only ask again, about ten times.
 fn is_range_refusal(error: &TransportError) -> bool {
     match error {
-        RpcError::ErrorResp(payload) => says_range_too_wide(&payload.message),
+        RpcError::ErrorResp(payload) => {
+            let data = payload.data.as_ref().map_or("", |data| data.get());
+            may_be_range_refusal(&payload.message) && may_be_range_refusal(data)
+        }
         RpcError::Transport(TransportErrorKind::HttpError(http)) => {
-            http.status == 413 || (http.status == 400 && says_range_too_wide(&http.body))
+            http.status == 413 || (http.status == 400 && may_be_range_refusal(&http.body))
         }
         _ => false,
     }
@@ -447,22 +449,34 @@ mod tests {
             answer(-32614, "eth_getLogs is limited to a 10,000 range"),
             answer(-32602, "range 20000 exceeds limit of 10000"),
             answer(-32005, "query returned more than 10000 results"),
+            answer(-32005, "query timeout exceeded"),
+            answer(-32000, "limit exceeded"),
+            // Tenderly: the range is in `data` only.
+            answer(-32602, "invalid params"),
         ];
         for refusal in &refusals {
             assert!(is_range_refusal(refusal), "{refusal}");
         }
         let failures = [
-            answer(-32000, "execution aborted (timeout = 5s)"),
             answer(-32005, "daily request count exceeded, request rate limited"),
             answer(-32005, "rate limit: more than 100 requests per second"),
             answer(429, "Too Many Requests"),
-            answer(-32603, "internal error"),
+            answer(
+                -32601,
+                "the method eth_getLogs does not exist/is not available",
+            ),
+            answer(
+                -32000,
+                "runtime error: index out of range [3] with length 3",
+            ),
+            answer(-32000, "block range extends beyond current head block"),
+            answer(-32001, "Unauthorized: invalid API key"),
             http(
                 400,
-                r#"{"error":{"code":-32602,"message":"invalid argument 0"}}"#,
+                r#"{"error":{"code":-32005,"message":"monthly capacity exceeded"}}"#,
             ),
-            http(400, "Bad Request"),
-            http(500, "range"),
+            http(400, "Bad Request: invalid API key"),
+            http(500, "{}"),
         ];
         for failure in &failures {
             assert!(!is_range_refusal(failure), "{failure}");

@@ -15,7 +15,7 @@
 //! - reads of one transport stay on the endpoint that last answered, so an observation's
 //!   block-pinned reads go to the node that told it the block;
 //! - an HTTP 413 to an `eth_getLogs` (QuickNode's answer to a range over its plan's), or an
-//!   HTTP 400 carrying a JSON-RPC error about the range (Alchemy's), is the request's fault, not the
+//!   HTTP 400 carrying a JSON-RPC error that names no other cause (Alchemy's), is the request's fault, not the
 //!   endpoint's: it goes back to the log search, which narrows the range, and the endpoint is
 //!   neither cooled down nor left. Either status to any other read is an endpoint failure
 //!   like any other.
@@ -716,32 +716,21 @@ fn out_of_time() -> TransportError {
 }
 
 /// A refusal of a packet of log searches only: an HTTP 413 (QuickNode), or an HTTP 400 whose
-/// body is a JSON-RPC error about the range (Alchemy: `-32600` "You can make eth_getLogs
-/// requests with up to a 500 block range"). The endpoint refused their range, which a
-/// narrower search fixes. The same statuses to other reads, or a 400 about anything else,
-/// may be a body limit or a broken node, so those fail over.
+/// body is a JSON-RPC error that may be about the range (Alchemy: `-32600` "You can make
+/// eth_getLogs requests with up to a 500 block range"; see [`rpc::may_be_range_refusal`]).
+/// The endpoint refused their range, which a narrower search fixes. The same statuses to
+/// other reads, or a 400 naming another cause (a rate limit, a credential), may be a body
+/// limit or a broken node, so those fail over.
 fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
     let RpcError::Transport(TransportErrorKind::HttpError(http)) = error else {
         return false;
     };
     let refused = match http.status {
         413 => true,
-        400 => is_json_rpc_error(&http.body) && rpc::says_range_too_wide(&http.body),
+        400 => rpc::may_be_range_refusal_body(&http.body),
         _ => false,
     };
     refused && packet.method_names().all(|method| method == "eth_getLogs")
-}
-
-/// Whether `body` is a JSON-RPC answer carrying an `error` object. The body is kept cut to
-/// its first 512 bytes, so a longer one (an `error.data`) that no longer parses counts when
-/// it begins as one.
-fn is_json_rpc_error(body: &str) -> bool {
-    match serde_json::from_str::<serde_json::Value>(body) {
-        Ok(answer) => answer
-            .get("error")
-            .is_some_and(serde_json::Value::is_object),
-        Err(_) => body.trim_start().starts_with('{') && body.contains("\"error\":{"),
-    }
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).
@@ -1039,12 +1028,12 @@ mod tests {
             "message": "You can make eth_getLogs requests with up to a 500 block range.",
             "data": "x".repeat(1000)}})
         .to_string();
-        assert!(is_json_rpc_error(&long[..512]));
-        assert!(is_json_rpc_error(&long));
-        assert!(!is_json_rpc_error(
+        assert!(rpc::is_json_rpc_error(&long[..512]));
+        assert!(rpc::is_json_rpc_error(&long));
+        assert!(!rpc::is_json_rpc_error(
             "<html><body>400 Bad Request</body></html>"
         ));
-        assert!(!is_json_rpc_error(
+        assert!(!rpc::is_json_rpc_error(
             r#"{"jsonrpc":"2.0","id":1,"result":[]}"#
         ));
     }

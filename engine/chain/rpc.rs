@@ -38,23 +38,56 @@ impl From<TransportError> for Attempt {
     }
 }
 
-/// Whether an error's message (or an HTTP body carrying one) says a log search's range or
-/// result was too large, in the providers' spellings: Alchemy "…up to a 10 block range",
-/// QuickNode "eth_getLogs is limited to a 10,000 range", Infura "range 20000 exceeds limit of
-/// 10000" and "query returned more than 10000 results", others "block range is too wide",
-/// "too many blocks", "response size exceeded". Never a rate limit's.
-pub(crate) fn says_range_too_wide(message: &str) -> bool {
-    const SIGNS: [&str; 6] = [
-        "range",
-        "more than",
-        "too many blocks",
-        "too many logs",
-        "too large",
-        "response size",
+/// Whether an error to a log search may be the provider refusing its range or the size of
+/// its answer, which a narrower search fixes: any error except one whose message names
+/// another cause (a rate limit or quota, a credential, an unknown method, a node that lags
+/// or failed inside). Range refusals come in many spellings (Alchemy "…up to a 10 block
+/// range", QuickNode "eth_getLogs is limited to a 10,000 range", Infura "range 20000 exceeds
+/// limit of 10000", "query returned more than 10000 results" and "query timeout exceeded",
+/// Tenderly "invalid params" with the range in `data`, erigon "limit exceeded", dRPC "ranges
+/// over 10000 blocks are not supported on freetier"): a spelling we do not know must still
+/// narrow, or a paid row whose spending event lies past it stays pending.
+pub(crate) fn may_be_range_refusal(message: &str) -> bool {
+    const OTHER_CAUSES: [&str; 17] = [
+        "rate limit",
+        "rate-limit",
+        "ratelimit",
+        "rate exceeded",
+        "too many requests",
+        "quota",
+        "credits",
+        "capacity",
+        "unauthorized",
+        "forbidden",
+        "api key",
+        "method not found",
+        "does not exist",
+        "out of range",
+        "beyond current head",
+        "header not found",
+        "unknown block",
     ];
     let message = message.to_ascii_lowercase();
-    let rate_limit = message.contains("rate limit") || message.contains("too many requests");
-    !rate_limit && SIGNS.iter().any(|sign| message.contains(sign))
+    !OTHER_CAUSES.iter().any(|cause| message.contains(cause))
+}
+
+/// Whether `body` is a JSON-RPC answer carrying an `error` object. The body is kept cut to
+/// its first 512 bytes, so a longer one (an `error.data`) that no longer parses counts when
+/// it begins as one.
+pub(crate) fn is_json_rpc_error(body: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(answer) => answer
+            .get("error")
+            .is_some_and(serde_json::Value::is_object),
+        Err(_) => body.trim_start().starts_with('{') && body.contains("\"error\":{"),
+    }
+}
+
+/// An HTTP error body that may be a range refusal: a JSON-RPC error answer naming no other
+/// cause (Alchemy's HTTP 400). A body that is not JSON-RPC (a proxy's "Bad Request", an HTML
+/// page) is no answer of the node's.
+pub(crate) fn may_be_range_refusal_body(body: &str) -> bool {
+    is_json_rpc_error(body) && may_be_range_refusal(body)
 }
 
 /// One JSON-RPC packet to one endpoint through the counted gateway. An HTTP error status is

@@ -7,8 +7,9 @@
 //! | `success` naming no transaction hash, or another network | follow the chain |
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
-//! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used or unreadable → follow |
-//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short (asked again each poll while our node still shows the funds: pending when the wait ends); used or unreadable → follow |
+//! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short |
+//! | either, while our node still shows the funds or a read fails | asked again each poll; pending when the wait ends. Used → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
 //!
@@ -385,11 +386,11 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
             format!("settle failed ({reason}); no trusted chain reader"),
         );
     };
-    let until = s.deadline.min(Instant::now() + s.wait);
+    let until = wait_ends(s);
     loop {
         let terms = &s.payment.terms;
         let reading = tokio::time::timeout_at(s.deadline, read_refused(chain, terms, for_funds));
-        match reading.await {
+        let evidence = match reading.await {
             Ok(Refused::Unpaid(evidence)) => {
                 return Settlement::Unpaid {
                     evidence: format!("settle failed before broadcasting ({reason}); {evidence}"),
@@ -398,17 +399,18 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
                     response: Some(outcome.response),
                 };
             }
-            Ok(Refused::FundsStillSeen(evidence)) => {
-                if Instant::now() + POLL_INTERVAL >= until {
-                    tracing::warn!(%reason, %evidence, "settle refused for the payer's funds, which our node still shows: pending");
-                    let evidence =
-                        format!("settle refused before broadcasting ({reason}); {evidence}");
-                    return pending(None, evidence);
-                }
-            }
-            Ok(Refused::Follow) | Err(_) => return follow(s, None).await,
+            Ok(Refused::Used) => return follow_until(s, None, until).await,
+            // Our node may be a block behind the facilitator's, or a read failed: asked again.
+            Ok(Refused::FundsStillSeen(evidence) | Refused::Unreadable(evidence)) => evidence,
+            Err(_) => "the chain did not answer before the call's deadline".to_string(),
+        };
+        if Instant::now() + POLL_INTERVAL >= until {
+            tracing::warn!(%reason, %evidence, "settle refused before broadcasting, and the chain did not confirm it unused in time: pending");
+            return pending(
+                None,
+                format!("settle refused before broadcasting ({reason}); {evidence}"),
+            );
         }
-        // Our node may be a block behind the facilitator's: it is asked again.
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
@@ -420,8 +422,10 @@ enum Refused {
     /// A refusal for funds, unused, but our node still shows the funds: it may not have seen
     /// what the facilitator saw yet.
     FundsStillSeen(String),
-    /// Used, or unreadable: the chain decides.
-    Follow,
+    /// Used: the chain decides what spent it.
+    Used,
+    /// A read failed (what failed).
+    Unreadable(String),
 }
 
 /// Reads the refused authorization's state, and for a refusal for funds the payer's
@@ -432,8 +436,9 @@ async fn read_refused(
     for_funds: bool,
 ) -> Refused {
     let state = match chain.state(terms).await {
-        Ok(state) if !state.used => state,
-        _ => return Refused::Follow,
+        Ok(state) if state.used => return Refused::Used,
+        Ok(state) => state,
+        Err(error) => return Refused::Unreadable(error.to_string()),
     };
     let unused = format!("authorizationState unused at block {}", state.block);
     if !for_funds {
@@ -448,22 +453,28 @@ async fn read_refused(
             "{unused}, where our node still shows the payer's balance {balance} of the {} due",
             terms.value
         )),
-        Err(error) => {
-            tracing::warn!(%error, "settle refused for the payer's funds, and their balance could not be read: following the chain");
-            Refused::Follow
-        }
+        Err(error) => Refused::Unreadable(format!("{unused}; {error}")),
     }
+}
+
+/// When following ends: the wait, or the call's deadline if sooner.
+fn wait_ends(s: &Settling<'_>) -> Instant {
+    s.deadline.min(Instant::now() + s.wait)
 }
 
 /// Polls the chain until a definite finding, the wait's end or the deadline.
 async fn follow(s: &Settling<'_>, hint: Option<String>) -> Settlement {
+    follow_until(s, hint, wait_ends(s)).await
+}
+
+/// [`follow`] until `until` (a wait already begun).
+async fn follow_until(s: &Settling<'_>, hint: Option<String>, until: Instant) -> Settlement {
     let Some(chain) = s.chain else {
         return pending(
             hint,
             "no trusted chain reader: the outcome is left to reconcile".into(),
         );
     };
-    let until = s.deadline.min(Instant::now() + s.wait);
     loop {
         // One reading is several RPC reads, each with its own timeout: the whole of it is held
         // to the deadline too, so a hanging node cannot keep the buyer past it.

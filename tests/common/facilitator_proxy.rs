@@ -23,6 +23,9 @@ pub enum Settle {
     /// settle-time re-verification (`invalid_exact_evm_transaction_simulation_failed`) and
     /// an empty `transaction`: nothing was broadcast.
     Fail,
+    /// Answer `success: false` with this `errorReason` and an empty `transaction`, without
+    /// asking the real facilitator.
+    Refuse(&'static str),
     /// Answer `success: false`, `errorReason: "invalid_exact_evm_insufficient_balance"` and an
     /// empty `transaction` without asking the real facilitator: its settle-time
     /// re-verification found the payer's funds gone. With `sweep_key` (the payer's key) the
@@ -306,6 +309,7 @@ impl Proxy {
             Settle::Fail => {
                 return refusal("invalid_exact_evm_transaction_simulation_failed");
             }
+            Settle::Refuse(reason) => return refusal(reason),
             Settle::RefuseForFunds {
                 sweep_key,
                 sweep_late,
