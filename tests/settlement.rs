@@ -52,7 +52,7 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 /// while it still shows them. A node that shows them to the end of the wait has not seen what
 /// the facilitator saw (it lags, or the facilitator is wrong), and the funds may have left
 /// through this very authorization: the outcome is pending, never a fresh challenge. For
-/// `validBefore`: pending too.
+/// `validBefore`: pending too. A read that fails is asked again within the wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     let stack = shared_stack();
@@ -136,6 +136,22 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("payment-required").is_none());
     assert_eq!(rig.only_row().await.state, "settle_pending");
+
+    // A refusal on the payment's own terms whose first authorizationState read fails: asked
+    // again within the wait, and unpaid once the chain answers.
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::Refuse("invalid_exact_evm_signature");
+    let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
+    let rig = Rig::start(stack, refuse, &wait).await;
+    let selector = alloy::primitives::keccak256("authorizationState(address,bytes32)");
+    rig.rpc
+        .fail_calls_to(&alloy::hex::encode_prefixed(&selector[..4]), 1);
+    let body = rig.request(&buyer);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(response.status().as_u16(), 402, "the second read answered");
+    assert_eq!(reason_of(&response), "invalid_exact_evm_signature");
+    assert_eq!(rig.only_row().await.state, "settle_failed");
 }
 
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries

@@ -55,6 +55,8 @@ struct State {
     lag: AtomicU64,
     /// How long a request carrying a call of a method waits (see [`RpcProxy::set_delay`]).
     delays: Mutex<HashMap<String, Duration>>,
+    /// `eth_call`s still to fail, by the function's selector (see [`RpcProxy::fail_calls_to`]).
+    failing_calls: Mutex<HashMap<String, u64>>,
 }
 
 impl RpcProxy {
@@ -89,6 +91,16 @@ impl RpcProxy {
         self.state.lag.store(blocks, Ordering::SeqCst);
     }
 
+    /// Acts like a node that fails now and then: the next `times` `eth_call`s of the function
+    /// with this selector (0x and 8 hex digits) get HTTP 503 with a JSON-RPC error.
+    pub fn fail_calls_to(&self, selector: &str, times: u64) {
+        self.state
+            .failing_calls
+            .lock()
+            .expect("failing calls")
+            .insert(selector.to_ascii_lowercase(), times);
+    }
+
     /// Acts like a slow provider: every HTTP request that carries a call of `method` (alone or
     /// in a batch) is answered `delay` later, once per request (`Duration::ZERO`: at once).
     /// The calls are counted when they arrive.
@@ -114,6 +126,7 @@ pub async fn rpc_proxy(upstream: &str, limits: RpcLimits) -> RpcProxy {
         refused: AtomicU64::new(0),
         lag: AtomicU64::new(0),
         delays: Mutex::new(HashMap::new()),
+        failing_calls: Mutex::new(HashMap::new()),
     });
     let shared = state.clone();
     let route = warp::post()
@@ -260,8 +273,26 @@ impl State {
         }
     }
 
+    /// Whether this `eth_call` is one [`RpcProxy::fail_calls_to`] asked to fail (counted).
+    fn fails(&self, call: &Value) -> bool {
+        let transaction = &call["params"][0];
+        let data = transaction["data"]
+            .as_str()
+            .or_else(|| transaction["input"].as_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let mut failing = self.failing_calls.lock().expect("failing calls");
+        let due = failing
+            .iter_mut()
+            .find(|(selector, left)| **left > 0 && data.starts_with(selector.as_str()));
+        due.map(|(_, left)| *left -= 1).is_some()
+    }
+
     async fn decide(&self, method: &str, call: &Value) -> Outcome {
         let id = &call["id"];
+        if method == "eth_call" && self.fails(call) {
+            return Outcome::Answer(503, error(id, -32603, "upstream unavailable".into()));
+        }
         let lag = self.lag.load(Ordering::SeqCst);
         if method == "eth_getLogs" {
             let filter = &call["params"][0];
