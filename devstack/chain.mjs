@@ -141,6 +141,16 @@ async function main() {
     });
     return { ...message, signature };
   };
+  // The admin gets a signed authorization of token t mined (transferWithAuthorization).
+  const execute = async (t, auth) => {
+    const hash = await admin.writeContract({
+      address: t,
+      abi: ERC20_ABI,
+      functionName: 'transferWithAuthorization',
+      args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
+    });
+    return { hash, r: await wait(hash) };
+  };
   const authTuple = (a) => ({
     from: getAddress(a.from),
     to: getAddress(a.to),
@@ -274,13 +284,7 @@ async function main() {
       if (!opt['from-key'] || a.length !== 1) throw new Error('usage: burn-nonce --from-key K <nonce> [--token T]');
       const t = token(opt.token);
       const auth = await selfAuthorization(t, opt['from-key'], nonceArg(a[0], 'nonce'));
-      const hash = await admin.writeContract({
-        address: t,
-        abi: ERC20_ABI,
-        functionName: 'transferWithAuthorization',
-        args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
-      });
-      const r = await wait(hash);
+      const { hash, r } = await execute(t, auth);
       return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: auth.from, nonce: auth.nonce };
     }
     case 'sweep': {
@@ -290,13 +294,7 @@ async function main() {
       const moved = await read(t, 'balanceOf', [owner]);
       const nonce = `0x${randomBytes(32).toString('hex')}`;
       const auth = await selfAuthorization(t, opt['from-key'], nonce, getAddress(a[0]), moved);
-      const hash = await admin.writeContract({
-        address: t,
-        abi: ERC20_ABI,
-        functionName: 'transferWithAuthorization',
-        args: [auth.from, auth.to, auth.value, auth.validAfter, auth.validBefore, auth.nonce, auth.signature],
-      });
-      const r = await wait(hash);
+      const { hash, r } = await execute(t, auth);
       return { transaction: hash, block_number: r.blockNumber, token: t, from: owner, to: auth.to, moved };
     }
     case 'batch-authorizations': {

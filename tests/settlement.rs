@@ -37,9 +37,7 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
     let buyer = stack.fresh_buyer("1000000");
     let short = [("FACTOMAT_SETTLEMENT_WAIT_MS", "1000")];
     let rig = Rig::start(stack, Settle::SucceedNamingNoTx, &short).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (_, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("payment-required").is_none());
     let pending: Value = response.json().await.expect("json");
@@ -64,9 +62,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         sweep_late: false,
     };
     let rig = Rig::start(stack, refuse, &short).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (body, header, response) = rig.pay_once(&buyer).await;
     assert_eq!(
         response.status().as_u16(),
         503,
@@ -98,9 +94,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         };
         let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
         let rig = Rig::start(stack, refuse, &wait).await;
-        let body = rig.request(&buyer);
-        let (header, _) = rig.sign(&buyer, &body, &[]).await;
-        let response = rig.send(&body, &header).await;
+        let (body, _, response) = rig.pay_once(&buyer).await;
         reads.push(rig.rpc.calls("eth_call"));
         assert_eq!(
             response.status().as_u16(),
@@ -130,9 +124,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     let buyer = stack.fresh_buyer("1000000");
     let refuse = Settle::Refuse("invalid_exact_evm_payload_authorization_valid_before");
     let rig = Rig::start(stack, refuse, &short).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (_, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("payment-required").is_none());
     assert_eq!(rig.only_row().await.state, "settle_pending");
@@ -146,9 +138,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     let selector = alloy::primitives::keccak256("authorizationState(address,bytes32)");
     rig.rpc
         .fail_calls_to(&alloy::hex::encode_prefixed(&selector[..4]), 1);
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (_, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 402, "the second read answered");
     assert_eq!(reason_of(&response), "invalid_exact_evm_signature");
     assert_eq!(rig.only_row().await.state, "settle_failed");
@@ -229,9 +219,7 @@ async fn a_success_naming_another_network_is_proven_on_chain_and_states_ours() {
     let buyer = stack.fresh_buyer("1000000");
     let testnet = Settle::ForwardNaming("network", "eip155:84532");
     let rig = Rig::start(stack, testnet, &[]).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (_, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 200);
     let settlement = payment_response(&response);
     assert_eq!(settlement["success"], true, "{settlement}");
@@ -271,9 +259,7 @@ async fn a_burned_nonce_is_never_paid_and_its_payer_cools_off() {
         buyer_key: buyer.key.clone(),
     };
     let rig = Rig::start(stack, burn, &[]).await;
-    let body = rig.request(&buyer);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
+    let (body, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(
         response.status().as_u16(),
         402,

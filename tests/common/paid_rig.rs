@@ -106,6 +106,15 @@ impl<'a> Rig<'a> {
         (header, signed)
     }
 
+    /// The buyer's VM02 request, signed as it is and sent once: the body, the payment header
+    /// and the answer.
+    pub async fn pay_once(&self, buyer: &Buyer) -> (Value, String, reqwest::Response) {
+        let body = self.request(buyer);
+        let (header, _) = self.sign(buyer, &body, &[]).await;
+        let response = self.send(&body, &header).await;
+        (body, header, response)
+    }
+
     pub async fn send(&self, body: &Value, header: &str) -> reqwest::Response {
         self.server.post_paid(VM02, body, header).await
     }
