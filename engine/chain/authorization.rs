@@ -27,7 +27,9 @@ use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{describe_contract_error, describe_error, may_be_range_refusal};
+use crate::chain::rpc::{
+    describe_contract_error, describe_error, may_be_range_refusal, may_be_range_refusal_body,
+};
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
@@ -330,18 +332,24 @@ impl AuthorizationReader {
     }
 }
 
+/// JSON-RPC's "method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
+
 /// An answer that may mean "range too wide": QuickNode's HTTP 413, or an error (a JSON-RPC
 /// error answer, its `data` included, or Alchemy's HTTP 400 carrying one) that names no other
-/// cause ([`may_be_range_refusal`]). A rate limit, a credential refused, a lagging node end
-/// the search at once: narrowing the window would only ask again, about ten times.
+/// cause ([`may_be_range_refusal`]). A rate limit, a credential refused, an unknown method, a
+/// lagging node, a 400 that is not JSON-RPC end the search at once: narrowing the window
+/// would only ask again, about ten times.
 fn is_range_refusal(error: &TransportError) -> bool {
     match error {
         RpcError::ErrorResp(payload) => {
             let data = payload.data.as_ref().map_or("", |data| data.get());
-            may_be_range_refusal(&payload.message) && may_be_range_refusal(data)
+            payload.code != METHOD_NOT_FOUND
+                && may_be_range_refusal(&payload.message)
+                && may_be_range_refusal(data)
         }
         RpcError::Transport(TransportErrorKind::HttpError(http)) => {
-            http.status == 413 || (http.status == 400 && may_be_range_refusal(&http.body))
+            http.status == 413 || (http.status == 400 && may_be_range_refusal_body(&http.body))
         }
         _ => false,
     }
@@ -453,10 +461,18 @@ mod tests {
             answer(-32000, "limit exceeded"),
             // Tenderly: the range is in `data` only.
             answer(-32602, "invalid params"),
+            // dRPC's free tier.
+            answer(35, "ranges over 10000 blocks are not supported on freetier"),
         ];
         for refusal in &refusals {
             assert!(is_range_refusal(refusal), "{refusal}");
         }
+        // An HTTP error body is kept to its first 512 bytes: this one's message is past them.
+        let long = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":-32000,"data":"{}","message":"rate limited"}}}}"#,
+            "x".repeat(600)
+        );
+        let cut_before_its_message = long[..512].to_string();
         let failures = [
             answer(-32005, "daily request count exceeded, request rate limited"),
             answer(-32005, "rate limit: more than 100 requests per second"),
@@ -470,12 +486,16 @@ mod tests {
                 "runtime error: index out of range [3] with length 3",
             ),
             answer(-32000, "block range extends beyond current head block"),
+            answer(-32601, "Method not available"),
+            answer(-32005, "project ID request rate exceeded"),
             answer(-32001, "Unauthorized: invalid API key"),
             http(
                 400,
                 r#"{"error":{"code":-32005,"message":"monthly capacity exceeded"}}"#,
             ),
-            http(400, "Bad Request: invalid API key"),
+            http(400, &cut_before_its_message),
+            http(400, "Bad Request"),
+            http(400, "<html><body>400 Bad Request</body></html>"),
             http(500, "{}"),
         ];
         for failure in &failures {

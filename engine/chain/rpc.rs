@@ -85,9 +85,10 @@ pub(crate) fn is_json_rpc_error(body: &str) -> bool {
 
 /// An HTTP error body that may be a range refusal: a JSON-RPC error answer naming no other
 /// cause (Alchemy's HTTP 400). A body that is not JSON-RPC (a proxy's "Bad Request", an HTML
-/// page) is no answer of the node's.
+/// page) is no answer of the node's, and one cut before its `message` names no cause we
+/// could read.
 pub(crate) fn may_be_range_refusal_body(body: &str) -> bool {
-    is_json_rpc_error(body) && may_be_range_refusal(body)
+    is_json_rpc_error(body) && body.contains("\"message\"") && may_be_range_refusal(body)
 }
 
 /// One JSON-RPC packet to one endpoint through the counted gateway. An HTTP error status is

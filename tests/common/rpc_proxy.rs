@@ -92,7 +92,8 @@ impl RpcProxy {
     }
 
     /// Acts like a node that fails now and then: the next `times` `eth_call`s of the function
-    /// with this selector (0x and 8 hex digits) get HTTP 503 with a JSON-RPC error.
+    /// with this selector (0x and 8 hex digits) get HTTP 503 with a JSON-RPC error (in a
+    /// batch, the error in its place).
     pub fn fail_calls_to(&self, selector: &str, times: u64) {
         self.state
             .failing_calls
