@@ -20,7 +20,8 @@
 //     burn-nonce --from-key K <nonce> [--token T]      K signs an EIP-3009 TransferWithAuthorization K -> K, value 0,
 //                                                     this 32-byte nonce, validAfter 0, validBefore now + 1 year; the
 //                                                     admin gets it mined. Prints {transaction, block_number, authorizer, nonce}
-//     sweep --from-key K <to> [--token T]            K signs an EIP-3009 TransferWithAuthorization of its whole balance to <to>
+//     sweep --from-key K <to> [--amount N] [--token T]   K signs an EIP-3009 TransferWithAuthorization of its whole balance
+//                                                     (or N atomic units) to <to>
 //                                                     (a random nonce); the admin gets it mined. Prints {transaction, block_number, from, to, moved}
 //     batch-authorizations --burn-key K --burn-nonce X --execute '<json>' [--token T]
 //                                                     ONE transaction (AuthorizationBatch, deployed on first use) that first
@@ -288,10 +289,10 @@ async function main() {
       return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: auth.from, nonce: auth.nonce };
     }
     case 'sweep': {
-      if (!opt['from-key'] || a.length !== 1) throw new Error('usage: sweep --from-key K <to> [--token T]');
+      if (!opt['from-key'] || a.length !== 1) throw new Error('usage: sweep --from-key K <to> [--amount N] [--token T]');
       const t = token(opt.token);
       const owner = privateKeyToAccount(opt['from-key']).address;
-      const moved = await read(t, 'balanceOf', [owner]);
+      const moved = opt.amount !== undefined ? BigInt(opt.amount) : await read(t, 'balanceOf', [owner]);
       const nonce = `0x${randomBytes(32).toString('hex')}`;
       const auth = await selfAuthorization(t, opt['from-key'], nonce, getAddress(a[0]), moved);
       const { hash, r } = await execute(t, auth);

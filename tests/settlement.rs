@@ -55,11 +55,13 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     let stack = shared_stack();
     let short = [("FACTOMAT_SETTLEMENT_WAIT_MS", "1000")];
+    let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
 
     let buyer = stack.fresh_buyer("1000000");
     let refuse = Settle::RefuseForFunds {
         sweep_key: None,
         sweep_late: false,
+        sweep_to: None,
     };
     let rig = Rig::start(stack, refuse, &short).await;
     let (body, header, response) = rig.pay_once(&buyer).await;
@@ -84,15 +86,21 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     );
     assert_eq!(rig.balance(&buyer.address), 1_000_000, "no money moved");
 
-    // The eth_calls each paid call made: the work's, then the refusal's readings.
+    // The eth_calls each paid call made: the work's, then the refusal's readings. Before the
+    // first, the buyer pays us 1 unit directly: what they paid us meanwhile is summed, and
+    // falls short of the price.
     let mut reads = Vec::new();
     for sweep_late in [false, true] {
         let buyer = stack.fresh_buyer("1000000");
+        let paid_us = if sweep_late { 0 } else { 1 };
+        if paid_us > 0 {
+            pay_us_directly(stack, &buyer, paid_us);
+        }
         let refuse = Settle::RefuseForFunds {
             sweep_key: Some(buyer.key.clone()),
             sweep_late,
+            sweep_to: None,
         };
-        let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
         let rig = Rig::start(stack, refuse, &wait).await;
         let (body, _, response) = rig.pay_once(&buyer).await;
         reads.push(rig.rpc.calls("eth_call"));
@@ -110,6 +118,8 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         assert_eq!(row.state, "settle_failed", "{row:?}");
         let evidence = row.evidence.unwrap_or_default();
         assert!(evidence.contains("the payer holds 0"), "{evidence}");
+        let meanwhile = format!("it paid us {paid_us} meanwhile");
+        assert!(evidence.contains(&meanwhile), "{evidence}");
         let (header, _) = rig.sign(&buyer, &body, &[]).await;
         let response = rig.send(&body, &header).await;
         assert_eq!(reason_of(&response), "payer_recently_unpaid", "struck");
@@ -118,6 +128,34 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         reads[1] >= reads[0] + 2,
         "a node a block behind was asked again (state and balance) before the verdict: {reads:?}"
     );
+
+    // The funds went to us (as when another call of theirs settled first): unpaid, and not
+    // struck for a shortfall our own charge caused.
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::RefuseForFunds {
+        sweep_key: Some(buyer.key.clone()),
+        sweep_late: false,
+        sweep_to: Some(stack.field("pay_to")),
+    };
+    let rig = Rig::start(stack, refuse, &wait).await;
+    let (body, _, response) = rig.pay_once(&buyer).await;
+    assert_eq!(response.status().as_u16(), 402, "funds gone");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settle_failed", "{row:?}");
+    let evidence = row.evidence.unwrap_or_default();
+    assert!(
+        evidence.contains("our own charge took the funds"),
+        "{evidence}"
+    );
+    stack.chain(&["mint", &buyer.address, "1000000"]);
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_eq!(
+        reason_of(&response),
+        "invalid_exact_evm_insufficient_balance",
+        "not struck: verified, and refused again at settle"
+    );
+    assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
 
     // A refusal for validBefore: the facilitator's clock is not the chain's, and the
     // authorization may still run until a block reaches it: pending, not a fresh challenge.
@@ -133,7 +171,6 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     // again within the wait, and unpaid once the chain answers.
     let buyer = stack.fresh_buyer("1000000");
     let refuse = Settle::Refuse("invalid_exact_evm_signature");
-    let wait = [("FACTOMAT_SETTLEMENT_WAIT_MS", "8000")];
     let rig = Rig::start(stack, refuse, &wait).await;
     let selector = alloy::primitives::keccak256("authorizationState(address,bytes32)");
     rig.rpc
@@ -142,6 +179,21 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     assert_eq!(response.status().as_u16(), 402, "the second read answered");
     assert_eq!(reason_of(&response), "invalid_exact_evm_signature");
     assert_eq!(rig.only_row().await.state, "settle_failed");
+}
+
+/// `buyer` pays our payee `amount` atomic USDC directly (an EIP-3009 transfer, mined).
+fn pay_us_directly(stack: &DevStack, buyer: &Buyer, amount: u128) {
+    let (amount, pay_to) = (amount.to_string(), stack.field("pay_to"));
+    let args = [
+        "sweep",
+        "--from-key",
+        &buyer.key,
+        "--amount",
+        &amount,
+        &pay_to,
+    ];
+    let paid = stack.chain(&args);
+    assert!(paid["transaction"].is_string(), "{paid}");
 }
 
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries

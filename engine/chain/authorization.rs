@@ -10,7 +10,8 @@
 //! hash; `authorizationState` at a pinned block number (a node that lags errors rather than
 //! answering about another block); and only when the flag reads used, an `eth_getLogs` search
 //! bounded by time, in windows of at most `max_log_blocks`, halved when a provider refuses a
-//! range. An empty search while the flag reads used is "not found yet", never "absent".
+//! range. An empty search while the flag reads used is "not found yet", never "absent". A
+//! settle refused for the payer's funds also searches what the payer paid us meanwhile.
 //!
 //! Nothing here signs or sends a transaction.
 
@@ -101,6 +102,15 @@ impl ChainReadError {
     fn rpc(error: &TransportError) -> Self {
         ChainReadError(describe_error(error))
     }
+}
+
+/// How much of a search's logs is wanted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Those of the first window that has any.
+    First,
+    /// Every one in the range.
+    All,
 }
 
 /// The smallest log window we shrink to before calling a refusal an error.
@@ -252,45 +262,75 @@ impl AuthorizationReader {
         since: u64,
         until_block: u64,
     ) -> Result<Option<ReceiptVerdict>, ChainReadError> {
-        let start = self
-            .block_at_or_before(since.saturating_sub(SEARCH_MARGIN_SECONDS), until_block)
-            .await?;
-        let Some(log) = self.search(terms, start, until_block).await? else {
-            return Ok(None);
-        };
-        let Some(hash) = log.transaction_hash else {
+        let events = vec![
+            IEip3009State::AuthorizationUsed::SIGNATURE_HASH,
+            IEip3009State::AuthorizationCanceled::SIGNATURE_HASH,
+        ];
+        let filter = Filter::new()
+            .address(terms.asset)
+            .event_signature(events)
+            .topic1(terms.payer.into_word())
+            .topic2(terms.nonce);
+        let start = self.search_start(since, until_block).await?;
+        let logs = self.logs(filter, start, until_block, Want::First).await?;
+        let Some(hash) = logs.first().and_then(|log| log.transaction_hash) else {
             return Ok(None);
         };
         self.receipt(hash, terms).await
     }
 
-    /// The first matching `AuthorizationUsed` or `AuthorizationCanceled` log in
-    /// `[from, to]`, read in windows the provider accepts.
-    async fn search(
+    /// What the payer moved to `terms.pay_to` (the asset's `Transfer` logs, summed) from just
+    /// before `since` (unix seconds, the reserve time) to `until_block`: the payments to us a
+    /// shortfall may come from.
+    pub async fn paid_to_us(
         &self,
         terms: &PaymentTerms,
+        since: u64,
+        until_block: u64,
+    ) -> Result<U256, ChainReadError> {
+        let filter = Filter::new()
+            .address(terms.asset)
+            .event_signature(IEip3009State::Transfer::SIGNATURE_HASH)
+            .topic1(terms.payer.into_word())
+            .topic2(terms.pay_to.into_word());
+        let start = self.search_start(since, until_block).await?;
+        let logs = self.logs(filter, start, until_block, Want::All).await?;
+        Ok(logs
+            .iter()
+            .filter_map(|log| transfer_of(log, terms.asset))
+            .filter(|(from, to, _, _)| *from == terms.payer && *to == terms.pay_to)
+            .fold(U256::ZERO, |sum, (_, _, value, _)| {
+                sum.saturating_add(value)
+            }))
+    }
+
+    /// Where a search about a row reserved at `since` starts: the last block at or before
+    /// [`SEARCH_MARGIN_SECONDS`] earlier.
+    async fn search_start(&self, since: u64, until_block: u64) -> Result<u64, ChainReadError> {
+        let time = since.saturating_sub(SEARCH_MARGIN_SECONDS);
+        self.block_at_or_before(time, until_block).await
+    }
+
+    /// The logs `filter` matches in `[from, to]`, read in windows the provider accepts: all
+    /// of them, or those of the first window that has any.
+    async fn logs(
+        &self,
+        filter: Filter,
         from: u64,
         to: u64,
-    ) -> Result<Option<Log>, ChainReadError> {
-        let events = vec![
-            IEip3009State::AuthorizationUsed::SIGNATURE_HASH,
-            IEip3009State::AuthorizationCanceled::SIGNATURE_HASH,
-        ];
+        want: Want,
+    ) -> Result<Vec<Log>, ChainReadError> {
+        let mut found = Vec::new();
         let mut window = self.max_log_blocks;
         let mut start = from;
         while start <= to {
             let end = to.min(start.saturating_add(window - 1));
-            let filter = Filter::new()
-                .address(terms.asset)
-                .event_signature(events.clone())
-                .topic1(terms.payer.into_word())
-                .topic2(terms.nonce)
-                .from_block(start)
-                .to_block(end);
+            let filter = filter.clone().from_block(start).to_block(end);
             match self.provider.get_logs(&filter).await {
                 Ok(logs) => {
-                    if let Some(log) = logs.into_iter().next() {
-                        return Ok(Some(log));
+                    found.extend(logs);
+                    if want == Want::First && !found.is_empty() {
+                        break;
                     }
                     start = end + 1;
                 }
@@ -302,7 +342,7 @@ impl AuthorizationReader {
                 Err(error) => return Err(ChainReadError::rpc(&error)),
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// The last block whose timestamp is at or before `time`, at or below `latest`: a few

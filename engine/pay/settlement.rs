@@ -8,7 +8,7 @@
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
 //! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
-//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment |
 //! | either, while our node still shows the funds or a read fails | asked again each poll; pending when the wait ends. Used → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use alloy_primitives::B256;
+use alloy_primitives::{B256, U256};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -388,13 +388,15 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
     };
     let until = wait_ends(s);
     loop {
-        let terms = &s.payment.terms;
-        let reading = tokio::time::timeout_at(s.deadline, read_refused(chain, terms, for_funds));
-        let evidence = match reading.await {
-            Ok(Refused::Unpaid(evidence)) => {
+        let reading = read_refused(chain, &s.payment, for_funds);
+        let evidence = match tokio::time::timeout_at(s.deadline, reading).await {
+            Ok(Refused::Unpaid {
+                evidence,
+                payer_fault,
+            }) => {
                 return Settlement::Unpaid {
                     evidence: format!("settle failed before broadcasting ({reason}); {evidence}"),
-                    payer_fault: for_funds,
+                    payer_fault,
                     reason,
                     response: Some(outcome.response),
                 };
@@ -418,7 +420,12 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
 /// What our node shows of an authorization the facilitator refused before broadcasting.
 enum Refused {
     /// Unused at one block (and, for a refusal for funds, the balance short there): unpaid.
-    Unpaid(String),
+    Unpaid {
+        /// What was read.
+        evidence: String,
+        /// The payer moved the funds elsewhere: they are struck.
+        payer_fault: bool,
+    },
     /// A refusal for funds, unused, but our node still shows the funds: it may not have seen
     /// what the facilitator saw yet.
     FundsStillSeen(String),
@@ -430,11 +437,8 @@ enum Refused {
 
 /// Reads the refused authorization's state, and for a refusal for funds the payer's
 /// balance, at one pinned block.
-async fn read_refused(
-    chain: &AuthorizationReader,
-    terms: &PaymentTerms,
-    for_funds: bool,
-) -> Refused {
+async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds: bool) -> Refused {
+    let terms = &payment.terms;
     let state = match chain.state(terms).await {
         Ok(state) if state.used => return Refused::Used,
         Ok(state) => state,
@@ -442,18 +446,55 @@ async fn read_refused(
     };
     let unused = format!("authorizationState unused at block {}", state.block);
     if !for_funds {
-        return Refused::Unpaid(unused);
+        return Refused::Unpaid {
+            evidence: unused,
+            payer_fault: false,
+        };
     }
     match chain.payer_balance(terms, state.block).await {
-        Ok(balance) if balance < terms.value => Refused::Unpaid(format!(
-            "{unused}, where the payer holds {balance} of the {} due",
-            terms.value
-        )),
+        Ok(balance) if balance < terms.value => {
+            let short = format!(
+                "{unused}, where the payer holds {balance} of the {} due",
+                terms.value
+            );
+            whose_shortfall(chain, payment, state.block, balance, short).await
+        }
         Ok(balance) => Refused::FundsStillSeen(format!(
             "{unused}, where our node still shows the payer's balance {balance} of the {} due",
             terms.value
         )),
         Err(error) => Refused::Unreadable(format!("{unused}; {error}")),
+    }
+}
+
+/// Whose doing a confirmed shortfall is: the payer's (struck), unless what they paid us from
+/// just before the reserve to `block`, added back, covers this payment. Then our own charge
+/// took the funds (another call of theirs, settled first), and being struck for an hour for
+/// it would be wrong. A search that fails strikes no one: a strike is an accusation.
+async fn whose_shortfall(
+    chain: &AuthorizationReader,
+    payment: &Payment,
+    block: u64,
+    balance: U256,
+    short: String,
+) -> Refused {
+    let terms = &payment.terms;
+    let (evidence, payer_fault) = match chain.paid_to_us(terms, payment.reserved_at, block).await {
+        Ok(paid) if balance.saturating_add(paid) >= terms.value => (
+            format!(
+                "{short}; it paid us {paid} since just before this call, so our own charge took the funds: not struck"
+            ),
+            false,
+        ),
+        Ok(paid) => (format!("{short}; it paid us {paid} meanwhile"), true),
+        Err(error) => (
+            format!("{short}; what it paid us meanwhile is unreadable ({error}): not struck"),
+            false,
+        ),
+    };
+    Refused::Unpaid {
+        evidence,
+        payer_fault,
     }
 }
 

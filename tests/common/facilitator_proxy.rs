@@ -32,10 +32,11 @@ pub enum Settle {
     /// payer's whole balance is moved away on anvil (`chain.mjs sweep`), so the chain agrees:
     /// before the answer, or with `sweep_late` just after it (our node a block behind the
     /// facilitator's). Without it our node still shows the funds (a facilitator whose node is
-    /// ahead of ours, or a wrong one).
+    /// ahead of ours, or a wrong one). The balance goes to `sweep_to`, or to a fresh address.
     RefuseForFunds {
         sweep_key: Option<String>,
         sweep_late: bool,
+        sweep_to: Option<String>,
     },
     /// Forward after this delay.
     After(Duration),
@@ -266,9 +267,9 @@ fn reply(status: u16, body: Vec<u8>) -> http::Response<bytes::Bytes> {
         .expect("response")
 }
 
-/// Moves the whole balance of `key`'s address to a fresh address, mined.
-async fn sweep(rpc: String, key: String) {
-    let to = super::devstack::fresh_payee();
+/// Moves the whole balance of `key`'s address to `to` (a fresh address if None), mined.
+async fn sweep(rpc: String, key: String, to: Option<String>) {
+    let to = to.unwrap_or_else(super::devstack::fresh_payee);
     let swept = tokio::task::spawn_blocking(move || {
         run_node(
             "chain.mjs",
@@ -313,12 +314,13 @@ impl Proxy {
             Settle::RefuseForFunds {
                 sweep_key,
                 sweep_late,
+                sweep_to,
             } => {
                 match sweep_key {
                     Some(key) if sweep_late => {
-                        tokio::spawn(sweep(self.rpc_url(), key));
+                        tokio::spawn(sweep(self.rpc_url(), key, sweep_to));
                     }
-                    Some(key) => sweep(self.rpc_url(), key).await,
+                    Some(key) => sweep(self.rpc_url(), key, sweep_to).await,
                     None => {}
                 }
                 return refusal("invalid_exact_evm_insufficient_balance");
