@@ -28,6 +28,8 @@
 //                                                     burns nonce X (K -> K, value 0) and then executes the given signed
 //                                                     authorization; <json> is {authorization, signature} (a payment's
 //                                                     payload.payload, or the whole payment payload). Prints {transaction, ...}
+//     execute-authorization '<json>' [--token T]     the admin gets this signed authorization ({authorization, signature},
+//                                                     or a whole payment payload) mined. Prints {transaction, block_number, authorizer, nonce}
 //     new-buyer <amount>                              a fresh random key with <amount> atomic USDC minted to it (0 ETH);
 //                                                     prints {key, address, balance}
 //     advance-time <seconds>                          evm_increaseTime + evm_mine; prints the new block {number, timestamp}
@@ -161,6 +163,13 @@ async function main() {
     nonce: a.nonce,
     signature: a.signature,
   });
+  // {authorization, signature} from its JSON, or from a whole payment payload's.
+  const signedAuthorization = (json, flag) => {
+    let given = JSON.parse(json);
+    if (given?.payload?.authorization) given = given.payload;
+    if (!given?.authorization || typeof given.signature !== 'string') throw new Error(`${flag} must hold {authorization, signature}`);
+    return authTuple({ ...given.authorization, signature: given.signature });
+  };
 
   const [cmd, ...a] = pos;
   switch (cmd) {
@@ -303,9 +312,7 @@ async function main() {
         throw new Error("usage: batch-authorizations --burn-key K --burn-nonce X --execute '<json {authorization, signature}>' [--token T]");
       }
       const t = token(opt.token);
-      let given = JSON.parse(opt.execute);
-      if (given?.payload?.authorization) given = given.payload; // a whole payment payload
-      if (!given?.authorization || typeof given.signature !== 'string') throw new Error('--execute must hold {authorization, signature}');
+      const given = signedAuthorization(opt.execute, '--execute');
       const burn = await selfAuthorization(t, opt['burn-key'], nonceArg(opt['burn-nonce'], '--burn-nonce'));
       const art = loadArtifact('AuthorizationBatch');
       const deployed = await wait(await admin.deployContract({ abi: art.abi, bytecode: art.bytecode, args: [] }));
@@ -314,7 +321,7 @@ async function main() {
         address: batch,
         abi: art.abi,
         functionName: 'executeTwo',
-        args: [t, authTuple(burn), authTuple({ ...given.authorization, signature: given.signature })],
+        args: [t, authTuple(burn), given],
       });
       const r = await wait(hash);
       return {
@@ -322,8 +329,15 @@ async function main() {
         block_number: r.blockNumber,
         batch_contract: batch,
         burned: { authorizer: burn.from, nonce: burn.nonce },
-        executed: { authorizer: getAddress(given.authorization.from), nonce: given.authorization.nonce },
+        executed: { authorizer: given.from, nonce: given.nonce },
       };
+    }
+    case 'execute-authorization': {
+      if (a.length !== 1) throw new Error("usage: execute-authorization '<json {authorization, signature}>' [--token T]");
+      const t = token(opt.token);
+      const given = signedAuthorization(a[0], 'the authorization');
+      const { hash, r } = await execute(t, given);
+      return { transaction: hash, block_number: r.blockNumber, token: t, authorizer: given.from, nonce: given.nonce };
     }
     case 'new-buyer': {
       if (a.length !== 1) throw new Error('usage: new-buyer <amount>');

@@ -513,6 +513,54 @@ async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collecte
     assert_eq!(rig.facilitator.recorder.forwarded_settles(), 1);
 }
 
+/// An authorization refused before broadcasting stays valid until `validBefore`, so its result
+/// is held: executed afterwards (here by a third party, as a facilitator's retry or the payer
+/// could), the reconcile pass finds it used and records the row settled, and the buyer's
+/// resend of the same payment collects the held result instead of hearing "already
+/// presented". Charged once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_authorization_executed_later_is_found_by_the_pass_and_answered() {
+    let stack = shared_stack();
+    let env = [
+        ("FACTOMAT_SETTLEMENT_WAIT_MS", "1000"),
+        ("FACTOMAT_RECONCILE_INTERVAL_SECONDS", "1"),
+    ];
+    let buyer = stack.fresh_buyer("1000000");
+    let rig = Rig::start(stack, Settle::Refuse("invalid_exact_evm_signature"), &env).await;
+    let body = rig.request(&buyer);
+    let (header, signed) = rig.sign(&buyer, &body, &[]).await;
+    let refused = rig.send(&body, &header).await;
+    assert_eq!(refused.status().as_u16(), 402);
+    assert_eq!(rig.only_row().await.state, "settle_failed");
+    let resent = rig.send(&body, &header).await;
+    assert_eq!(reason_of(&resent), "payment_nonce_already_presented");
+
+    let authorization = signed["payload"]["payload"].to_string();
+    let executed = stack.chain(&["execute-authorization", &authorization]);
+    let transaction = executed["transaction"].as_str().expect("transaction");
+    wait_for(
+        "the reconcile pass finds the refused authorization executed",
+        async || rig.only_row().await.state == "settled",
+    )
+    .await;
+    let row = rig.only_row().await;
+    assert_eq!(row.transaction_hash.as_deref(), Some(transaction));
+
+    let rpc_reads: u64 = rig.rpc.all_calls().values().sum();
+    let again = rig.send(&body, &header).await;
+    assert_eq!(again.status().as_u16(), 200, "the held result");
+    let after: u64 = rig.rpc.all_calls().values().sum();
+    assert_eq!(after, rpc_reads, "delivered as held, not run again");
+    assert_eq!(payment_response(&again)["transaction"], transaction);
+    let answer: Value = again.json().await.expect("json");
+    assert_eq!(answer["machine"], "VM02");
+    assert_eq!(
+        rig.balance(&buyer.address),
+        1_000_000 - PRICE,
+        "charged once"
+    );
+}
+
 /// A pending settlement that never lands is decided unpaid by the reconcile pass once the
 /// chain's clock passes `validBefore`; the buyer who comes back hears why (the held result
 /// deleted, nothing charged), not merely that the payment was presented before.

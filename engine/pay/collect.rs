@@ -9,6 +9,7 @@
 //! | `settle_pending`, answer held | the chain asked by the settlement rules: paid → 200 with the answer; unknown → the same 503 `settlement_pending`; unpaid → 402, the answer deleted |
 //! | `settle_pending`, answer held that does not open, or none stored | the same, but paid → the row `settled` and the work runs once more within the window |
 //! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
+//! | `settle_failed` refused before broadcasting, result held (its authorization may still be executed) | nothing collected: the nonce pre-check's 402 `payment_nonce_already_presented`; once the reconcile pass finds it executed and records it `settled`, the row above |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed); at a window of zero the binding is what is left of an answer never delivered, owed for the held results' window, and goes once the re-run delivers it |

@@ -8,9 +8,11 @@
 //!   margin and the held results' window (a day, or the longest delivery window) have passed:
 //!   until then its buyer's resend decides it and gets the work run once more, which a
 //!   settlement recorded without them would cut to the window counted from it;
-//! - never a `settle_failed` row: the chain showed it unused when it was refused, and reading
-//!   every old one again would search its logs back to its reserve (`ledger reconcile` still
-//!   reads them, for the rare authorization executed after our refusal);
+//! - a `settle_failed` row refused before broadcasting at every pass: the authorization stays
+//!   valid until `validBefore`, and someone (the payer, a facilitator's retry) may still
+//!   execute it. Read used, it is settled (its buyer's resend gets the work run once more) or
+//!   burned; read unused at a block past `validBefore`, it is `expired` and never read again.
+//!   One read unused past `validBefore` at settlement (`settlement_failed`) is final already;
 //! - never one the chain cannot be asked about (`ledger reconcile` reports it).
 //!
 //! A row the chain leaves undecided is read again after a wait that doubles from the
@@ -133,7 +135,7 @@ fn due(row: &AttemptRow, now: u64, buyer_first_seconds: u64, backoff: Option<&Ba
     }
     let past = |seconds: u64| now >= payment.valid_before.saturating_add(seconds);
     match row.state.as_str() {
-        "settle_pending" => true,
+        "settle_pending" | "settle_failed" => true,
         "reserved" => past(RESERVED_MARGIN_SECONDS.saturating_add(buyer_first_seconds)),
         _ => false,
     }
@@ -183,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pass_leaves_a_call_and_its_buyer_first_and_never_reads_what_was_refused() {
+    fn the_pass_leaves_a_call_and_its_buyer_first_and_reads_what_was_refused() {
         const BUYER_FIRST: u64 = 600;
         let valid_before = 1_000;
         let abandoned = valid_before + RESERVED_MARGIN_SECONDS + BUYER_FIRST;
@@ -198,11 +200,8 @@ mod tests {
             "its call or its buyer first"
         );
         assert!(due_at(&reserved, abandoned), "then nobody came back for it");
-        let failed = row("settle_failed", valid_before);
-        assert!(
-            !due_at(&failed, u64::MAX),
-            "refused already: `ledger reconcile` reads it"
-        );
+        let refused = row("settle_failed", valid_before);
+        assert!(due_at(&refused, 0), "it may still be executed");
         let mut unreadable = row("settle_pending", valid_before);
         unreadable.nonce = None;
         assert!(

@@ -8,7 +8,7 @@ use serde_json::Value;
 use crate::catalog::manifest::{Machine, Manifest};
 use crate::pay::call::{NONCE_BURNED, PaidOutcome, PaymentRail, Refusal, strike_until, unix_now};
 use crate::pay::facilitator::SETTLEMENT_PENDING;
-use crate::pay::ledger::{Keep, LedgerError, Outcome};
+use crate::pay::ledger::{Keep, LedgerError, Outcome, refusal_may_still_run};
 use crate::pay::retained::{self, Answer, Finisher, Lookup, Retention};
 use crate::pay::settlement::{Settlement, encoded, our_settle_response};
 use crate::support::json_value::non_empty_str;
@@ -161,7 +161,10 @@ impl Row<'_> {
                 response,
                 evidence,
                 payer_fault,
-            } => self.unpaid(reason, response, evidence, payer_fault).await,
+            } => {
+                self.unpaid(reason, response, evidence, payer_fault, body)
+                    .await
+            }
             Settlement::Pending {
                 transaction,
                 evidence,
@@ -222,6 +225,7 @@ impl Row<'_> {
         response: Option<Value>,
         evidence: String,
         payer_fault: bool,
+        body: Vec<u8>,
     ) -> PaidOutcome {
         tracing::warn!(machine = %self.machine.machine, %reason, %evidence, "settlement failed; result withheld");
         metrics().payment("settle_failed", "");
@@ -230,7 +234,21 @@ impl Row<'_> {
             evidence: Some(evidence),
             strike_until: self.strike_until().filter(|_| payer_fault),
         };
-        self.finish_logged(&outcome).await;
+        if refusal_may_still_run(Some(&reason)) {
+            // Refused before broadcasting: someone may still execute the authorization until
+            // `validBefore`. The result is held as for a pending settlement; the reconcile
+            // pass delivers it to a resend if the chain shows it paid, or deletes it.
+            let held = Answer {
+                status: 200,
+                body,
+                headers: Vec::new(),
+            };
+            if let Err(error) = self.finish(&outcome, &held, true).await {
+                tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
+            }
+        } else {
+            self.finish_logged(&outcome).await;
+        }
         let payment_response = match response {
             Some(mut response) => {
                 response["success"] = Value::Bool(false);

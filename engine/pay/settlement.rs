@@ -37,7 +37,7 @@ use crate::pay::row_locks::RowLocks;
 
 /// The reason of a payment unpaid for sure with no other reason to give: unused on chain past
 /// `validBefore` (a returning buyer is told it too).
-pub(crate) const SETTLEMENT_FAILED: &str = "settlement_failed";
+pub(crate) const SETTLEMENT_FAILED: &str = crate::pay::ledger::UNUSED_PAST_VALID_BEFORE;
 
 /// How often a pending settlement is asked about: about one Base block.
 const POLL_INTERVAL: Duration = Duration::from_millis(500);

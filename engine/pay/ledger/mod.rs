@@ -160,7 +160,9 @@ pub struct Binding {
 }
 
 /// What a row change does to the row's retained answer. Whatever is asked, an outcome that
-/// is unpaid for sure (`settle_failed`, `nonce_burned`, `work_failed`, `expired`) deletes it.
+/// is unpaid for good (`nonce_burned`, `work_failed`, `expired`, and `settle_failed` read
+/// unused past `validBefore`) deletes it; a refusal before broadcasting may still be
+/// executed, so its result may be held.
 #[derive(Debug, Clone, Copy)]
 pub enum Keep<'a> {
     /// Leave it as it is.
@@ -270,6 +272,24 @@ impl Default for PoolOptions {
     }
 }
 
+/// [`UNUSED_PAST_VALID_BEFORE`] (a macro, so that statements can be `concat!`ed from it).
+macro_rules! unused_past_valid_before {
+    () => {
+        "settlement_failed"
+    };
+}
+
+/// The `failure_reason` of a row read unused at a block past `validBefore`: unpaid, and it
+/// never can be paid (also the reason its buyer hears).
+pub const UNUSED_PAST_VALID_BEFORE: &str = unused_past_valid_before!();
+
+/// Whether a `settle_failed` row's authorization may still be executed: it was refused
+/// before broadcasting (a reason other than [`UNUSED_PAST_VALID_BEFORE`]), and stays valid
+/// until `validBefore`.
+pub fn refusal_may_still_run(failure_reason: Option<&str>) -> bool {
+    failure_reason != Some(UNUSED_PAST_VALID_BEFORE)
+}
+
 /// The columns every backend selects, in `AttemptRow` order (a macro, so that statements
 /// can be `concat!`ed from it at compile time).
 macro_rules! row_columns {
@@ -347,12 +367,17 @@ const COLLECTED_SQL: &str =
 /// "pending", stays while the row's settlement (`updated_at`) is newer than `?2` (the held
 /// results' window): its identical resend runs the work once more, or collects the result,
 /// and a reconcile may settle the row long before the buyer comes back for it.
-const SWEEP_SQL: &str = "DELETE FROM retained_answers
+const SWEEP_SQL: &str = concat!(
+    "DELETE FROM retained_answers
      WHERE (kind = 'sent' AND collectable_until < ?1)
         OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state NOT IN ('reserved', 'settle_pending', 'settled')))
+            WHERE state IN ('nonce_burned', 'work_failed', 'expired')
+               OR (state = 'settle_failed' AND failure_reason = '",
+    unused_past_valid_before!(),
+    "')))
         OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state = 'settled' AND updated_at < ?2))";
+            WHERE state = 'settled' AND updated_at < ?2))"
+);
 
 /// The retained answers table; `blob` is the backend's byte-string type.
 fn retained_schema(blob: &str) -> String {
@@ -384,11 +409,9 @@ enum RetainedChange<'a> {
 }
 
 impl<'a> RetainedChange<'a> {
-    fn of(state: &str, keep: Keep<'a>) -> RetainedChange<'a> {
-        match (state, keep) {
-            ("settle_failed" | "nonce_burned" | "work_failed" | "expired", _) => {
-                RetainedChange::Drop
-            }
+    fn of(change: &Change<'_>, keep: Keep<'a>) -> RetainedChange<'a> {
+        match (change.unpaid_for_good(), keep) {
+            (true, _) => RetainedChange::Drop,
             (
                 _,
                 Keep::Store {
@@ -415,6 +438,14 @@ fn settled_before(unix_seconds: u64) -> String {
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
+
+/// The rows whose outcome the chain may still change ([`Ledger::undecided`]).
+const UNDECIDED: &str = concat!(
+    "WHERE state IN ('reserved', 'settle_pending') OR (state = 'settle_failed'
+     AND COALESCE(failure_reason, '') <> '",
+    unused_past_valid_before!(),
+    "')"
+);
 
 /// The states a row can be in (docs/payment.md draws their transitions).
 pub const STATES: [&str; 7] = [
@@ -519,6 +550,17 @@ const CHANGE_SQL: &str = "UPDATE payment_attempts
 const PRECHECK_SQL: &str = "SELECT
      EXISTS (SELECT 1 FROM payment_attempts WHERE nonce_sha256 = ?1),
      EXISTS (SELECT 1 FROM payment_attempts WHERE lower(payer) = ?2 AND strike_until > ?3)";
+
+impl Change<'_> {
+    /// True when the change leaves the row unpaid for good: nothing of its answer is kept.
+    fn unpaid_for_good(&self) -> bool {
+        match self.state {
+            "nonce_burned" | "work_failed" | "expired" => true,
+            "settle_failed" => !refusal_may_still_run(self.failure_reason),
+            _ => false,
+        }
+    }
+}
 
 fn as_i64(value: Option<u64>) -> Option<i64> {
     value.and_then(|v| i64::try_from(v).ok())
@@ -859,7 +901,7 @@ impl Ledger {
         keep: Keep<'_>,
     ) -> Result<bool, LedgerError> {
         let change = outcome.change();
-        let retained = RetainedChange::of(change.state, keep);
+        let retained = RetainedChange::of(&change, keep);
         match self {
             Ledger::Sqlite(l) => l.change(id, from, &change, &retained),
             Ledger::Postgres(l) => Box::pin(l.change(id, from, &change, &retained)).await,
@@ -894,11 +936,12 @@ impl Ledger {
             .await
     }
 
-    /// Every `reserved` and `settle_pending` row: the ones whose outcome nobody knows yet (the
-    /// reconcile pass's; `settle_failed` ones stay with `ledger reconcile`).
+    /// The rows whose outcome the chain may still change: every `reserved` and
+    /// `settle_pending` row, and the `settle_failed` ones refused before broadcasting (the
+    /// authorization may still be executed until `validBefore`) — not those read unused past
+    /// `validBefore` ([`UNUSED_PAST_VALID_BEFORE`]), which are final.
     pub async fn undecided(&self) -> Result<Vec<AttemptRow>, LedgerError> {
-        self.select("WHERE state IN ('reserved', 'settle_pending')")
-            .await
+        self.select(UNDECIDED).await
     }
 
     /// The rows with these ids (reconcile re-checks rows it is asked about).

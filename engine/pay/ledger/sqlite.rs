@@ -370,7 +370,7 @@ impl SqliteLedger {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Keep, Outcome, ROW_COLUMNS};
+    use super::super::{Keep, Outcome, ROW_COLUMNS, UNDECIDED, UNUSED_PAST_VALID_BEFORE};
     use super::*;
 
     /// An empty folder of this process's for one test's ledger: anything an earlier process
@@ -767,6 +767,70 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A refusal before broadcasting may still be executed until `validBefore`: its row stays
+    /// among the undecided and its held result outlives the sweep, until the chain decides
+    /// it. A row read unused past `validBefore` is final: neither.
+    #[test]
+    fn a_refusal_before_broadcasting_keeps_its_held_result_until_the_chain_decides() {
+        let dir = fresh_dir("refused");
+        let path = dir.join("ledger.db");
+        let ledger = SqliteLedger::open(&format!("sqlite:{}", path.display())).expect("open");
+        let held = Keep::Store {
+            sealed: b"sealed",
+            held: true,
+            collectable_until: None,
+        };
+        let fail = |n: usize, reason: &str| {
+            let id = ledger
+                .reserve(&attempt(n), Some(&bind(n)))
+                .expect("reserve");
+            let failed = Outcome::SettleFailed {
+                reason: reason.into(),
+                evidence: None,
+                strike_until: None,
+            };
+            let change = failed.change();
+            let keep = RetainedChange::of(&change, held);
+            assert!(
+                ledger
+                    .change(id, "reserved", &change, &keep)
+                    .expect("change")
+            );
+            id
+        };
+        let refused = fail(1, "invalid_exact_evm_signature");
+        fail(2, UNUSED_PAST_VALID_BEFORE);
+        let kept = || {
+            ledger
+                .with(|c| {
+                    c.prepare("SELECT attempt_id, kind FROM retained_answers")?
+                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect::<Result<Vec<(i64, String)>, _>>()
+                })
+                .expect("retained")
+        };
+        assert_eq!(kept(), [(refused, "held".to_string())]);
+        let undecided: Vec<i64> = stored(&ledger, UNDECIDED).iter().map(|r| r.id).collect();
+        assert_eq!(undecided, [refused]);
+        let now = crate::pay::call::unix_now();
+        let horizon = super::super::settled_before(now);
+        let now = i64::try_from(now).expect("now");
+        assert_eq!(ledger.sweep_retained(now, &horizon).expect("sweep"), 0);
+        assert_eq!(kept().len(), 1, "the held result outlives the sweep");
+        let expired = expired("unused past validBefore");
+        let change = expired.change();
+        let keep = RetainedChange::of(&change, Keep::Untouched);
+        assert!(
+            ledger
+                .change(refused, "settle_failed", &change, &keep)
+                .expect("change")
+        );
+        assert!(kept().is_empty(), "decided unpaid: deleted");
+        assert!(stored(&ledger, UNDECIDED).is_empty());
+        drop(ledger);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn bind(n: usize) -> Binding {
         Binding {
             lookup_sha256: format!("{n:064x}"),
@@ -785,7 +849,7 @@ mod tests {
             evidence: "not yet".into(),
         };
         let keep = RetainedChange::of(
-            "settle_pending",
+            &pending.change(),
             Keep::Store {
                 sealed: b"sealed",
                 held: true,
