@@ -104,6 +104,10 @@ impl ChainReadError {
     }
 }
 
+/// How far behind ours the facilitator's view of the chain may be when it checks a balance
+/// at `/verify`: a few Base blocks.
+const VERIFY_LAG_SECONDS: u64 = 6;
+
 /// How much of a search's logs is wanted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Want {
@@ -159,8 +163,11 @@ impl AuthorizationReader {
         response_timeout: Duration,
     ) -> Option<Self> {
         let set = EndpointSet::rpc(config, BASE);
-        let rpc = FailoverRpc::verified_only(gateway, set.clone(), response_timeout);
-        (!set.is_empty()).then(|| Self::over(rpc, config.rpc_max_log_blocks))
+        if set.is_empty() {
+            return None;
+        }
+        let rpc = FailoverRpc::verified_only(gateway, set, response_timeout);
+        Some(Self::over(rpc, config.rpc_max_log_blocks))
     }
 
     fn over(rpc: FailoverRpc, max_log_blocks: u64) -> Self {
@@ -271,7 +278,8 @@ impl AuthorizationReader {
             .event_signature(events)
             .topic1(terms.payer.into_word())
             .topic2(terms.nonce);
-        let start = self.search_start(since, until_block).await?;
+        let time = since.saturating_sub(SEARCH_MARGIN_SECONDS);
+        let start = self.block_at_or_before(time, until_block).await?;
         let logs = self.logs(filter, start, until_block, Want::First).await?;
         let Some(hash) = logs.first().and_then(|log| log.transaction_hash) else {
             return Ok(None);
@@ -279,9 +287,10 @@ impl AuthorizationReader {
         self.receipt(hash, terms).await
     }
 
-    /// What the payer moved to `terms.pay_to` (the asset's `Transfer` logs, summed) from just
-    /// before `since` (unix seconds, the reserve time) to `until_block`: the payments to us a
-    /// shortfall may come from.
+    /// What the payer moved to `terms.pay_to` (the asset's `Transfer` logs, summed) from a
+    /// few blocks before `since` (unix seconds: the reserve, just after `/verify` passed) to
+    /// `until_block`: the payments to us that a shortfall at settle may come from. One that
+    /// landed earlier was gone before `/verify` checked the balance.
     pub async fn paid_to_us(
         &self,
         terms: &PaymentTerms,
@@ -293,7 +302,8 @@ impl AuthorizationReader {
             .event_signature(IEip3009State::Transfer::SIGNATURE_HASH)
             .topic1(terms.payer.into_word())
             .topic2(terms.pay_to.into_word());
-        let start = self.search_start(since, until_block).await?;
+        let time = since.saturating_sub(VERIFY_LAG_SECONDS);
+        let start = self.block_at_or_before(time, until_block).await?;
         let logs = self.logs(filter, start, until_block, Want::All).await?;
         Ok(logs
             .iter()
@@ -302,13 +312,6 @@ impl AuthorizationReader {
             .fold(U256::ZERO, |sum, (_, _, value, _)| {
                 sum.saturating_add(value)
             }))
-    }
-
-    /// Where a search about a row reserved at `since` starts: the last block at or before
-    /// [`SEARCH_MARGIN_SECONDS`] earlier.
-    async fn search_start(&self, since: u64, until_block: u64) -> Result<u64, ChainReadError> {
-        let time = since.saturating_sub(SEARCH_MARGIN_SECONDS);
-        self.block_at_or_before(time, until_block).await
     }
 
     /// The logs `filter` matches in `[from, to]`, read in windows the provider accepts: all

@@ -97,7 +97,10 @@ pub(crate) fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
 
 /// The outcome a finding gives a row in `state`, if any. Rows whose state is final
 /// (`settled`, `work_failed`, `nonce_burned`, `expired`) stay as they are; a nonce found
-/// burned strikes its payer until `burn_strike_until`, as a burn found at settlement does.
+/// burned strikes its payer until `burn_strike_until`, as a burn found at settlement does,
+/// unless the row was `settle_failed`: its buyer was told it was unpaid and invited to pay
+/// afresh, and cancelling the refused authorization (so it can never be charged besides the
+/// new one) is what a careful buyer does.
 pub(crate) fn outcome_of(
     state: &str,
     finding: &Finding,
@@ -127,7 +130,7 @@ pub(crate) fn outcome_of(
         ) => Some(Outcome::NonceBurned {
             transaction: transaction.clone(),
             evidence: evidence.clone(),
-            strike_until: burn_strike_until,
+            strike_until: burn_strike_until.filter(|_| state != "settle_failed"),
         }),
         (Finding::Unpaid { evidence }, "settle_pending") => Some(Outcome::SettleFailed {
             reason: settlement::SETTLEMENT_FAILED.into(),
@@ -246,7 +249,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_burn_found_later_strikes_and_final_rows_are_never_changed() {
+    fn a_burn_found_later_strikes_unless_refused_and_final_rows_are_never_changed() {
         let burned = Finding::Burned {
             transaction: format!("0x{}", "cd".repeat(32)),
             evidence: "AuthorizationUsed by another authorization".into(),
@@ -257,6 +260,12 @@ mod tests {
             panic!("a pending row whose nonce was burned is nonce_burned");
         };
         assert_eq!(strike_until, Some(99));
+        let Some(Outcome::NonceBurned { strike_until, .. }) =
+            outcome_of("settle_failed", &burned, Some(99))
+        else {
+            panic!("a refused row whose nonce was then spent is nonce_burned");
+        };
+        assert_eq!(strike_until, None, "told unpaid, the buyer may cancel it");
         let unpaid = Finding::Unpaid {
             evidence: "unused past validBefore".into(),
         };

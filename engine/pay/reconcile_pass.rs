@@ -8,9 +8,9 @@
 //!   margin and the held results' window (a day, or the longest delivery window) have passed:
 //!   until then its buyer's resend decides it and gets the work run once more, which a
 //!   settlement recorded without them would cut to the window counted from it;
-//! - a `settle_failed` row refused before broadcasting at every pass: the authorization stays
+//! - a `settle_failed` row refused before broadcasting, as a pending one: the authorization stays
 //!   valid until `validBefore`, and someone (the payer, a facilitator's retry) may still
-//!   execute it. Read used, it is settled (its buyer's resend gets the work run once more) or
+//!   execute it. Read used, it is settled (its buyer's resend collects the held result) or
 //!   burned; read unused at a block past `validBefore`, it is `expired` and never read again.
 //!   One read unused past `validBefore` at settlement (`settlement_failed`) is final already;
 //! - never one the chain cannot be asked about (`ledger reconcile` reports it).

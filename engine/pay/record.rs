@@ -136,6 +136,19 @@ impl Row<'_> {
         Ok(())
     }
 
+    /// Records `outcome` with the result held (sealed, without payment headers) until the
+    /// chain decides: the buyer collects it by sending the identical request again.
+    async fn hold(&self, outcome: &Outcome, body: Vec<u8>) {
+        let held = Answer {
+            status: 200,
+            body,
+            headers: Vec::new(),
+        };
+        if let Err(error) = self.finish(outcome, &held, true).await {
+            tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
+        }
+    }
+
     async fn finish_logged(&self, outcome: &Outcome) {
         finish_logged(self.rail, self.id, outcome).await;
     }
@@ -236,16 +249,8 @@ impl Row<'_> {
         };
         if refusal_may_still_run(Some(&reason)) {
             // Refused before broadcasting: someone may still execute the authorization until
-            // `validBefore`. The result is held as for a pending settlement; the reconcile
-            // pass delivers it to a resend if the chain shows it paid, or deletes it.
-            let held = Answer {
-                status: 200,
-                body,
-                headers: Vec::new(),
-            };
-            if let Err(error) = self.finish(&outcome, &held, true).await {
-                tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
-            }
+            // `validBefore`. Should the reconcile pass find it paid, a resend collects this.
+            self.hold(&outcome, body).await;
         } else {
             self.finish_logged(&outcome).await;
         }
@@ -277,16 +282,7 @@ impl Row<'_> {
             transaction: transaction.clone(),
             evidence,
         };
-        // The result is held (sealed, without payment headers) until the chain decides: the
-        // buyer collects it by sending the identical request again.
-        let held = Answer {
-            status: 200,
-            body,
-            headers: Vec::new(),
-        };
-        if let Err(error) = self.finish(&outcome, &held, true).await {
-            tracing::error!(%error, attempt = self.id, state = outcome.state(), "could not record the settlement outcome");
-        }
+        self.hold(&outcome, body).await;
         let response = self.response(false, Some(SETTLEMENT_PENDING), transaction.as_deref());
         PaidOutcome::Pending {
             transaction,

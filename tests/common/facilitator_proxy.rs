@@ -32,11 +32,13 @@ pub enum Settle {
     /// payer's whole balance is moved away on anvil (`chain.mjs sweep`), so the chain agrees:
     /// before the answer, or with `sweep_late` just after it (our node a block behind the
     /// facilitator's). Without it our node still shows the funds (a facilitator whose node is
-    /// ahead of ours, or a wrong one). The balance goes to `sweep_to`, or to a fresh address.
+    /// ahead of ours, or a wrong one). With `to_us`, that many atomic units go to the
+    /// payment's payTo first (a payment to us during the call, as when another call of the
+    /// payer's settled first); what is left goes to a fresh address.
     RefuseForFunds {
         sweep_key: Option<String>,
         sweep_late: bool,
-        sweep_to: Option<String>,
+        to_us: Option<u128>,
     },
     /// Forward after this delay.
     After(Duration),
@@ -267,18 +269,22 @@ fn reply(status: u16, body: Vec<u8>) -> http::Response<bytes::Bytes> {
         .expect("response")
 }
 
-/// Moves the whole balance of `key`'s address to `to` (a fresh address if None), mined.
-async fn sweep(rpc: String, key: String, to: Option<String>) {
-    let to = to.unwrap_or_else(super::devstack::fresh_payee);
+/// Moves `to_us` (amount, payTo) first, then the rest of `key`'s balance to a fresh address,
+/// each mined.
+async fn sweep(rpc: String, key: String, to_us: Option<(u128, String)>) {
     let swept = tokio::task::spawn_blocking(move || {
-        run_node(
-            "chain.mjs",
-            &["--rpc-url", &rpc, "sweep", "--from-key", &key, &to],
-        )
+        let sweep = |extra: &[&str]| {
+            let args = [&["--rpc-url", &rpc, "sweep", "--from-key", &key], extra].concat();
+            let swept = run_node("chain.mjs", &args);
+            assert!(swept["transaction"].is_string(), "sweep failed: {swept}");
+        };
+        if let Some((amount, pay_to)) = to_us {
+            sweep(&["--amount", &amount.to_string(), &pay_to]);
+        }
+        sweep(&[&super::devstack::fresh_payee()]);
     })
-    .await
-    .expect("sweep runs");
-    assert!(swept["transaction"].is_string(), "sweep failed: {swept}");
+    .await;
+    swept.expect("sweep runs");
 }
 
 /// A settle-time re-verification's refusal: nothing broadcast.
@@ -314,13 +320,15 @@ impl Proxy {
             Settle::RefuseForFunds {
                 sweep_key,
                 sweep_late,
-                sweep_to,
+                to_us,
             } => {
+                let pay_to = authorization(&body)["to"].as_str().map(str::to_string);
+                let to_us = to_us.zip(pay_to);
                 match sweep_key {
                     Some(key) if sweep_late => {
-                        tokio::spawn(sweep(self.rpc_url(), key, sweep_to));
+                        tokio::spawn(sweep(self.rpc_url(), key, to_us));
                     }
-                    Some(key) => sweep(self.rpc_url(), key, sweep_to).await,
+                    Some(key) => sweep(self.rpc_url(), key, to_us).await,
                     None => {}
                 }
                 return refusal("invalid_exact_evm_insufficient_balance");

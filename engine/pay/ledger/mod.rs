@@ -346,9 +346,10 @@ const RETAIN_SQL: &str = "INSERT INTO retained_answers (lookup_sha256, attempt_i
      ON CONFLICT (lookup_sha256) DO UPDATE SET kind = 'sent', sealed = excluded.sealed,
      collectable_until = excluded.collectable_until";
 
-/// Stores a row's sealed answer.
+/// Stores a row's sealed answer; `?5` releases its payment-identifier `id`.
 const STORE_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = ?2,
-     collectable_until = ?3 WHERE attempt_id = ?4";
+     collectable_until = ?3, id_sha256 = CASE WHEN ?5 THEN NULL ELSE id_sha256 END
+     WHERE attempt_id = ?4";
 
 /// Forgets a row's retained answer.
 const DROP_SQL: &str = "DELETE FROM retained_answers WHERE attempt_id = ?1";
@@ -366,7 +367,10 @@ const COLLECTED_SQL: &str =
 /// A settled row's binding without an answer, or its result held for a buyer told
 /// "pending", stays while the row's settlement (`updated_at`) is newer than `?2` (the held
 /// results' window): its identical resend runs the work once more, or collects the result,
-/// and a reconcile may settle the row long before the buyer comes back for it.
+/// and a reconcile may settle the row long before the buyer comes back for it. The result
+/// held for a refusal before broadcasting stays as long, unless the chain decides first
+/// (its authorization runs out at `validBefore`, long before): so it goes even with the
+/// reconcile pass off.
 const SWEEP_SQL: &str = concat!(
     "DELETE FROM retained_answers
      WHERE (kind = 'sent' AND collectable_until < ?1)
@@ -374,9 +378,8 @@ const SWEEP_SQL: &str = concat!(
             WHERE state IN ('nonce_burned', 'work_failed', 'expired')
                OR (state = 'settle_failed' AND failure_reason = '",
     unused_past_valid_before!(),
-    "')))
-        OR (kind <> 'sent' AND attempt_id IN (SELECT id FROM payment_attempts
-            WHERE state = 'settled' AND updated_at < ?2))"
+    "')
+               OR (state IN ('settled', 'settle_failed') AND updated_at < ?2)))"
 );
 
 /// The retained answers table; `blob` is the backend's byte-string type.
@@ -404,6 +407,9 @@ enum RetainedChange<'a> {
         sealed: &'a [u8],
         kind: &'static str,
         collectable_until: Option<i64>,
+        /// The binding lets go of its payment-identifier `id`: a refused payment's buyer
+        /// retries the same `id` with a new payment, which must not meet a conflict.
+        release_id: bool,
     },
     Drop,
 }
@@ -423,6 +429,7 @@ impl<'a> RetainedChange<'a> {
                 sealed,
                 kind: if held { "held" } else { "sent" },
                 collectable_until,
+                release_id: change.state == "settle_failed",
             },
             (_, Keep::Forget) => RetainedChange::Drop,
             (_, Keep::Untouched) => RetainedChange::None,
@@ -442,7 +449,7 @@ fn settled_before(unix_seconds: u64) -> String {
 /// The rows whose outcome the chain may still change ([`Ledger::undecided`]).
 const UNDECIDED: &str = concat!(
     "WHERE state IN ('reserved', 'settle_pending') OR (state = 'settle_failed'
-     AND COALESCE(failure_reason, '') <> '",
+     AND nonce IS NOT NULL AND COALESCE(failure_reason, '') <> '",
     unused_past_valid_before!(),
     "')"
 );

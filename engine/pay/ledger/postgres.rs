@@ -98,7 +98,8 @@ fn reserve_binding() -> String {
 
 /// A row change and what it does to the row's retained answer as one statement (one round
 /// trip): the answer is touched only when the row changed, and the count of changed rows is
-/// the answer. `$10`–`$12` are the stored answer's sealed bytes, kind and window.
+/// the answer. `$10`–`$13` are the stored answer's sealed bytes, kind, window and whether
+/// its payment-identifier `id` goes.
 fn change_with(retained: &str) -> String {
     format!(
         "WITH changed AS ({} RETURNING id), kept AS ({retained})
@@ -119,7 +120,8 @@ static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
     precheck: numbered(PRECHECK_SQL),
     change: numbered(CHANGE_SQL),
     change_storing: change_with(
-        "UPDATE retained_answers SET sealed = $10, kind = $11, collectable_until = $12
+        "UPDATE retained_answers SET sealed = $10, kind = $11, collectable_until = $12,
+         id_sha256 = CASE WHEN $13 THEN NULL ELSE id_sha256 END
          WHERE attempt_id IN (SELECT id FROM changed)",
     ),
     change_dropping: change_with(
@@ -534,9 +536,10 @@ impl PostgresLedger {
                     sealed,
                     kind,
                     collectable_until,
+                    release_id,
                 } => (
                     &NUMBERED.change_storing,
-                    vec![sealed as Param<'_>, kind, collectable_until],
+                    vec![sealed as Param<'_>, kind, collectable_until, release_id],
                 ),
                 RetainedChange::Drop => (&NUMBERED.change_dropping, Vec::new()),
             };

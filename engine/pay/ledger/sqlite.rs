@@ -336,12 +336,14 @@ impl SqliteLedger {
                     sealed,
                     kind,
                     collectable_until,
+                    release_id,
                 } => {
                     transaction.prepare_cached(STORE_SQL)?.execute(params![
                         sealed,
                         kind,
                         collectable_until,
-                        id
+                        id,
+                        release_id
                     ])?;
                 }
                 RetainedChange::Drop => {
@@ -768,8 +770,9 @@ mod tests {
     }
 
     /// A refusal before broadcasting may still be executed until `validBefore`: its row stays
-    /// among the undecided and its held result outlives the sweep, until the chain decides
-    /// it. A row read unused past `validBefore` is final: neither.
+    /// among the undecided and its held result outlives the sweep within the held results'
+    /// window, until the chain decides it; its payment-identifier `id` is let go at once, for
+    /// the buyer's new payment. A row read unused past `validBefore` is final: neither.
     #[test]
     fn a_refusal_before_broadcasting_keeps_its_held_result_until_the_chain_decides() {
         let dir = fresh_dir("refused");
@@ -780,9 +783,13 @@ mod tests {
             held: true,
             collectable_until: None,
         };
+        let with_id = |n: usize| Binding {
+            id_sha256: Some(format!("id-{n}")),
+            ..bind(n)
+        };
         let fail = |n: usize, reason: &str| {
             let id = ledger
-                .reserve(&attempt(n), Some(&bind(n)))
+                .reserve(&attempt(n), Some(&with_id(n)))
                 .expect("reserve");
             let failed = Outcome::SettleFailed {
                 reason: reason.into(),
@@ -799,24 +806,43 @@ mod tests {
             id
         };
         let refused = fail(1, "invalid_exact_evm_signature");
-        fail(2, UNUSED_PAST_VALID_BEFORE);
+        let swept_later = fail(2, "insufficient_funds");
+        fail(3, UNUSED_PAST_VALID_BEFORE);
         let kept = || {
             ledger
                 .with(|c| {
-                    c.prepare("SELECT attempt_id, kind FROM retained_answers")?
-                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                        .collect::<Result<Vec<(i64, String)>, _>>()
+                    c.prepare("SELECT attempt_id, kind, id_sha256 FROM retained_answers ORDER BY attempt_id")?
+                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                        .collect::<Result<Vec<(i64, String, Option<String>)>, _>>()
                 })
                 .expect("retained")
         };
-        assert_eq!(kept(), [(refused, "held".to_string())]);
+        let held_row = |id| (id, "held".to_string(), None);
+        assert_eq!(kept(), [held_row(refused), held_row(swept_later)]);
+        let retry = NewAttempt {
+            nonce_sha256: "retry".into(),
+            ..attempt(1)
+        };
+        let again = Binding {
+            lookup_sha256: format!("{:064x}", 99),
+            ..with_id(1)
+        };
+        ledger
+            .reserve(&retry, Some(&again))
+            .expect("the same id, a new payment: no conflict");
         let undecided: Vec<i64> = stored(&ledger, UNDECIDED).iter().map(|r| r.id).collect();
-        assert_eq!(undecided, [refused]);
+        assert!(
+            undecided.starts_with(&[refused, swept_later]),
+            "{undecided:?}"
+        );
+        assert_eq!(undecided.len(), 3, "and the retry, reserved");
         let now = crate::pay::call::unix_now();
-        let horizon = super::super::settled_before(now);
-        let now = i64::try_from(now).expect("now");
-        assert_eq!(ledger.sweep_retained(now, &horizon).expect("sweep"), 0);
-        assert_eq!(kept().len(), 1, "the held result outlives the sweep");
+        let sweep = |ago: i64| {
+            let horizon = super::super::settled_before(now.saturating_add_signed(-ago));
+            let now = i64::try_from(now).expect("now");
+            ledger.sweep_retained(now, &horizon).expect("sweep")
+        };
+        assert_eq!(sweep(86_400), 0, "within the held results' window");
         let expired = expired("unused past validBefore");
         let change = expired.change();
         let keep = RetainedChange::of(&change, Keep::Untouched);
@@ -825,8 +851,9 @@ mod tests {
                 .change(refused, "settle_failed", &change, &keep)
                 .expect("change")
         );
-        assert!(kept().is_empty(), "decided unpaid: deleted");
-        assert!(stored(&ledger, UNDECIDED).is_empty());
+        assert_eq!(kept().len(), 2, "decided unpaid: deleted");
+        assert_eq!(sweep(-1), 1, "past the window, undecided or not");
+        assert_eq!(kept().len(), 1, "the retry's binding");
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
     }
