@@ -21,8 +21,10 @@
 //!   like any other.
 //!
 //! An endpoint answering another chain's id is never used; one whose chain is unconfirmed
-//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it. The
-//! payment verdicts' reader ([`FailoverRpc::verified_only`]) passes over one still silent.
+//! (never asked, or silent when last asked) is asked `eth_chainId` before a read uses it, and
+//! a read of one still silent carries `eth_chainId` in its own batch (`chain_proof`): its
+//! answer counts only if the chain is ours. The payment verdicts' reader
+//! ([`FailoverRpc::verified_only`]) passes over one still silent.
 //! Health is shared by every reader in the process (a registry keyed by the endpoint's
 //! position and a digest of its URL), so a cool-down learnt by one paid call spares the next. Metrics and log lines name an endpoint
 //! only by position (`eip155:8453#1`) and setting, never by its URL.
@@ -40,6 +42,7 @@ use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
 use alloy::transports::{RpcError, TransportError, TransportErrorKind, TransportFut};
 use sha2::{Digest, Sha256};
 
+use crate::chain::chain_proof;
 use crate::chain::networks::{self, Chain};
 use crate::chain::rpc::{self, Attempt};
 use crate::config::{Config, Secret};
@@ -333,6 +336,11 @@ impl EndpointSet {
     /// [`EndpointSet::verify_identity`]).
     async fn check_identity(&self, gateway: &Gateway, endpoint: &Endpoint, timeout: Duration) {
         let identity = ask_chain_id(gateway, self.chain, endpoint, timeout).await;
+        self.record_identity(endpoint, identity);
+    }
+
+    /// Records what `eth_chainId` said of `endpoint`; silence keeps a verdict already made.
+    fn record_identity(&self, endpoint: &Endpoint, identity: Identity) {
         if let Identity::Mismatch(id) = identity {
             tracing::error!(
                 setting = %endpoint.setting,
@@ -547,6 +555,56 @@ impl FailoverRpc {
 
     async fn attempt(&self, index: usize, packet: &RequestPacket) -> Outcome {
         let endpoint = &self.inner.set.endpoints[index];
+        if !matches!(endpoint.identity(), Identity::Verified) {
+            return Box::pin(self.attempt_proving(endpoint, packet)).await;
+        }
+        self.attempt_as(endpoint, packet, packet).await
+    }
+
+    /// An attempt on an endpoint whose chain is unconfirmed: the read goes with `eth_chainId`
+    /// in one batch (`chain_proof`), and its answer counts only once the chain id is ours.
+    async fn attempt_proving(&self, endpoint: &Endpoint, packet: &RequestPacket) -> Outcome {
+        let Ok(batch) = chain_proof::with_chain_id(packet) else {
+            return self.attempt_as(endpoint, packet, packet).await;
+        };
+        let answer = match self.attempt_as(endpoint, &batch, packet).await {
+            Outcome::Answered(answer) | Outcome::Lagging(answer) => answer,
+            other => return other,
+        };
+        let chain = self.inner.set.chain;
+        let (chain_id, read) = chain_proof::split(answer, packet);
+        let identity = match chain_id {
+            Some(id) if id == chain.chain_id => Identity::Verified,
+            Some(id) => Identity::Mismatch(id),
+            None => Identity::Unanswered,
+        };
+        self.inner.set.record_identity(endpoint, identity);
+        match (identity, read) {
+            (Identity::Verified, Some(read)) if lagging(&read) => Outcome::Lagging(read),
+            (Identity::Verified, Some(read)) => Outcome::Answered(read),
+            (Identity::Mismatch(_), _) => Outcome::Failed(
+                TransportErrorKind::custom_str("the endpoint serves another chain"),
+                None,
+                "another chain",
+            ),
+            _ => Outcome::Failed(
+                TransportErrorKind::custom_str(
+                    "the endpoint did not name its chain beside the read (eth_chainId in a batch)",
+                ),
+                None,
+                "chain unproven",
+            ),
+        }
+    }
+
+    /// One attempt sending `sent` (the read, or the read with its chain proof); `read` is the
+    /// read alone, whose methods decide a range refusal.
+    async fn attempt_as(
+        &self,
+        endpoint: &Endpoint,
+        sent: &RequestPacket,
+        read: &RequestPacket,
+    ) -> Outcome {
         let Some(url) = &endpoint.url else {
             endpoint.record("error");
             return Outcome::Failed(
@@ -560,7 +618,7 @@ impl FailoverRpc {
         let timeout = left.map_or(inner.response_timeout, |left| {
             left.min(inner.response_timeout)
         });
-        match rpc::post_packet(&inner.gateway, inner.upstream, url, timeout, packet).await {
+        match rpc::post_packet(&inner.gateway, inner.upstream, url, timeout, sent).await {
             Ok(answer) if lagging(&answer) => {
                 endpoint.record("lagging");
                 Outcome::Lagging(answer)
@@ -578,7 +636,7 @@ impl FailoverRpc {
                     endpoint.record("cut");
                     return Outcome::Cut;
                 }
-                if range_too_large(&error, packet) {
+                if range_too_large(&error, read) {
                     endpoint.record("too_large");
                     return Outcome::TooLarge(error);
                 }
@@ -894,6 +952,70 @@ mod tests {
         assert_eq!(base_asked.load(Ordering::SeqCst), 1);
         assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
         assert_eq!(set.endpoints[1].identity(), Identity::Verified);
+    }
+
+    /// A node of chain `chain_id` that answers 429 to its first `limited` requests, then
+    /// every request, single or batched: `eth_chainId` with its chain, anything else 0x2a.
+    async fn rate_limited_node(chain_id: u64, limited: usize) -> String {
+        use warp::Filter;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let one = move |request: &serde_json::Value| {
+            let result = match request["method"].as_str() {
+                Some("eth_chainId") => format!("{chain_id:#x}"),
+                _ => "0x2a".into(),
+            };
+            serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result})
+        };
+        let route = warp::post()
+            .and(warp::body::json())
+            .map(move |request: serde_json::Value| {
+                let (status, body) = if asked.fetch_add(1, Ordering::SeqCst) < limited {
+                    (
+                        429,
+                        serde_json::json!({"error": {"code": 429, "message": "rate limited"}}),
+                    )
+                } else if let Some(batch) = request.as_array() {
+                    (200, batch.iter().map(one).collect())
+                } else {
+                    (200, one(&request))
+                };
+                warp::http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .expect("response")
+            });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(warp::serve(route).incoming(listener).run());
+        format!("http://{addr}")
+    }
+
+    /// An endpoint whose `eth_chainId` met a 429 (start-up's check, then the read's own) is
+    /// read with `eth_chainId` in the same batch: a URL of another chain is found out and
+    /// its answer dropped, the read going to the next endpoint; a lone endpoint of our chain
+    /// still answers, now verified.
+    #[tokio::test]
+    async fn a_read_of_an_endpoint_silent_about_its_chain_names_the_chain_too() {
+        let mainnet = rate_limited_node(1, 1).await;
+        let (base, _) = node(|_| (200, serde_json::json!({"result": "0x2b"}))).await;
+        let set = Arc::new(base_endpoints("proving", &[&mainnet, &base]));
+        set.endpoints[0].health.lock().identity = Identity::Unanswered;
+        let gateway = Gateway::new().expect("gateway");
+        let rpc = FailoverRpc::new(gateway.clone(), set.clone(), Duration::from_secs(2));
+        let answered = rpc.provider().get_block_number().await;
+        assert_eq!(answered.expect("answered"), 0x2b, "not mainnet's 0x2a");
+        assert_eq!(set.endpoints[0].identity(), Identity::Mismatch(1));
+
+        let lone = rate_limited_node(8453, 1).await;
+        let set = Arc::new(base_endpoints("proving-alone", &[&lone]));
+        set.endpoints[0].health.lock().identity = Identity::Unanswered;
+        let rpc = FailoverRpc::new(gateway, set.clone(), Duration::from_secs(2));
+        let answered = rpc.provider().get_block_number().await;
+        assert_eq!(answered.expect("answered"), 0x2a);
+        assert_eq!(set.endpoints[0].identity(), Identity::Verified);
     }
 
     /// The payment verdicts' reader passes over an endpoint that stays silent to

@@ -121,14 +121,17 @@ pub fn assert_output_valid(id: &str, body: &Value) {
     );
 }
 
-/// A JSON-RPC endpoint that answers `{}` and counts every request but the start-up chain
-/// check (`eth_chainId` is configuration work, not a call's): a count above zero means paid
-/// work read it.
+/// A JSON-RPC endpoint that answers `{}` and counts every request that asks more than the
+/// chain check (`eth_chainId` is configuration work, not a call's; a read of an endpoint
+/// whose chain is unconfirmed carries one in its batch): a count above zero means paid work
+/// read it.
 pub async fn rpc_tripwire() -> (SocketAddr, Arc<std::sync::atomic::AtomicU64>) {
     let hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = hits.clone();
     let addr = serve(warp::body::bytes().map(move |body: bytes::Bytes| {
-        if !String::from_utf8_lossy(&body).contains("eth_chainId") {
+        let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let requests = request.as_array().cloned().unwrap_or_else(|| vec![request]);
+        if requests.iter().any(|r| r["method"] != "eth_chainId") {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         "{}"
