@@ -18,7 +18,9 @@ use common::devstack::{Buyer, payment_identifier_declaration, random_hex32, shar
 use common::evidence::key_file;
 use common::facilitator_proxy::Settle;
 use common::ledgers::{fresh_ledger_url, sqlite_count, sqlite_file};
-use common::paid_rig::{PRICE, Rig, USDC, VM02, payment_response, reason_of, wait_for};
+use common::paid_rig::{
+    PRICE, Rig, USDC, VM02, fresh_payment_id, payment_response, reason_of, wait_for,
+};
 use common::{TestServer, decode_header, expect_400, machine_routes, unix_now};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
@@ -130,21 +132,6 @@ async fn left_pending(
 /// The answer to one paid call with this header.
 async fn paid(rig: &Rig<'_>, body: &Value, header: &str) -> Received {
     Received::of(rig.send(body, header).await).await
-}
-
-/// A fresh payment-identifier `id` (30 characters of `[A-Za-z0-9_-]`).
-fn fresh_id() -> String {
-    format!("lost-answer-{}", &random_hex32()[2..20])
-}
-
-/// A PAYMENT-SIGNATURE of `buyer` whose payload carries `id` in its payment-identifier
-/// extension (the 402's declaration with `info.id` added, as the official client sends it).
-async fn sign_with_id(rig: &Rig<'_>, buyer: &Buyer, body: &Value, id: &str) -> (String, Value) {
-    let info = format!(
-        "payment-identifier={}",
-        json!({"required": false, "id": id})
-    );
-    rig.sign(buyer, body, &["--extension-info", &info]).await
 }
 
 /// The same owner and token as `rig.request(buyer)`, another spender: another request.
@@ -277,7 +264,7 @@ async fn without_an_id_an_answer_is_collected_briefly_and_with_one_for_the_reten
     let brief = [("FACTOMAT_DELIVERY_COLLECT_WITHOUT_ID_SECONDS", "2")];
     let (rig, buyer, body) = forwarding_rig(&brief).await;
     // Bought first: it is the older of the two when the other's window closes.
-    let (with_id, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
+    let (with_id, _) = rig.sign_with_id(&buyer, &body, &fresh_payment_id()).await;
     let kept = paid(&rig, &body, &with_id).await;
     assert_eq!(kept.status, 200, "{kept:?}");
 
@@ -323,11 +310,11 @@ async fn without_an_id_an_answer_is_collected_briefly_and_with_one_for_the_reten
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused() {
     let (rig, buyer, body) = forwarding_rig(&[]).await;
-    let id = fresh_id();
-    let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let id = fresh_payment_id();
+    let (header, _) = rig.sign_with_id(&buyer, &body, &id).await;
     assert_eq!(paid(&rig, &body, &header).await.status, 200);
 
-    let (resigned, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let (resigned, _) = rig.sign_with_id(&buyer, &body, &id).await;
     let other = another_request(&buyer);
     for (what, body, header) in [
         ("a new signature", &body, &resigned),
@@ -342,7 +329,7 @@ async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused()
         );
     }
     for malformed in ["short", "has a space in it"] {
-        let (header, _) = sign_with_id(&rig, &buyer, &body, malformed).await;
+        let (header, _) = rig.sign_with_id(&buyer, &body, malformed).await;
         let response = rig.send(&body, &header).await;
         expect_400(response, "invalid_payment_identifier", malformed).await;
     }
@@ -359,9 +346,9 @@ async fn an_id_conflicts_with_any_other_payment_and_a_malformed_one_is_refused()
 /// `/verify`.
 async fn two_payments_with_one_id_verified_together_bind_it_once_at_the_reserve() {
     let (rig, buyer, body) = forwarding_rig(&[]).await;
-    let id = fresh_id();
-    let (first, _) = sign_with_id(&rig, &buyer, &body, &id).await;
-    let (second, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let id = fresh_payment_id();
+    let (first, _) = rig.sign_with_id(&buyer, &body, &id).await;
+    let (second, _) = rig.sign_with_id(&buyer, &body, &id).await;
     rig.facilitator.recorder.hold_verifies(2);
     let (a, b) = tokio::join!(paid(&rig, &body, &first), paid(&rig, &body, &second));
     let ((winner, bought), (loser, refused)) = if a.status == 200 {
@@ -429,7 +416,7 @@ async fn a_copy_verified_with_its_first_hears_when_that_one_ends_unpaid() {
 async fn an_answer_past_its_retention_is_swept_and_refused_as_expired() {
     let short = [("FACTOMAT_DELIVERY_RETENTION_SECONDS", "2")];
     let (rig, buyer, body) = forwarding_rig(&short).await;
-    let (header, _) = sign_with_id(&rig, &buyer, &body, &fresh_id()).await;
+    let (header, _) = rig.sign_with_id(&buyer, &body, &fresh_payment_id()).await;
     let first = paid(&rig, &body, &header).await;
     let answered = Instant::now();
     assert_eq!(first.status, 200, "{first:?}");
@@ -835,8 +822,8 @@ async fn a_retained_answer_is_unreadable_at_rest_and_the_database_holds_no_key()
     let keyed = [("FACTOMAT_DELIVERY_KEY_FILE", key.as_str())];
     let rig = Rig::start_on(stack, Settle::Forward, &keyed, ledger_url).await;
     let body = rig.request(&buyer);
-    let id = fresh_id();
-    let (header, signed) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let id = fresh_payment_id();
+    let (header, signed) = rig.sign_with_id(&buyer, &body, &id).await;
     let first = paid(&rig, &body, &header).await;
     assert_eq!(first.status, 200, "{first:?}");
     assert_eq!(
@@ -965,7 +952,7 @@ async fn a_paid_payment_under_a_new_id_runs_nothing_again() {
 
     let mut copy = decode_header(&header);
     copy["extensions"]["payment-identifier"] =
-        json!({"info": {"required": false, "id": fresh_id()}});
+        json!({"info": {"required": false, "id": fresh_payment_id()}});
     let copy = STANDARD.encode(copy.to_string());
     let response = rig.send(&body, &copy).await;
     assert_eq!(response.status().as_u16(), 402);
@@ -980,7 +967,7 @@ async fn a_paid_payment_under_a_new_id_runs_nothing_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_refused_before_the_reserve_may_be_signed_again() {
     let (rig, buyer, body) = forwarding_rig(&[]).await;
-    let id = fresh_id();
+    let id = fresh_payment_id();
     let info = format!(
         "payment-identifier={}",
         json!({"required": false, "id": id})
@@ -996,7 +983,7 @@ async fn an_id_refused_before_the_reserve_may_be_signed_again() {
     assert_eq!(refused.status().as_u16(), 402);
     assert_eq!(rig.rows().await.len(), 0, "nothing reserved");
 
-    let (header, _) = sign_with_id(&rig, &buyer, &body, &id).await;
+    let (header, _) = rig.sign_with_id(&buyer, &body, &id).await;
     let paid_now = paid(&rig, &body, &header).await;
     assert_eq!(paid_now.status, 200, "{paid_now:?}");
     assert_charged_once(&rig, &buyer);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::devstack::{Buyer, DevStack, shared_stack};
 use common::facilitator_proxy::{Settle, advance_past};
-use common::paid_rig::{PRICE, Rig, payment_response, reason_of, wait_for};
+use common::paid_rig::{PRICE, Rig, fresh_payment_id, payment_response, reason_of, wait_for};
 use common::unix_now;
 use serde_json::Value;
 
@@ -26,6 +26,7 @@ on_both_ledgers!(
     one_transaction_proves_one_row_and_burns_the_other,
     an_outcome_still_unknown_after_the_wait_is_pending_and_never_paid_twice,
     a_pending_settlement_is_recorded_by_the_service_and_its_result_collected,
+    a_refused_authorization_executed_later_is_found_and_answered,
 );
 
 /// A facilitator that answers `success: true` naming no transaction, with nothing on chain
@@ -499,8 +500,10 @@ async fn a_pending_settlement_is_recorded_by_the_service_and_its_result_collecte
 /// is held: executed afterwards (here by a third party, as a facilitator's retry or the payer
 /// could), the row is settled and the buyer's resend of the same payment collects the held
 /// result instead of hearing "already presented". The reconcile pass finds it used; with the
-/// pass off (or before it comes round), the resend asks the chain itself. Charged once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// pass off (or before it comes round), the resend asks the chain itself. Charged once for
+/// it. The refused payment lets its payment-identifier `id` go at once: the buyer's new
+/// payment with the same `id` is paid and answered, not a conflict, and the first one's
+/// resend still collects its own result.
 async fn a_refused_authorization_executed_later_is_found_and_answered() {
     let stack = shared_stack();
     for pass in ["1", "0"] {
@@ -509,9 +512,11 @@ async fn a_refused_authorization_executed_later_is_found_and_answered() {
             ("FACTOMAT_RECONCILE_INTERVAL_SECONDS", pass),
         ];
         let buyer = stack.fresh_buyer("1000000");
-        let rig = Rig::start(stack, Settle::Refuse("invalid_exact_evm_signature"), &env).await;
+        let refuse = Settle::RefuseFirst("invalid_exact_evm_signature");
+        let rig = Rig::start(stack, refuse, &env).await;
         let body = rig.request(&buyer);
-        let (header, signed) = rig.sign(&buyer, &body, &[]).await;
+        let id = fresh_payment_id();
+        let (header, signed) = rig.sign_with_id(&buyer, &body, &id).await;
         let refused = rig.send(&body, &header).await;
         assert_eq!(refused.status().as_u16(), 402);
         assert_eq!(rig.only_row().await.state, "settle_failed");
@@ -521,14 +526,18 @@ async fn a_refused_authorization_executed_later_is_found_and_answered() {
             "payment_nonce_already_presented",
             "unused on chain: as before"
         );
+        let (retry, _) = rig.sign_with_id(&buyer, &body, &id).await;
+        let retried = rig.send(&body, &retry).await;
+        assert_eq!(retried.status().as_u16(), 200, "the same id, a new payment");
 
         let authorization = signed["payload"]["payload"].to_string();
         let executed = stack.chain(&["execute-authorization", &authorization]);
         let transaction = executed["transaction"].as_str().expect("transaction");
+        let first_row = async || rig.rows().await.remove(0);
         let rpc_reads: u64 = if pass == "1" {
             wait_for(
                 "the reconcile pass finds the refused authorization executed",
-                async || rig.only_row().await.state == "settled",
+                async || first_row().await.state == "settled",
             )
             .await;
             rig.rpc.all_calls().values().sum()
@@ -546,13 +555,13 @@ async fn a_refused_authorization_executed_later_is_found_and_answered() {
         assert_eq!(payment_response(&again)["transaction"], transaction);
         let answer: Value = again.json().await.expect("json");
         assert_eq!(answer["machine"], "VM02");
-        let row = rig.only_row().await;
+        let row = first_row().await;
         assert_eq!(row.state, "settled");
         assert_eq!(row.transaction_hash.as_deref(), Some(transaction));
         assert_eq!(
             rig.balance(&buyer.address),
-            1_000_000 - PRICE,
-            "charged once"
+            1_000_000 - 2 * PRICE,
+            "each payment charged once"
         );
     }
 }

@@ -288,7 +288,7 @@ impl AuthorizationReader {
     }
 
     /// What the payer moved to `terms.pay_to` (the asset's `Transfer` logs, summed) from a
-    /// few blocks before `since` (unix seconds: the reserve, just after `/verify` passed) to
+    /// few blocks before `since` (unix seconds: when the call's `/verify` was sent) to
     /// `until_block`: the payments to us that a shortfall at settle may come from. One that
     /// landed earlier was gone before `/verify` checked the balance.
     pub async fn paid_to_us(

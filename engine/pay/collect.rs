@@ -145,11 +145,14 @@ impl Resend<'_> {
     async fn look(&self) -> Look {
         let key = self.lookup.key_hex();
         let id = self.lookup.id_sha256.as_deref();
-        let found = match self.rail.ledger.retained(&key, id).await {
+        let mut found = match self.rail.ledger.retained(&key, id).await {
             Ok(found) => found,
             Err(error) => return answer(resend_ledger_failure(&error)),
         };
-        if found.iter().any(|entry| entry.lookup_sha256 != key) {
+        // This exact payload's binding answers, even when its `id` now binds another payment
+        // (a refused payment lets its `id` go, and the buyer's retry takes it).
+        let exact = found.iter().position(|entry| entry.lookup_sha256 == key);
+        if exact.is_none() && !found.is_empty() {
             metrics().retained("conflict");
             tracing::info!(machine = %self.call.machine.machine, "payment identifier reused on another payment or request: payment_identifier_conflict");
             return answer(PaidOutcome::Failed(Refusal::IdentifierConflict));
@@ -159,7 +162,7 @@ impl Resend<'_> {
         // ([`known_nonce`]: in progress, expired or presented). Running the work again for a nonce alone would sell it to
         // any copy of the payment (its authorization and signature are public on chain) or
         // to the same payment under a new `id`.
-        let Some(entry) = found.into_iter().next() else {
+        let Some(entry) = exact.map(|at| found.swap_remove(at)) else {
             return Some(Collect::New);
         };
         if entry.attempt.machine != self.call.machine.machine {

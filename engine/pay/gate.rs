@@ -392,10 +392,12 @@ async fn first_presentation<E: std::fmt::Display>(
         Ok(sent) => sent,
         Err(error) => return facilitator_down("verify", &error),
     };
+    // Before `/verify`: a shortfall at settle is ours only if the payer paid us after the
+    // facilitator checked their balance (`settlement`'s funds rule).
+    let reserved_at = unix_now();
     if let Err(outcome) = verify(rail, call, presented, &sent, deadline).await {
         return outcome;
     }
-    let reserved_at = unix_now();
     let id = match reserve(rail, manifest, call, presented, lookup).await {
         Ok(id) => id,
         Err(outcome) => return outcome,

@@ -81,7 +81,8 @@ pub(crate) enum Finding {
 pub(crate) struct Payment {
     /// The terms a transfer must match.
     pub terms: PaymentTerms,
-    /// When the row was reserved (unix seconds): where an event search starts.
+    /// When the row was reserved (unix seconds; for a live call, when its `/verify` was sent,
+    /// just before): where an event search starts.
     pub reserved_at: u64,
     /// The authorization's `validBefore` (unix seconds).
     pub valid_before: u64,

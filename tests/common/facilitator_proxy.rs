@@ -26,6 +26,8 @@ pub enum Settle {
     /// Answer `success: false` with this `errorReason` and an empty `transaction`, without
     /// asking the real facilitator.
     Refuse(&'static str),
+    /// Answer the first `/settle` as [`Settle::Refuse`] does; forward every later one.
+    RefuseFirst(&'static str),
     /// Answer `success: false`, `errorReason: "invalid_exact_evm_insufficient_balance"` and an
     /// empty `transaction` without asking the real facilitator: its settle-time
     /// re-verification found the payer's funds gone. With `sweep_key` (the payer's key) the
@@ -317,6 +319,10 @@ impl Proxy {
                 return refusal("invalid_exact_evm_transaction_simulation_failed");
             }
             Settle::Refuse(reason) => return refusal(reason),
+            Settle::RefuseFirst(reason) if self.recorder.settles() == 1 => {
+                return refusal(reason);
+            }
+            Settle::RefuseFirst(_) => {}
             Settle::RefuseForFunds {
                 sweep_key,
                 sweep_late,

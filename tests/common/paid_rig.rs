@@ -15,6 +15,11 @@ use super::ledgers::{fresh_ledger_url, ledger_cli, report_entry, rows_of};
 use super::rpc_proxy::{RpcProxy, range_limited_rpc};
 use super::{TestServer, decode_header};
 
+/// A fresh payment-identifier `id` (30 characters of `[A-Za-z0-9_-]`).
+pub fn fresh_payment_id() -> String {
+    format!("payment-id-{}", &random_hex32()[2..21])
+}
+
 /// The cheapest paid machine (one ERC-20 allowance against a balance).
 pub const VM02: &str = "/v1/allowance-exposure";
 /// USDC on Base (the dev stack places its token there).
@@ -104,6 +109,16 @@ impl<'a> Rig<'a> {
         let signed = self.stack.sign_as(buyer, &required, mutations);
         let header = signed["header"].as_str().expect("header").to_string();
         (header, signed)
+    }
+
+    /// A PAYMENT-SIGNATURE of `buyer` whose payload carries `id` in its payment-identifier
+    /// extension (the 402's declaration with `info.id` added, as the official client sends it).
+    pub async fn sign_with_id(&self, buyer: &Buyer, body: &Value, id: &str) -> (String, Value) {
+        let info = format!(
+            "payment-identifier={}",
+            json!({"required": false, "id": id})
+        );
+        self.sign(buyer, body, &["--extension-info", &info]).await
     }
 
     /// The buyer's VM02 request, signed as it is and sent once: the body, the payment header

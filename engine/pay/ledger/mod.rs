@@ -354,6 +354,9 @@ const STORE_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = ?2,
 /// Forgets a row's retained answer.
 const DROP_SQL: &str = "DELETE FROM retained_answers WHERE attempt_id = ?1";
 
+/// Lets go of a row's binding's payment-identifier `id`.
+const RELEASE_ID_SQL: &str = "UPDATE retained_answers SET id_sha256 = NULL WHERE attempt_id = ?1";
+
 /// A held answer of a row already recorded `settled` becomes the sent one; only while it is
 /// still held, so of two concurrent resends one stores (and counts) it.
 const DELIVER_HELD_SQL: &str = "UPDATE retained_answers SET sealed = ?1, kind = 'sent',
@@ -412,6 +415,8 @@ enum RetainedChange<'a> {
         release_id: bool,
     },
     Drop,
+    /// Only let go of the binding's payment-identifier `id` (see `Store::release_id`).
+    ReleaseId,
 }
 
 impl<'a> RetainedChange<'a> {
@@ -432,6 +437,7 @@ impl<'a> RetainedChange<'a> {
                 release_id: change.state == "settle_failed",
             },
             (_, Keep::Forget) => RetainedChange::Drop,
+            (_, Keep::Untouched) if change.state == "settle_failed" => RetainedChange::ReleaseId,
             (_, Keep::Untouched) => RetainedChange::None,
         }
     }

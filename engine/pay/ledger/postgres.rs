@@ -75,6 +75,7 @@ struct Numbered {
     change: String,
     change_storing: String,
     change_dropping: String,
+    change_releasing_id: String,
     row_by_nonce: String,
 }
 
@@ -126,6 +127,9 @@ static NUMBERED: LazyLock<Numbered> = LazyLock::new(|| Numbered {
     ),
     change_dropping: change_with(
         "DELETE FROM retained_answers WHERE attempt_id IN (SELECT id FROM changed)",
+    ),
+    change_releasing_id: change_with(
+        "UPDATE retained_answers SET id_sha256 = NULL WHERE attempt_id IN (SELECT id FROM changed)",
     ),
     row_by_nonce: numbered(ROW_BY_NONCE_SQL),
 });
@@ -542,6 +546,7 @@ impl PostgresLedger {
                     vec![sealed as Param<'_>, kind, collectable_until, release_id],
                 ),
                 RetainedChange::Drop => (&NUMBERED.change_dropping, Vec::new()),
+                RetainedChange::ReleaseId => (&NUMBERED.change_releasing_id, Vec::new()),
             };
             let statement = client.prepare_cached(sql).await?;
             let arguments: Vec<Param<'_>> = row.into_iter().chain(extra).collect();

@@ -7,9 +7,9 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     AttemptRow, BIND_SQL, Binding, CHANGE_SQL, COLLECTED_SQL, Change, DELIVER_HELD_SQL, DROP_SQL,
-    INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RESERVE_SQL, RETAIN_SQL,
-    RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STORE_SQL, SWEEP_SQL, now,
-    retained_schema, schema,
+    INDEXES, LedgerError, NewAttempt, PRECHECK_SQL, Precheck, RELEASE_ID_SQL, RESERVE_SQL,
+    RETAIN_SQL, RETAINED_SQL, ROW_BY_NONCE_SQL, Retained, RetainedChange, STORE_SQL, SWEEP_SQL,
+    now, retained_schema, schema,
 };
 
 impl From<rusqlite::Error> for LedgerError {
@@ -348,6 +348,11 @@ impl SqliteLedger {
                 }
                 RetainedChange::Drop => {
                     transaction.prepare_cached(DROP_SQL)?.execute(params![id])?;
+                }
+                RetainedChange::ReleaseId => {
+                    transaction
+                        .prepare_cached(RELEASE_ID_SQL)?
+                        .execute(params![id])?;
                 }
             }
         }
@@ -787,7 +792,7 @@ mod tests {
             id_sha256: Some(format!("id-{n}")),
             ..bind(n)
         };
-        let fail = |n: usize, reason: &str| {
+        let fail_keeping = |n: usize, reason: &str, keep: Keep<'static>| {
             let id = ledger
                 .reserve(&attempt(n), Some(&with_id(n)))
                 .expect("reserve");
@@ -797,7 +802,7 @@ mod tests {
                 strike_until: None,
             };
             let change = failed.change();
-            let keep = RetainedChange::of(&change, held);
+            let keep = RetainedChange::of(&change, keep);
             assert!(
                 ledger
                     .change(id, "reserved", &change, &keep)
@@ -805,9 +810,12 @@ mod tests {
             );
             id
         };
+        let fail = |n: usize, reason: &str| fail_keeping(n, reason, held);
         let refused = fail(1, "invalid_exact_evm_signature");
         let swept_later = fail(2, "insufficient_funds");
         fail(3, UNUSED_PAST_VALID_BEFORE);
+        // A result that could not be sealed: its binding lets go of the `id` all the same.
+        let unsealed = fail_keeping(4, "invalid_exact_evm_signature", Keep::Untouched);
         let kept = || {
             ledger
                 .with(|c| {
@@ -818,7 +826,11 @@ mod tests {
                 .expect("retained")
         };
         let held_row = |id| (id, "held".to_string(), None);
-        assert_eq!(kept(), [held_row(refused), held_row(swept_later)]);
+        let unsealed_row = (unsealed, "in_flight".to_string(), None);
+        assert_eq!(
+            kept(),
+            [held_row(refused), held_row(swept_later), unsealed_row]
+        );
         let retry = NewAttempt {
             nonce_sha256: "retry".into(),
             ..attempt(1)
@@ -832,10 +844,10 @@ mod tests {
             .expect("the same id, a new payment: no conflict");
         let undecided: Vec<i64> = stored(&ledger, UNDECIDED).iter().map(|r| r.id).collect();
         assert!(
-            undecided.starts_with(&[refused, swept_later]),
+            undecided.starts_with(&[refused, swept_later, unsealed]),
             "{undecided:?}"
         );
-        assert_eq!(undecided.len(), 3, "and the retry, reserved");
+        assert_eq!(undecided.len(), 4, "and the retry, reserved");
         let now = crate::pay::call::unix_now();
         let sweep = |ago: i64| {
             let horizon = super::super::settled_before(now.saturating_add_signed(-ago));
@@ -851,8 +863,8 @@ mod tests {
                 .change(refused, "settle_failed", &change, &keep)
                 .expect("change")
         );
-        assert_eq!(kept().len(), 2, "decided unpaid: deleted");
-        assert_eq!(sweep(-1), 1, "past the window, undecided or not");
+        assert_eq!(kept().len(), 3, "decided unpaid: deleted");
+        assert_eq!(sweep(-1), 2, "past the window, undecided or not");
         assert_eq!(kept().len(), 1, "the retry's binding");
         drop(ledger);
         let _ = std::fs::remove_dir_all(&dir);
