@@ -390,7 +390,12 @@ impl Resend<'_> {
                 self.stored_answer().await.unwrap_or(answer)
             }
         };
-        tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
+        if row.state == "settle_failed" {
+            // Money taken after its buyer heard 402: they may have paid afresh meanwhile.
+            tracing::warn!(attempt = row.id, %transaction, "a payment refused before broadcasting was executed after all; its held answer is delivered on the resend");
+        } else {
+            tracing::info!(attempt = row.id, %transaction, "a pending payment settled; its answer is delivered on the resend");
+        }
         self.collected(row.id).await;
         PaidOutcome::Answered(answer)
     }
