@@ -41,7 +41,10 @@ pub(crate) fn split(
         .all(|request| reads.iter().any(|r| &r.id == request.id()));
     let read = match sent {
         _ if !every_read_answered => None,
-        RequestPacket::Single(_) => reads.into_iter().next().map(ResponsePacket::Single),
+        RequestPacket::Single(request) => reads
+            .into_iter()
+            .find(|r| &r.id == request.id())
+            .map(ResponsePacket::Single),
         RequestPacket::Batch(_) => Some(ResponsePacket::Batch(reads)),
     };
     (chain_id, read)
@@ -80,6 +83,16 @@ mod tests {
             panic!("the read's answer, single as sent");
         };
         assert_eq!(read.id, Id::Number(7));
+
+        let stray = answer(
+            r#"[{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request"}},
+                {"jsonrpc":"2.0","id":7,"result":"0x2a"},
+                {"jsonrpc":"2.0","id":"chain-proof","result":"0x2105"}]"#,
+        );
+        let Some(ResponsePacket::Single(read)) = split(stray, &sent).1 else {
+            panic!("the read's own answer");
+        };
+        assert_eq!(read.id, Id::Number(7), "matched by id, not by position");
 
         let limited = answer(
             r#"[{"jsonrpc":"2.0","id":7,"result":"0x2a"},

@@ -555,56 +555,70 @@ impl FailoverRpc {
 
     async fn attempt(&self, index: usize, packet: &RequestPacket) -> Outcome {
         let endpoint = &self.inner.set.endpoints[index];
-        if !matches!(endpoint.identity(), Identity::Verified) {
-            return Box::pin(self.attempt_proving(endpoint, packet)).await;
+        match endpoint.identity() {
+            Identity::Verified => self.attempt_as(endpoint, packet, None).await,
+            // Found out by another read since this one chose it.
+            Identity::Mismatch(_) => another_chain(),
+            Identity::Unchecked | Identity::Unanswered => {
+                Box::pin(self.attempt_proving(endpoint, packet)).await
+            }
         }
-        self.attempt_as(endpoint, packet, packet).await
     }
 
     /// An attempt on an endpoint whose chain is unconfirmed: the read goes with `eth_chainId`
     /// in one batch (`chain_proof`), and its answer counts only once the chain id is ours.
     async fn attempt_proving(&self, endpoint: &Endpoint, packet: &RequestPacket) -> Outcome {
         let Ok(batch) = chain_proof::with_chain_id(packet) else {
-            return self.attempt_as(endpoint, packet, packet).await;
+            endpoint.record("unproven");
+            return unproven("the read could not be batched with eth_chainId");
         };
-        let answer = match self.attempt_as(endpoint, &batch, packet).await {
+        let answer = match self.attempt_as(endpoint, &batch, Some(packet)).await {
             Outcome::Answered(answer) | Outcome::Lagging(answer) => answer,
             other => return other,
         };
         let chain = self.inner.set.chain;
         let (chain_id, read) = chain_proof::split(answer, packet);
-        let identity = match chain_id {
-            Some(id) if id == chain.chain_id => Identity::Verified,
-            Some(id) => Identity::Mismatch(id),
-            None => Identity::Unanswered,
-        };
-        self.inner.set.record_identity(endpoint, identity);
-        match (identity, read) {
+        match chain_id {
+            Some(id) if id == chain.chain_id => {
+                self.inner.set.record_identity(endpoint, Identity::Verified);
+            }
+            Some(id) => self
+                .inner
+                .set
+                .record_identity(endpoint, Identity::Mismatch(id)),
+            // Silence changes no verdict; another read may have made one meanwhile.
+            None => {}
+        }
+        let outcome = match (endpoint.identity(), read) {
             (Identity::Verified, Some(read)) if lagging(&read) => Outcome::Lagging(read),
             (Identity::Verified, Some(read)) => Outcome::Answered(read),
-            (Identity::Mismatch(_), _) => Outcome::Failed(
-                TransportErrorKind::custom_str("the endpoint serves another chain"),
+            (Identity::Verified, None) => Outcome::Failed(
+                TransportErrorKind::custom_str("the batch's answer lacked the read's own"),
                 None,
-                "another chain",
+                "no usable answer",
             ),
-            _ => Outcome::Failed(
-                TransportErrorKind::custom_str(
-                    "the endpoint did not name its chain beside the read (eth_chainId in a batch)",
-                ),
-                None,
-                "chain unproven",
-            ),
-        }
+            (Identity::Mismatch(_), _) => another_chain(),
+            _ => unproven("the endpoint did not name its chain beside the read"),
+        };
+        endpoint.record(match &outcome {
+            Outcome::Answered(_) => "ok",
+            Outcome::Lagging(_) => "lagging",
+            Outcome::Failed(_, _, "another chain") => "wrong_chain",
+            Outcome::Failed(_, _, "chain unproven") => "unproven",
+            _ => "error",
+        });
+        outcome
     }
 
-    /// One attempt sending `sent` (the read, or the read with its chain proof); `read` is the
-    /// read alone, whose methods decide a range refusal.
+    /// One attempt sending `sent`: the read, or (`proving`, the read alone) the read with its
+    /// chain proof, whose answer [`FailoverRpc::attempt_proving`] records.
     async fn attempt_as(
         &self,
         endpoint: &Endpoint,
         sent: &RequestPacket,
-        read: &RequestPacket,
+        proving: Option<&RequestPacket>,
     ) -> Outcome {
+        let read = proving.unwrap_or(sent);
         let Some(url) = &endpoint.url else {
             endpoint.record("error");
             return Outcome::Failed(
@@ -619,6 +633,7 @@ impl FailoverRpc {
             left.min(inner.response_timeout)
         });
         match rpc::post_packet(&inner.gateway, inner.upstream, url, timeout, sent).await {
+            Ok(answer) if proving.is_some() => Outcome::Answered(answer),
             Ok(answer) if lagging(&answer) => {
                 endpoint.record("lagging");
                 Outcome::Lagging(answer)
@@ -766,6 +781,18 @@ impl FailoverRpc {
             attempts += 1;
         }
     }
+}
+
+/// An attempt refused because the endpoint serves another chain.
+fn another_chain() -> Outcome {
+    let error = TransportErrorKind::custom_str("the endpoint serves another chain");
+    Outcome::Failed(error, None, "another chain")
+}
+
+/// An attempt whose answer cannot be used: the endpoint's chain is still unproven.
+fn unproven(why: &str) -> Outcome {
+    let error = TransportErrorKind::custom_str(&format!("{why} (eth_chainId in a batch)"));
+    Outcome::Failed(error, None, "chain unproven")
 }
 
 /// Why a read ended unanswered when the call's work budget ran out.

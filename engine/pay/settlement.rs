@@ -469,7 +469,7 @@ async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds:
 }
 
 /// Whose doing a confirmed shortfall is: the payer's (struck), unless what they paid us from
-/// just before the reserve to `block`, added back, covers this payment. Then our own charge
+/// a few blocks before this call's `/verify` to `block`, added back, covers this payment. Then our own charge
 /// took the funds (another call of theirs, settled first), and being struck for an hour for
 /// it would be wrong. A search that fails strikes no one: a strike is an accusation.
 async fn whose_shortfall(
@@ -483,7 +483,7 @@ async fn whose_shortfall(
     let (evidence, payer_fault) = match chain.paid_to_us(terms, payment.reserved_at, block).await {
         Ok(paid) if balance.saturating_add(paid) >= terms.value => (
             format!(
-                "{short}; it paid us {paid} since just before this call, so our own charge took the funds: not struck"
+                "{short}; it paid us {paid} since just before this call's /verify, so our own charge took the funds: not struck"
             ),
             false,
         ),

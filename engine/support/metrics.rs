@@ -293,8 +293,10 @@ impl Metrics {
 
     /// One attempt at a JSON-RPC endpoint, by its position label: `ok`, `error`,
     /// `rate_limited`, `lagging` (the node did not know the block yet), `cut` (the call's
-    /// budget ran out) or `too_large` (HTTP 413, or 400 with a JSON-RPC error naming no
-    /// other cause, to a log search: its range refused, not the endpoint).
+    /// budget ran out), `too_large` (HTTP 413, or 400 with a JSON-RPC error naming no
+    /// other cause, to a log search: its range refused, not the endpoint), `wrong_chain` or
+    /// `unproven` (a read of an endpoint whose chain was unconfirmed, batched with
+    /// `eth_chainId`: another chain's id, or none, in the answer).
     pub(crate) fn rpc_attempt(&self, rpc_endpoint: &str, result: &'static str) {
         self.rpc_attempts
             .get_or_create(&RpcAttemptLabels {
