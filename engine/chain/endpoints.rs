@@ -884,20 +884,34 @@ mod tests {
         chain_id: Option<u64>,
         answer: fn(usize) -> (u16, serde_json::Value),
     ) -> (String, Arc<AtomicUsize>) {
-        use warp::Filter;
         let asked = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&asked);
+        let url = serve_json(move |request| {
+            let (status, mut body) = match chain_id {
+                Some(id) if request["method"] == "eth_chainId" => {
+                    (200, serde_json::json!({"result": format!("{id:#x}")}))
+                }
+                _ => answer(counter.fetch_add(1, Ordering::SeqCst)),
+            };
+            body["jsonrpc"] = "2.0".into();
+            body["id"] = request["id"].clone();
+            (status, body)
+        })
+        .await;
+        (url, asked)
+    }
+
+    /// A server on loopback answering each POSTed JSON body with `answer(body)`: the HTTP
+    /// status and the JSON it sends back. Its URL.
+    async fn serve_json<F>(answer: F) -> String
+    where
+        F: Fn(serde_json::Value) -> (u16, serde_json::Value) + Clone + Send + Sync + 'static,
+    {
+        use warp::Filter;
         let route = warp::post()
             .and(warp::body::json())
             .map(move |request: serde_json::Value| {
-                let (status, mut body) = match chain_id {
-                    Some(id) if request["method"] == "eth_chainId" => {
-                        (200, serde_json::json!({"result": format!("{id:#x}")}))
-                    }
-                    _ => answer(counter.fetch_add(1, Ordering::SeqCst)),
-                };
-                body["jsonrpc"] = "2.0".into();
-                body["id"] = request["id"].clone();
+                let (status, body) = answer(request);
                 warp::http::Response::builder()
                     .status(status)
                     .header("content-type", "application/json")
@@ -909,7 +923,7 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("address");
         tokio::spawn(warp::serve(route).incoming(listener).run());
-        (format!("http://{addr}"), asked)
+        format!("http://{addr}")
     }
 
     /// An Ethereum endpoint of setting `rpc_url_eip155_1`, labelled `eip155:1#test-{name}`.
@@ -984,7 +998,6 @@ mod tests {
     /// A node of chain `chain_id` that answers 429 to its first `limited` requests, then
     /// every request, single or batched: `eth_chainId` with its chain, anything else 0x2a.
     async fn rate_limited_node(chain_id: u64, limited: usize) -> String {
-        use warp::Filter;
         let asked = Arc::new(AtomicUsize::new(0));
         let one = move |request: &serde_json::Value| {
             let result = match request["method"].as_str() {
@@ -993,31 +1006,18 @@ mod tests {
             };
             serde_json::json!({"jsonrpc": "2.0", "id": request["id"], "result": result})
         };
-        let route = warp::post()
-            .and(warp::body::json())
-            .map(move |request: serde_json::Value| {
-                let (status, body) = if asked.fetch_add(1, Ordering::SeqCst) < limited {
-                    (
-                        429,
-                        serde_json::json!({"error": {"code": 429, "message": "rate limited"}}),
-                    )
-                } else if let Some(batch) = request.as_array() {
-                    (200, batch.iter().map(one).collect())
-                } else {
-                    (200, one(&request))
-                };
-                warp::http::Response::builder()
-                    .status(status)
-                    .header("content-type", "application/json")
-                    .body(body.to_string())
-                    .expect("response")
-            });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("address");
-        tokio::spawn(warp::serve(route).incoming(listener).run());
-        format!("http://{addr}")
+        serve_json(move |request| {
+            if asked.fetch_add(1, Ordering::SeqCst) < limited {
+                let limited =
+                    serde_json::json!({"error": {"code": 429, "message": "rate limited"}});
+                (429, limited)
+            } else if let Some(batch) = request.as_array() {
+                (200, batch.iter().map(one).collect())
+            } else {
+                (200, one(&request))
+            }
+        })
+        .await
     }
 
     /// An endpoint whose `eth_chainId` met a 429 (start-up's check, then the read's own) is
