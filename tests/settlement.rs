@@ -526,13 +526,12 @@ async fn a_refused_authorization_executed_later_is_found_and_answered() {
             "payment_nonce_already_presented",
             "unused on chain: as before"
         );
-        let (retry, _) = rig.sign_with_id(&buyer, &body, &id).await;
-        let retried = rig.send(&body, &retry).await;
-        assert_eq!(retried.status().as_u16(), 200, "the same id, a new payment");
-
         let authorization = signed["payload"]["payload"].to_string();
         let executed = stack.chain(&["execute-authorization", &authorization]);
         let transaction = executed["transaction"].as_str().expect("transaction");
+        let (retry, _) = rig.sign_with_id(&buyer, &body, &id).await;
+        let retried = rig.send(&body, &retry).await;
+        assert_eq!(retried.status().as_u16(), 200, "the same id, a new payment");
         let first_row = async || rig.rows().await.remove(0);
         let rpc_reads: u64 = if pass == "1" {
             wait_for(

@@ -589,24 +589,22 @@ impl FailoverRpc {
             // Silence changes no verdict; another read may have made one meanwhile.
             None => {}
         }
-        let outcome = match (endpoint.identity(), read) {
-            (Identity::Verified, Some(read)) if lagging(&read) => Outcome::Lagging(read),
-            (Identity::Verified, Some(read)) => Outcome::Answered(read),
-            (Identity::Verified, None) => Outcome::Failed(
-                TransportErrorKind::custom_str("the batch's answer lacked the read's own"),
-                None,
-                "no usable answer",
+        let (outcome, result) = match (endpoint.identity(), read) {
+            (Identity::Verified, Some(read)) if lagging(&read) => {
+                (Outcome::Lagging(read), "lagging")
+            }
+            (Identity::Verified, Some(read)) => (Outcome::Answered(read), "ok"),
+            (Identity::Verified, None) => {
+                let error = TransportErrorKind::custom_str("the batch's answer lacked the read's");
+                (Outcome::Failed(error, None, "no usable answer"), "error")
+            }
+            (Identity::Mismatch(_), _) => (another_chain(), "wrong_chain"),
+            _ => (
+                unproven("the endpoint did not name its chain beside the read"),
+                "unproven",
             ),
-            (Identity::Mismatch(_), _) => another_chain(),
-            _ => unproven("the endpoint did not name its chain beside the read"),
         };
-        endpoint.record(match &outcome {
-            Outcome::Answered(_) => "ok",
-            Outcome::Lagging(_) => "lagging",
-            Outcome::Failed(_, _, "another chain") => "wrong_chain",
-            Outcome::Failed(_, _, "chain unproven") => "unproven",
-            _ => "error",
-        });
+        endpoint.record(result);
         outcome
     }
 

@@ -9,7 +9,7 @@
 //! | `settle_pending`, answer held | the chain asked by the settlement rules: paid → 200 with the answer; unknown → the same 503 `settlement_pending`; unpaid → 402, the answer deleted |
 //! | `settle_pending`, answer held that does not open, or none stored | the same, but paid → the row `settled` and the work runs once more within the window |
 //! | `settled` (by reconcile or another replica), answer still held | 200 with the answer: the row's record is the proof, the chain is not read |
-//! | `settle_failed` refused before broadcasting, result held (its authorization may still be executed) | the chain asked by the settlement rules: paid → the row `settled`, 200 with the answer; burned or unused past `validBefore` → 402, the answer deleted; unknown → the nonce pre-check's 402 `payment_nonce_already_presented`, as before |
+//! | `settle_failed` refused before broadcasting, result held (its authorization may still be executed) | the chain asked by the settlement rules: paid → the row `settled`, 200 with the answer (one that could not be sealed: the work runs once more); burned or unused past `validBefore` → 402, the answer deleted; unknown → the nonce pre-check's 402 `payment_nonce_already_presented`, as before |
 //! | `reserved` (still running on some replica) | waits for it (bounded), else 503 `payment_in_progress` with `Retry-After` |
 //! | `reserved` more than 10 s past `validBefore` (its replica stopped) | the chain decides by the settlement rules: paid → the work runs once more; unpaid → 402; unknown → 503 |
 //! | none, but the nonce's row is `settled` for this request and payer, within the window | the work runs once more (once per replica for concurrent resends) and the answer is retained (a crash, or an answer that could not be sealed); at a window of zero the binding is what is left of an answer never delivered, owed for the held results' window, and goes once the re-run delivers it |
@@ -171,7 +171,9 @@ impl Resend<'_> {
         match (entry.attempt.state.as_str(), entry.kind.as_str()) {
             (_, "sent") => Some(self.sent(&entry).await),
             // Boxed: they read the chain, and a fresh payment's task should not carry that.
-            ("settled", "held") | ("settle_pending", _) | ("settle_failed", "held") => {
+            // A refusal's binding without a result (it could not be sealed) asks the chain
+            // too: executed after all, the work runs once more.
+            ("settled", "held") | ("settle_pending", _) | ("settle_failed", _) => {
                 Some(Box::pin(self.held(&entry)).await)
             }
             ("reserved", _) if still_running(&entry.attempt) => None,

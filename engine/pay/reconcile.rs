@@ -1,6 +1,7 @@
-//! `factomat ledger reconcile`: rows whose settlement outcome is unknown (`reserved` after a
-//! crash, `settle_pending` after a wait that ended undecided, `settle_failed` from builds that
-//! decided too early) are matched against the chain by the settlement's own rules
+//! `factomat ledger reconcile`: rows whose settlement outcome is unknown or may still change
+//! (`reserved` after a crash, `settle_pending` after a wait that ended undecided,
+//! `settle_failed`, whose refused authorization may still be executed until `validBefore`) are
+//! matched against the chain by the settlement's own rules
 //! (`settlement::find`): a receipt with the payment's Transfer → `settled`; the nonce spent by
 //! another authorization or cancelled → `nonce_burned`; unused past `validBefore` → `expired`
 //! (`settle_failed` from `settle_pending`); anything else is left alone with what was seen.

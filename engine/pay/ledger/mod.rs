@@ -9,8 +9,8 @@
 //! useless without the signature): they are what reconciliation asks the chain about.
 //!
 //! Retained paid answers (`pay::retained`) live in their own table, `retained_answers`:
-//! sealed, keyed by a hash, deleted when they expire or their payment ends unpaid. A row of
-//! `payment_attempts` never holds an answer.
+//! sealed, keyed by a hash, deleted when they expire or their payment ends unpaid for good.
+//! A row of `payment_attempts` never holds an answer.
 
 mod postgres;
 mod sqlite;
