@@ -24,13 +24,11 @@ use alloy::providers::{Provider, RootProvider};
 use alloy::rpc::types::{Filter, Log};
 use alloy::sol;
 use alloy::sol_types::SolEvent;
-use alloy::transports::{RpcError, TransportError, TransportErrorKind};
+use alloy::transports::TransportError;
 
 use crate::chain::endpoints::{Endpoint, EndpointSet, FailoverRpc};
 use crate::chain::networks::BASE;
-use crate::chain::rpc::{
-    describe_contract_error, describe_error, may_be_range_refusal, may_be_range_refusal_body,
-};
+use crate::chain::rpc::{describe_contract_error, describe_error, refuses_range};
 use crate::config::{Config, Secret};
 use crate::net::gateway::Gateway;
 
@@ -339,7 +337,7 @@ impl AuthorizationReader {
                 }
                 // A provider refuses a range it finds too wide (an error answer, or QuickNode's
                 // HTTP 413): narrower.
-                Err(error) if window > MIN_LOG_WINDOW && is_range_refusal(&error) => {
+                Err(error) if window > MIN_LOG_WINDOW && refuses_range(&error) => {
                     window = window.div_ceil(2);
                 }
                 Err(error) => return Err(ChainReadError::rpc(&error)),
@@ -372,29 +370,6 @@ impl AuthorizationReader {
             }
         }
         Ok(low)
-    }
-}
-
-/// JSON-RPC's "method not found".
-const METHOD_NOT_FOUND: i64 = -32601;
-
-/// An answer that may mean "range too wide": QuickNode's HTTP 413, or an error (a JSON-RPC
-/// error answer, its `data` included, or Alchemy's HTTP 400 carrying one) that names no other
-/// cause ([`may_be_range_refusal`]). A rate limit, a credential refused, an unknown method, a
-/// lagging node, a 400 that is not JSON-RPC end the search at once: narrowing the window
-/// would only ask again, about ten times.
-fn is_range_refusal(error: &TransportError) -> bool {
-    match error {
-        RpcError::ErrorResp(payload) => {
-            let data = payload.data.as_ref().map_or("", |data| data.get());
-            payload.code != METHOD_NOT_FOUND
-                && may_be_range_refusal(&payload.message)
-                && may_be_range_refusal(data)
-        }
-        RpcError::Transport(TransportErrorKind::HttpError(http)) => {
-            http.status == 413 || (http.status == 400 && may_be_range_refusal_body(&http.body))
-        }
-        _ => false,
     }
 }
 
@@ -468,6 +443,7 @@ fn transfer_of(log: &Log, asset: Address) -> Option<(Address, Address, U256, u64
 mod tests {
     use super::*;
     use alloy::primitives::{LogData, address, b256};
+    use alloy::transports::{RpcError, TransportErrorKind};
 
     const ASSET: Address = address!("833589fCD6eDb6E08f4c7C32D4f71b54bdA02913");
     const PAYER: Address = address!("70997970C51812dc3A010C7d01b50e0d17dc79C8");
@@ -508,7 +484,7 @@ mod tests {
             answer(35, "ranges over 10000 blocks are not supported on freetier"),
         ];
         for refusal in &refusals {
-            assert!(is_range_refusal(refusal), "{refusal}");
+            assert!(refuses_range(refusal), "{refusal}");
         }
         // An HTTP error body is kept to its first 512 bytes: this one's message is past them.
         let long = format!(
@@ -542,7 +518,7 @@ mod tests {
             http(500, "{}"),
         ];
         for failure in &failures {
-            assert!(!is_range_refusal(failure), "{failure}");
+            assert!(!refuses_range(failure), "{failure}");
         }
     }
 

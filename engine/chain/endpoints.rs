@@ -39,7 +39,7 @@ use alloy::network::Ethereum;
 use alloy::providers::RootProvider;
 use alloy::rpc::client::RpcClient;
 use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
-use alloy::transports::{RpcError, TransportError, TransportErrorKind, TransportFut};
+use alloy::transports::{TransportError, TransportErrorKind, TransportFut};
 use sha2::{Digest, Sha256};
 
 use crate::chain::chain_proof;
@@ -805,15 +805,7 @@ fn out_of_time() -> TransportError {
 /// other reads, or a 400 naming another cause (a rate limit, a credential), may be a body
 /// limit or a broken node, so those fail over.
 fn range_too_large(error: &TransportError, packet: &RequestPacket) -> bool {
-    let RpcError::Transport(TransportErrorKind::HttpError(http)) = error else {
-        return false;
-    };
-    let refused = match http.status {
-        413 => true,
-        400 => rpc::may_be_range_refusal_body(&http.body),
-        _ => false,
-    };
-    refused && packet.method_names().all(|method| method == "eth_getLogs")
+    rpc::refuses_range(error) && packet.method_names().all(|method| method == "eth_getLogs")
 }
 
 /// The node answered that it does not know the block (the providers' spellings vary).

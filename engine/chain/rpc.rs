@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use alloy::rpc::json_rpc::{RequestPacket, ResponsePacket};
-use alloy::transports::{TransportError, TransportErrorKind};
+use alloy::transports::{RpcError, TransportError, TransportErrorKind};
 
 use crate::config::Secret;
 use crate::net::gateway::{Gateway, Upstream};
@@ -87,7 +87,7 @@ pub(crate) fn is_json_rpc_error(body: &str) -> bool {
 /// cause (Alchemy's HTTP 400). A body that is not JSON-RPC (a proxy's "Bad Request", an HTML
 /// page) is no answer of the node's, and one cut before its `message` names no cause we
 /// could read.
-pub(crate) fn may_be_range_refusal_body(body: &str) -> bool {
+fn may_be_range_refusal_body(body: &str) -> bool {
     is_json_rpc_error(body) && body.contains("\"message\"") && may_be_range_refusal(body)
 }
 
@@ -315,6 +315,30 @@ fn revert_reason(data: &[u8]) -> Option<String> {
         RevertReason::ContractError(ContractError::Panic(panic)) => Some(panic.to_string()),
         RevertReason::ContractError(ContractError::CustomError(never)) => match never {},
         RevertReason::RawString(text) => Some(text),
+    }
+}
+
+/// JSON-RPC's "method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// An answer to a log search that may mean "range too wide" (the event search's rule, and the
+/// failover transport's for an HTTP status): QuickNode's HTTP 413, or an error (a JSON-RPC
+/// error answer, its `data` included, or Alchemy's HTTP 400 carrying one) that names no other
+/// cause ([`may_be_range_refusal`]). A rate limit, a credential refused, an unknown method, a
+/// lagging node, a 400 that is not JSON-RPC end the search at once: narrowing the window
+/// would only ask again, about ten times.
+pub(crate) fn refuses_range(error: &TransportError) -> bool {
+    match error {
+        RpcError::ErrorResp(payload) => {
+            let data = payload.data.as_ref().map_or("", |data| data.get());
+            payload.code != METHOD_NOT_FOUND
+                && may_be_range_refusal(&payload.message)
+                && may_be_range_refusal(data)
+        }
+        RpcError::Transport(TransportErrorKind::HttpError(http)) => {
+            http.status == 413 || (http.status == 400 && may_be_range_refusal_body(&http.body))
+        }
+        _ => false,
     }
 }
 

@@ -469,9 +469,9 @@ async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds:
 }
 
 /// Whose doing a confirmed shortfall is: the payer's (struck), unless what they paid us from
-/// a few blocks before this call's `/verify` to `block`, added back, covers this payment. Then our own charge
-/// took the funds (another call of theirs, settled first), and being struck for an hour for
-/// it would be wrong. A search that fails strikes no one: a strike is an accusation.
+/// a few blocks before this call's `/verify` to `block`, added back, covers this payment.
+/// Then our own charge took the funds (another call of theirs, settled first), and being
+/// struck for an hour for it would be wrong. A search that fails strikes no one: a strike is an accusation.
 async fn whose_shortfall(
     chain: &AuthorizationReader,
     payment: &Payment,
