@@ -155,6 +155,31 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     );
     assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
 
+    // The same, while the provider's log index lags (its state reads do not): the search
+    // cannot account for the shortfall, so no one is struck.
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::RefuseForFunds {
+        sweep_key: Some(buyer.key.clone()),
+        sweep_late: false,
+        to_us: Some(1_000_000),
+    };
+    let rig = Rig::start(stack, refuse, &short).await;
+    rig.rpc.set_log_lag(1_000_000);
+    let (body, _, response) = rig.pay_once(&buyer).await;
+    assert_eq!(response.status().as_u16(), 402, "funds gone");
+    let evidence = rig.only_row().await.evidence.unwrap_or_default();
+    assert!(
+        evidence.contains("its log index lags, so not struck"),
+        "{evidence}"
+    );
+    assert!(
+        rig.rpc.calls("eth_getLogs") >= 2,
+        "asked again within the wait"
+    );
+    let (header, _) = rig.sign(&buyer, &body, &[]).await;
+    let response = rig.send(&body, &header).await;
+    assert_ne!(reason_of(&response), "payer_recently_unpaid", "not struck");
+
     // A refusal for validBefore: the facilitator's clock is not the chain's, and the
     // authorization may still run until a block reaches it: pending, not a fresh challenge.
     let buyer = stack.fresh_buyer("1000000");

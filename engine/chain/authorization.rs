@@ -11,7 +11,7 @@
 //! answering about another block); and only when the flag reads used, an `eth_getLogs` search
 //! bounded by time, in windows of at most `max_log_blocks`, halved when a provider refuses a
 //! range. An empty search while the flag reads used is "not found yet", never "absent". A
-//! settle refused for the payer's funds also searches what the payer paid us meanwhile.
+//! settle refused for the payer's funds also searches where the payer's funds went meanwhile.
 //!
 //! Nothing here signs or sends a transaction.
 
@@ -78,6 +78,15 @@ pub enum ReceiptVerdict {
     },
     /// The receipt does not touch this authorization (reverted, or about something else).
     Unrelated,
+}
+
+/// What left a payer over a block range, as the node's log index shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outflows {
+    /// Everything the payer sent.
+    pub total: U256,
+    /// Of it, what went to the payment's `pay_to`.
+    pub to_us: U256,
 }
 
 /// The used-flag of an authorization at one pinned block.
@@ -285,31 +294,37 @@ impl AuthorizationReader {
         self.receipt(hash, terms).await
     }
 
-    /// What the payer moved to `terms.pay_to` (the asset's `Transfer` logs, summed) from a
-    /// few blocks before `since` (unix seconds: when the call's `/verify` was sent) to
-    /// `until_block`: the payments to us that a shortfall at settle may come from. One that
+    /// What left the payer (the asset's `Transfer` logs from them, summed), and how much of
+    /// it went to `terms.pay_to`, from a few blocks before `since` (unix seconds: when the
+    /// call's `/verify` was sent) to `until_block`: where a shortfall at settle went. One that
     /// landed earlier was gone before `/verify` checked the balance.
-    pub async fn paid_to_us(
+    pub async fn outflows(
         &self,
         terms: &PaymentTerms,
         since: u64,
         until_block: u64,
-    ) -> Result<U256, ChainReadError> {
+    ) -> Result<Outflows, ChainReadError> {
         let filter = Filter::new()
             .address(terms.asset)
             .event_signature(IEip3009State::Transfer::SIGNATURE_HASH)
-            .topic1(terms.payer.into_word())
-            .topic2(terms.pay_to.into_word());
+            .topic1(terms.payer.into_word());
         let time = since.saturating_sub(VERIFY_LAG_SECONDS);
         let start = self.block_at_or_before(time, until_block).await?;
         let logs = self.logs(filter, start, until_block, Want::All).await?;
-        Ok(logs
+        let sent = logs
             .iter()
             .filter_map(|log| transfer_of(log, terms.asset))
-            .filter(|(from, to, _, _)| *from == terms.payer && *to == terms.pay_to)
-            .fold(U256::ZERO, |sum, (_, _, value, _)| {
-                sum.saturating_add(value)
-            }))
+            .filter(|(from, _, _, _)| *from == terms.payer);
+        Ok(
+            sent.fold(Outflows::default(), |sum, (_, to, value, _)| Outflows {
+                total: sum.total.saturating_add(value),
+                to_us: if to == terms.pay_to {
+                    sum.to_us.saturating_add(value)
+                } else {
+                    sum.to_us
+                },
+            }),
+        )
     }
 
     /// The logs `filter` matches in `[from, to]`, read in windows the provider accepts: all

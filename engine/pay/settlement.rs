@@ -8,7 +8,7 @@
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
 //! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
-//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment, or the node's logs do not account for the shortfall |
 //! | either, while our node still shows the funds or a read fails | asked again each poll; pending when the wait ends. Used → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
@@ -389,7 +389,7 @@ async fn before_broadcast(s: &Settling<'_>, outcome: SettleOutcome) -> Settlemen
     };
     let until = wait_ends(s);
     loop {
-        let reading = read_refused(chain, &s.payment, for_funds);
+        let reading = read_refused(chain, &s.payment, for_funds, until);
         let evidence = match tokio::time::timeout_at(s.deadline, reading).await {
             Ok(Refused::Unpaid {
                 evidence,
@@ -437,8 +437,13 @@ enum Refused {
 }
 
 /// Reads the refused authorization's state, and for a refusal for funds the payer's
-/// balance, at one pinned block.
-async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds: bool) -> Refused {
+/// balance, at one pinned block. `until`: how long a log index behind that block is waited for.
+async fn read_refused(
+    chain: &AuthorizationReader,
+    payment: &Payment,
+    for_funds: bool,
+    until: Instant,
+) -> Refused {
     let terms = &payment.terms;
     let state = match chain.state(terms).await {
         Ok(state) if state.used => return Refused::Used,
@@ -458,7 +463,7 @@ async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds:
                 "{unused}, where the payer holds {balance} of the {} due",
                 terms.value
             );
-            whose_shortfall(chain, payment, state.block, balance, short).await
+            whose_shortfall(chain, payment, state.block, balance, short, until).await
         }
         Ok(balance) => Refused::FundsStillSeen(format!(
             "{unused}, where our node still shows the payer's balance {balance} of the {} due",
@@ -471,27 +476,61 @@ async fn read_refused(chain: &AuthorizationReader, payment: &Payment, for_funds:
 /// Whose doing a confirmed shortfall is: the payer's (struck), unless what they paid us from
 /// a few blocks before this call's `/verify` to `block`, added back, covers this payment.
 /// Then our own charge took the funds (another call of theirs, settled first), and being
-/// struck for an hour for it would be wrong. A search that fails strikes no one: a strike is an accusation.
+/// struck for an hour for it would be wrong. A strike is an accusation, so the search must
+/// account for the shortfall: `/verify` saw the whole amount, so at least `value - balance`
+/// left the payer since. A log index that shows less lags the block (providers' nodes behind
+/// a load balancer answer `[]`): asked again until `until`, then no one is struck. So is a
+/// search that fails.
 async fn whose_shortfall(
     chain: &AuthorizationReader,
     payment: &Payment,
     block: u64,
     balance: U256,
     short: String,
+    until: Instant,
 ) -> Refused {
     let terms = &payment.terms;
-    let (evidence, payer_fault) = match chain.paid_to_us(terms, payment.reserved_at, block).await {
-        Ok(paid) if balance.saturating_add(paid) >= terms.value => (
-            format!(
-                "{short}; it paid us {paid} since just before this call's /verify, so our own charge took the funds: not struck"
-            ),
-            false,
-        ),
-        Ok(paid) => (format!("{short}; it paid us {paid} meanwhile"), true),
-        Err(error) => (
-            format!("{short}; what it paid us meanwhile is unreadable ({error}): not struck"),
-            false,
-        ),
+    let fell_by = terms.value.saturating_sub(balance);
+    let (evidence, payer_fault) = loop {
+        let found = chain.outflows(terms, payment.reserved_at, block).await;
+        match found {
+            Ok(out) if out.total < fell_by && Instant::now() + POLL_INTERVAL < until => {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+            Ok(out) if out.total < fell_by => {
+                break (
+                    format!(
+                        "{short}; the node's logs show only {} leaving it since just before this call's /verify, less than its balance fell by: its log index lags, so not struck",
+                        out.total
+                    ),
+                    false,
+                );
+            }
+            Ok(out) if balance.saturating_add(out.to_us) >= terms.value => {
+                break (
+                    format!(
+                        "{short}; it paid us {} since just before this call's /verify, so our own charge took the funds: not struck",
+                        out.to_us
+                    ),
+                    false,
+                );
+            }
+            Ok(out) => {
+                break (
+                    format!(
+                        "{short}; it paid us {} meanwhile, of {} that left it",
+                        out.to_us, out.total
+                    ),
+                    true,
+                );
+            }
+            Err(error) => {
+                break (
+                    format!("{short}; where its funds went is unreadable ({error}): not struck"),
+                    false,
+                );
+            }
+        }
     };
     Refused::Unpaid {
         evidence,

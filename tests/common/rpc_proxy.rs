@@ -53,6 +53,9 @@ struct State {
     refused: AtomicU64,
     /// Blocks this "node" is behind the head; 0 = in sync (see [`RpcProxy::set_lag`]).
     lag: AtomicU64,
+    /// Blocks this "node"'s log index is behind the head, its state reads in sync (see
+    /// [`RpcProxy::set_log_lag`]).
+    log_lag: AtomicU64,
     /// How long a request carrying a call of a method waits (see [`RpcProxy::set_delay`]).
     delays: Mutex<HashMap<String, Duration>>,
     /// `eth_call`s still to fail, by the function's selector (see [`RpcProxy::fail_calls_to`]).
@@ -91,6 +94,12 @@ impl RpcProxy {
         self.state.lag.store(blocks, Ordering::SeqCst);
     }
 
+    /// Acts like a pool whose state reads reach a node in sync while `eth_getLogs` reaches one
+    /// `blocks` behind (0 = in sync): an `eth_getLogs` reaching past `head - blocks` gets `[]`.
+    pub fn set_log_lag(&self, blocks: u64) {
+        self.state.log_lag.store(blocks, Ordering::SeqCst);
+    }
+
     /// Acts like a node that fails now and then: the next `times` `eth_call`s of the function
     /// with this selector (0x and 8 hex digits) get HTTP 503 with a JSON-RPC error (in a
     /// batch, the error in its place).
@@ -126,6 +135,7 @@ pub async fn rpc_proxy(upstream: &str, limits: RpcLimits) -> RpcProxy {
         calls: Mutex::new(HashMap::new()),
         refused: AtomicU64::new(0),
         lag: AtomicU64::new(0),
+        log_lag: AtomicU64::new(0),
         delays: Mutex::new(HashMap::new()),
         failing_calls: Mutex::new(HashMap::new()),
     });
@@ -308,6 +318,7 @@ impl State {
                 self.refused.fetch_add(1, Ordering::SeqCst);
                 return self.refusal(id, from, span);
             }
+            let lag = lag.max(self.log_lag.load(Ordering::SeqCst));
             if lag > 0 && to > self.head().await.saturating_sub(lag) {
                 return Outcome::Answer(200, json!({"jsonrpc": "2.0", "id": id, "result": []}));
             }
