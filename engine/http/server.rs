@@ -882,6 +882,22 @@ mod tests {
         );
     }
 
+    /// Every paid call spawns this future, and `tokio::spawn` copies it whole: a step's
+    /// large, rare future held inline once made it ten times larger and cost ≈ 93k
+    /// instructions a call in copies (bench/README.md). Rare paths are boxed to keep it small.
+    #[test]
+    fn the_paid_call_task_stays_small() {
+        fn future_size<F: std::future::Future>(_: fn(PaidCall) -> F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        // 3,432 bytes in a test build at 3166fcc; the resend lookup held inline made it 7,280.
+        let size = future_size(PaidCall::run);
+        assert!(
+            size <= 4096,
+            "the paid call's future is {size} bytes: box the step that grew"
+        );
+    }
+
     #[test]
     fn json_media_types_are_recognised_in_any_letter_case() {
         for json in [
