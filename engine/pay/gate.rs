@@ -394,7 +394,7 @@ async fn first_presentation<E: std::fmt::Display>(
     };
     // Before `/verify`: a shortfall at settle is ours only if the payer paid us after the
     // facilitator checked their balance (`settlement`'s funds rule).
-    let reserved_at = unix_now();
+    let presented_at = unix_now();
     if let Err(outcome) = verify(rail, call, presented, &sent, deadline).await {
         return outcome;
     }
@@ -415,7 +415,7 @@ async fn first_presentation<E: std::fmt::Display>(
         body: &sent,
         payment: Payment {
             terms,
-            reserved_at,
+            presented_at,
             valid_before: presented.valid_before,
         },
         deadline,

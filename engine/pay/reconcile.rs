@@ -85,13 +85,13 @@ pub(crate) fn payment_of(row: &AttemptRow) -> Result<Payment, Unreadable> {
         .as_deref()
         .and_then(|v| v.parse::<u64>().ok())
         .ok_or(Unreadable::Bad("validBefore"))?;
-    let reserved_at = chrono::DateTime::parse_from_rfc3339(&row.created_at)
+    let presented_at = chrono::DateTime::parse_from_rfc3339(&row.created_at)
         .ok()
         .and_then(|at| u64::try_from(at.timestamp()).ok())
         .ok_or(Unreadable::Bad("created_at"))?;
     Ok(Payment {
         terms,
-        reserved_at,
+        presented_at,
         valid_before,
     })
 }

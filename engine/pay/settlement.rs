@@ -81,9 +81,10 @@ pub(crate) enum Finding {
 pub(crate) struct Payment {
     /// The terms a transfer must match.
     pub terms: PaymentTerms,
-    /// When the row was reserved (unix seconds; for a live call, when its `/verify` was sent,
-    /// just before): where an event search starts.
-    pub reserved_at: u64,
+    /// When the payment was presented to us (unix seconds): for a live call, just before its
+    /// `/verify` was sent; for a row read back, its reservation. Event searches start a few
+    /// blocks before it.
+    pub presented_at: u64,
     /// The authorization's `validBefore` (unix seconds).
     pub valid_before: u64,
 }
@@ -135,7 +136,7 @@ pub(crate) async fn find(
         return unknown(evidence);
     }
     match chain
-        .find_spender(terms, payment.reserved_at, state.block)
+        .find_spender(terms, payment.presented_at, state.block)
         .await
     {
         Ok(Some(verdict)) => {
@@ -492,7 +493,7 @@ async fn whose_shortfall(
     let terms = &payment.terms;
     let fell_by = terms.value.saturating_sub(balance);
     let (evidence, payer_fault) = loop {
-        let found = chain.outflows(terms, payment.reserved_at, block).await;
+        let found = chain.outflows(terms, payment.presented_at, block).await;
         match found {
             Ok(out) if out.total < fell_by && Instant::now() + POLL_INTERVAL < until => {
                 tokio::time::sleep(POLL_INTERVAL).await;
