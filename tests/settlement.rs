@@ -47,8 +47,10 @@ async fn a_success_naming_no_transaction_is_never_a_fresh_challenge() {
 }
 
 /// `/settle` refused before broadcasting, naming no transaction. For the payer's balance:
-/// unpaid (402, the payer struck) only once our node shows the funds gone too, asked again
-/// while it still shows them. A node that shows them to the end of the wait has not seen what
+/// unpaid (402) only once our node shows the funds gone too, asked again while it still shows
+/// them; the payer struck only when the logs account for their balance and the funds did not
+/// go to us (a log index that lags is asked again, and if it never catches up, no one is
+/// struck). A node that shows them to the end of the wait has not seen what
 /// the facilitator saw (it lags, or the facilitator is wrong), and the funds may have left
 /// through this very authorization: the outcome is pending, never a fresh challenge. For
 /// `validBefore`: pending too. A read that fails is asked again within the wait.
@@ -100,8 +102,13 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
             to_us: (paid_us > 0).then_some(paid_us),
         };
         let rig = Rig::start(stack, refuse, &wait).await;
+        if !sweep_late {
+            // The log index misses the sweep at first: the strike waits until it catches up.
+            rig.rpc.freeze_log_index(Some(1)).await;
+        }
         let (body, _, response) = rig.pay_once(&buyer).await;
         reads.push(rig.rpc.calls("eth_call"));
+        assert_eq!(rig.rpc.logs_left_out(), u64::from(!sweep_late));
         assert_eq!(
             response.status().as_u16(),
             402,
@@ -136,8 +143,11 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         to_us: Some(1_000_000),
     };
     let rig = Rig::start(stack, refuse, &wait).await;
+    // The provider's log index misses the transfer to us at first, then catches up.
+    rig.rpc.freeze_log_index(Some(1)).await;
     let (body, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 402, "funds gone");
+    assert_eq!(rig.rpc.logs_left_out(), 1, "the first search missed it");
     let row = rig.only_row().await;
     assert_eq!(row.state, "settle_failed", "{row:?}");
     let evidence = row.evidence.unwrap_or_default();
@@ -155,30 +165,37 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     );
     assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
 
-    // The same, while the provider's log index lags (its state reads do not): the search
-    // cannot account for the shortfall, so no one is struck.
+    // The same, while the provider's log index lags its state reads for good: the logs never
+    // account for the payer's balance, so no one is struck.
     let buyer = stack.fresh_buyer("1000000");
     let refuse = Settle::RefuseForFunds {
         sweep_key: Some(buyer.key.clone()),
         sweep_late: false,
         to_us: Some(1_000_000),
     };
-    let rig = Rig::start(stack, refuse, &short).await;
-    rig.rpc.set_log_lag(1_000_000);
+    let rig = Rig::start(stack, refuse, &[("FACTOMAT_SETTLEMENT_WAIT_MS", "3000")]).await;
+    rig.rpc.freeze_log_index(None).await;
     let (body, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 402, "funds gone");
-    let evidence = rig.only_row().await.evidence.unwrap_or_default();
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settle_failed", "{row:?}");
+    let evidence = row.evidence.unwrap_or_default();
     assert!(
-        evidence.contains("its log index lags, so not struck"),
+        evidence.contains(
+            "do not account for its balance (a log index behind the block answers []): not struck"
+        ),
         "{evidence}"
     );
-    assert!(
-        rig.rpc.calls("eth_getLogs") >= 2,
-        "asked again within the wait"
-    );
+    assert!(rig.rpc.logs_left_out() >= 2, "asked again within the wait");
+    stack.chain(&["mint", &buyer.address, "1000000"]);
     let (header, _) = rig.sign(&buyer, &body, &[]).await;
     let response = rig.send(&body, &header).await;
-    assert_ne!(reason_of(&response), "payer_recently_unpaid", "not struck");
+    assert_eq!(
+        reason_of(&response),
+        "invalid_exact_evm_insufficient_balance",
+        "not struck: verified, and refused again at settle"
+    );
+    assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
 
     // A refusal for validBefore: the facilitator's clock is not the chain's, and the
     // authorization may still run until a block reaches it: pending, not a fresh challenge.

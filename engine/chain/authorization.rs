@@ -15,6 +15,7 @@
 //!
 //! Nothing here signs or sends a transaction.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use alloy::eips::{BlockId, BlockNumberOrTag};
@@ -80,13 +81,38 @@ pub enum ReceiptVerdict {
     Unrelated,
 }
 
-/// What left a payer over a block range, as the node's log index shows it.
+/// Where a search of a payer's transfers starts: its first block, and the payer's balance
+/// just before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowStart {
+    /// The first block searched.
+    pub block: u64,
+    /// The payer's balance at the end of the block before it.
+    pub balance: U256,
+}
+
+/// What moved a payer's balance over a block range, as the node's log index shows it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Outflows {
-    /// Everything the payer sent.
-    pub total: U256,
-    /// Of it, what went to the payment's `pay_to`.
+pub struct Flows {
+    /// The payer's balance just before the range.
+    pub before: U256,
+    /// Everything the payer sent (to themselves too).
+    pub sent: U256,
+    /// Everything the payer received (from themselves too).
+    pub received: U256,
+    /// Of what was sent, what went to the payment's `pay_to`.
     pub to_us: U256,
+}
+
+impl Flows {
+    /// Whether these logs account for `balance` at the range's end to the unit: a token's
+    /// balance moves only by its `Transfer`s (mints and burns included), so a log index that
+    /// misses any of the range's transfers (one behind a load balancer answers `[]` for the
+    /// blocks it has not indexed) does not.
+    pub fn account_for(&self, balance: U256) -> bool {
+        let came = self.before.checked_add(self.received);
+        matches!((came, balance.checked_add(self.sent)), (Some(came), Some(went)) if came == went)
+    }
 }
 
 /// The used-flag of an authorization at one pinned block.
@@ -115,14 +141,9 @@ impl ChainReadError {
 /// at `/verify`: a few Base blocks.
 const VERIFY_LAG_SECONDS: u64 = 6;
 
-/// How much of a search's logs is wanted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Want {
-    /// Those of the first window that has any.
-    First,
-    /// Every one in the range.
-    All,
-}
+/// The most `Transfer` logs one search of a payer's transfers reads: a wallet that moves
+/// funds more often than this within seconds is not a buyer we can judge, and is not struck.
+const MAX_FLOW_LOGS: usize = 10_000;
 
 /// The smallest log window we shrink to before calling a refusal an error.
 const MIN_LOG_WINDOW: u64 = 1;
@@ -287,56 +308,107 @@ impl AuthorizationReader {
             .topic2(terms.nonce);
         let time = since.saturating_sub(SEARCH_MARGIN_SECONDS);
         let start = self.block_at_or_before(time, until_block).await?;
-        let logs = self.logs(filter, start, until_block, Want::First).await?;
-        let Some(hash) = logs.first().and_then(|log| log.transaction_hash) else {
+        let mut first = Vec::new();
+        self.each_window(&filter, start, until_block, |logs| {
+            first = logs;
+            if first.is_empty() {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
+        })
+        .await?;
+        let Some(hash) = first.first().and_then(|log| log.transaction_hash) else {
             return Ok(None);
         };
         self.receipt(hash, terms).await
     }
 
-    /// What left the payer (the asset's `Transfer` logs from them, summed), and how much of
-    /// it went to `terms.pay_to`, from a few blocks before `since` (unix seconds: when the
-    /// call's `/verify` was sent) to `until_block`: where a shortfall at settle went. One that
-    /// landed earlier was gone before `/verify` checked the balance.
-    pub async fn outflows(
+    /// Where a search of the payer's transfers up to `until_block` starts: a few blocks
+    /// before `since` (unix seconds: when the call's `/verify` was sent), so that it holds
+    /// every transfer from the moment the facilitator checked the balance.
+    pub async fn flow_start(
         &self,
         terms: &PaymentTerms,
         since: u64,
         until_block: u64,
-    ) -> Result<Outflows, ChainReadError> {
-        let filter = Filter::new()
-            .address(terms.asset)
-            .event_signature(IEip3009State::Transfer::SIGNATURE_HASH)
-            .topic1(terms.payer.into_word());
+    ) -> Result<FlowStart, ChainReadError> {
         let time = since.saturating_sub(VERIFY_LAG_SECONDS);
-        let start = self.block_at_or_before(time, until_block).await?;
-        let logs = self.logs(filter, start, until_block, Want::All).await?;
-        let sent = logs
-            .iter()
-            .filter_map(|log| transfer_of(log, terms.asset))
-            .filter(|(from, _, _, _)| *from == terms.payer);
-        Ok(
-            sent.fold(Outflows::default(), |sum, (_, to, value, _)| Outflows {
-                total: sum.total.saturating_add(value),
-                to_us: if to == terms.pay_to {
-                    sum.to_us.saturating_add(value)
-                } else {
-                    sum.to_us
-                },
-            }),
-        )
+        let block = self.block_at_or_before(time, until_block).await?;
+        let balance = match block.checked_sub(1) {
+            Some(before) => self.payer_balance(terms, before).await?,
+            None => U256::ZERO,
+        };
+        Ok(FlowStart { block, balance })
     }
 
-    /// The logs `filter` matches in `[from, to]`, read in windows the provider accepts: all
-    /// of them, or those of the first window that has any.
-    async fn logs(
+    /// What moved the payer's balance from `start` to `until_block`: the asset's `Transfer`
+    /// logs from them and to them, summed (at most [`MAX_FLOW_LOGS`] of them).
+    pub async fn flows(
         &self,
-        filter: Filter,
+        terms: &PaymentTerms,
+        start: &FlowStart,
+        until_block: u64,
+    ) -> Result<Flows, ChainReadError> {
+        let transfers = Filter::new()
+            .address(terms.asset)
+            .event_signature(IEip3009State::Transfer::SIGNATURE_HASH);
+        let mut flows = Flows {
+            before: start.balance,
+            ..Flows::default()
+        };
+        let mut read = 0;
+        let from_payer = transfers.clone().topic1(terms.payer.into_word());
+        self.each_window(&from_payer, start.block, until_block, |logs| {
+            read += logs.len();
+            for (from, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
+                if from == terms.payer {
+                    flows.sent = flows.sent.saturating_add(value);
+                    if to == terms.pay_to {
+                        flows.to_us = flows.to_us.saturating_add(value);
+                    }
+                }
+            }
+            Self::within(read)
+        })
+        .await?;
+        let to_payer = transfers.topic2(terms.payer.into_word());
+        self.each_window(&to_payer, start.block, until_block, |logs| {
+            read += logs.len();
+            for (_, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
+                if to == terms.payer {
+                    flows.received = flows.received.saturating_add(value);
+                }
+            }
+            Self::within(read)
+        })
+        .await?;
+        if read > MAX_FLOW_LOGS {
+            return Err(ChainReadError(format!(
+                "more than {MAX_FLOW_LOGS} transfers of the payer in the search"
+            )));
+        }
+        Ok(flows)
+    }
+
+    /// Whether a search that has read `read` logs goes on.
+    fn within(read: usize) -> ControlFlow<()> {
+        if read > MAX_FLOW_LOGS {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    /// Hands the logs `filter` matches in `[from, to]` to `visit`, window by window, in
+    /// windows the provider accepts, until `visit` breaks or the range ends.
+    async fn each_window(
+        &self,
+        filter: &Filter,
         from: u64,
         to: u64,
-        want: Want,
-    ) -> Result<Vec<Log>, ChainReadError> {
-        let mut found = Vec::new();
+        mut visit: impl FnMut(Vec<Log>) -> ControlFlow<()>,
+    ) -> Result<(), ChainReadError> {
         let mut window = self.max_log_blocks;
         let mut start = from;
         while start <= to {
@@ -344,8 +416,7 @@ impl AuthorizationReader {
             let filter = filter.clone().from_block(start).to_block(end);
             match self.provider.get_logs(&filter).await {
                 Ok(logs) => {
-                    found.extend(logs);
-                    if want == Want::First && !found.is_empty() {
+                    if visit(logs).is_break() {
                         break;
                     }
                     start = end + 1;
@@ -358,7 +429,7 @@ impl AuthorizationReader {
                 Err(error) => return Err(ChainReadError::rpc(&error)),
             }
         }
-        Ok(found)
+        Ok(())
     }
 
     /// The last block whose timestamp is at or before `time`, at or below `latest`: a few
@@ -466,6 +537,33 @@ mod tests {
     const NONCE: B256 = b256!("1111111111111111111111111111111111111111111111111111111111111111");
     const OTHER_NONCE: B256 =
         b256!("2222222222222222222222222222222222222222222222222222222222222222");
+
+    #[test]
+    fn flows_account_for_a_balance_only_to_the_unit() {
+        let flows = |sent: u64, received: u64| Flows {
+            before: U256::from(5u64),
+            sent: U256::from(sent),
+            received: U256::from(received),
+            to_us: U256::ZERO,
+        };
+        // 5 held, 3 received, 8 sent (one of them 2 to themselves, counted both ways): 0 left.
+        assert!(flows(8, 3).account_for(U256::ZERO));
+        // A transfer the log index has not shown yet: 1 is left unexplained.
+        assert!(!flows(7, 3).account_for(U256::ZERO));
+        assert!(!flows(8, 3).account_for(U256::from(1u64)));
+        // Sums past the word's end account for nothing.
+        let full = Flows {
+            before: U256::MAX,
+            received: U256::from(1u64),
+            ..Flows::default()
+        };
+        assert!(!full.account_for(U256::MAX));
+        let both = Flows {
+            sent: U256::from(1u64),
+            ..full
+        };
+        assert!(!both.account_for(U256::MAX));
+    }
 
     #[test]
     fn only_a_refused_range_narrows_an_event_search() {

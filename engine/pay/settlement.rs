@@ -8,7 +8,7 @@
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
 //! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
-//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment, or the node's logs do not account for the shortfall |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment, or the node's logs do not account for their balance |
 //! | either, while our node still shows the funds or a read fails | asked again each poll; pending when the wait ends. Used → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
@@ -29,7 +29,7 @@ use alloy_primitives::{B256, U256};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::chain::authorization::{AuthorizationReader, PaymentTerms, ReceiptVerdict};
+use crate::chain::authorization::{AuthorizationReader, Flows, PaymentTerms, ReceiptVerdict};
 use crate::pay::facilitator::{FacilitatorClient, FacilitatorError, PaymentBody, SettleOutcome};
 use crate::pay::ledger::AttemptRow;
 use crate::pay::listing::ListingBoard;
@@ -478,10 +478,9 @@ async fn read_refused(
 /// a few blocks before this call's `/verify` to `block`, added back, covers this payment.
 /// Then our own charge took the funds (another call of theirs, settled first), and being
 /// struck for an hour for it would be wrong. A strike is an accusation, so the search must
-/// account for the shortfall: `/verify` saw the whole amount, so at least `value - balance`
-/// left the payer since. A log index that shows less lags the block (providers' nodes behind
-/// a load balancer answer `[]`): asked again until `until`, then no one is struck. So is a
-/// search that fails.
+/// account for the payer's balance at `block` to the unit ([`Flows::account_for`]). Logs
+/// that fall short come from a log index behind the block: they are asked again until `until`.
+/// A search that never accounts for it, fails, or runs past `until` strikes no one.
 async fn whose_shortfall(
     chain: &AuthorizationReader,
     payment: &Payment,
@@ -490,52 +489,72 @@ async fn whose_shortfall(
     short: String,
     until: Instant,
 ) -> Refused {
-    let terms = &payment.terms;
-    let fell_by = terms.value.saturating_sub(balance);
-    let (evidence, payer_fault) = loop {
-        let found = chain.outflows(terms, payment.presented_at, block).await;
-        match found {
-            Ok(out) if out.total < fell_by && Instant::now() + POLL_INTERVAL < until => {
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-            Ok(out) if out.total < fell_by => {
-                break (
-                    format!(
-                        "{short}; the node's logs show only {} leaving it since just before this call's /verify, less than its balance fell by: its log index lags, so not struck",
-                        out.total
-                    ),
-                    false,
-                );
-            }
-            Ok(out) if balance.saturating_add(out.to_us) >= terms.value => {
-                break (
-                    format!(
-                        "{short}; it paid us {} since just before this call's /verify, so our own charge took the funds: not struck",
-                        out.to_us
-                    ),
-                    false,
-                );
-            }
-            Ok(out) => {
-                break (
-                    format!(
-                        "{short}; it paid us {} meanwhile, of {} that left it",
-                        out.to_us, out.total
-                    ),
-                    true,
-                );
-            }
-            Err(error) => {
-                break (
-                    format!("{short}; where its funds went is unreadable ({error}): not struck"),
-                    false,
-                );
-            }
-        }
+    let (evidence, payer_fault) = match judge_shortfall(chain, payment, block, balance, until).await
+    {
+        Ok(Verdict::OurCharge(to_us)) => (
+            format!(
+                "{short}; it paid us {to_us} since just before this call's /verify, so our own charge took the funds: not struck"
+            ),
+            false,
+        ),
+        Ok(Verdict::Payer(flows)) => (
+            format!(
+                "{short}; it paid us {} meanwhile, of {} that left it",
+                flows.to_us, flows.sent
+            ),
+            true,
+        ),
+        Err(why) => (format!("{short}; {why}: not struck"), false),
     };
     Refused::Unpaid {
         evidence,
         payer_fault,
+    }
+}
+
+/// Whose shortfall it is, when the chain can tell.
+enum Verdict {
+    /// What the payer paid us meanwhile covers it.
+    OurCharge(U256),
+    /// The funds went elsewhere.
+    Payer(Flows),
+}
+
+/// The search of [`whose_shortfall`]; `Err` says why no one can be blamed.
+async fn judge_shortfall(
+    chain: &AuthorizationReader,
+    payment: &Payment,
+    block: u64,
+    balance: U256,
+    until: Instant,
+) -> Result<Verdict, String> {
+    let terms = &payment.terms;
+    let late = || "where its funds went was not read by the wait's end".to_string();
+    let unreadable = |error| format!("where its funds went is unreadable ({error})");
+    let start =
+        tokio::time::timeout_at(until, chain.flow_start(terms, payment.presented_at, block))
+            .await
+            .map_err(|_| late())?
+            .map_err(unreadable)?;
+    loop {
+        let flows = tokio::time::timeout_at(until, chain.flows(terms, &start, block))
+            .await
+            .map_err(|_| late())?
+            .map_err(unreadable)?;
+        if flows.account_for(balance) {
+            return Ok(if balance.saturating_add(flows.to_us) >= terms.value {
+                Verdict::OurCharge(flows.to_us)
+            } else {
+                Verdict::Payer(flows)
+            });
+        }
+        if Instant::now() + POLL_INTERVAL >= until {
+            return Err(format!(
+                "the node's logs from block {} to {block} do not account for its balance (a log index behind the block answers [])",
+                start.block
+            ));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
 

@@ -53,9 +53,11 @@ struct State {
     refused: AtomicU64,
     /// Blocks this "node" is behind the head; 0 = in sync (see [`RpcProxy::set_lag`]).
     lag: AtomicU64,
-    /// Blocks this "node"'s log index is behind the head, its state reads in sync (see
-    /// [`RpcProxy::set_log_lag`]).
-    log_lag: AtomicU64,
+    /// Where this "node"'s log index stopped, its state reads in sync (see
+    /// [`RpcProxy::freeze_log_index`]).
+    log_index: Mutex<Option<FrozenIndex>>,
+    /// `eth_getLogs` answers that left logs out for a frozen index.
+    logs_left_out: AtomicU64,
     /// How long a request carrying a call of a method waits (see [`RpcProxy::set_delay`]).
     delays: Mutex<HashMap<String, Duration>>,
     /// `eth_call`s still to fail, by the function's selector (see [`RpcProxy::fail_calls_to`]).
@@ -95,9 +97,17 @@ impl RpcProxy {
     }
 
     /// Acts like a pool whose state reads reach a node in sync while `eth_getLogs` reaches one
-    /// `blocks` behind (0 = in sync): an `eth_getLogs` reaching past `head - blocks` gets `[]`.
-    pub fn set_log_lag(&self, blocks: u64) {
-        self.state.log_lag.store(blocks, Ordering::SeqCst);
+    /// whose log index stopped at today's head: its answers leave out the logs of later
+    /// blocks. With `catch_up_after`, the index is in sync again once that many answers have
+    /// left logs out.
+    pub async fn freeze_log_index(&self, catch_up_after: Option<u64>) {
+        let at = self.state.head().await;
+        *self.state.log_index.lock().expect("log index") = Some(FrozenIndex { at, catch_up_after });
+    }
+
+    /// How many `eth_getLogs` answers left logs out for a frozen index.
+    pub fn logs_left_out(&self) -> u64 {
+        self.state.logs_left_out.load(Ordering::SeqCst)
     }
 
     /// Acts like a node that fails now and then: the next `times` `eth_call`s of the function
@@ -135,7 +145,8 @@ pub async fn rpc_proxy(upstream: &str, limits: RpcLimits) -> RpcProxy {
         calls: Mutex::new(HashMap::new()),
         refused: AtomicU64::new(0),
         lag: AtomicU64::new(0),
-        log_lag: AtomicU64::new(0),
+        log_index: Mutex::new(None),
+        logs_left_out: AtomicU64::new(0),
         delays: Mutex::new(HashMap::new()),
         failing_calls: Mutex::new(HashMap::new()),
     });
@@ -164,6 +175,13 @@ pub async fn range_limited_rpc(upstream: &str, max_log_blocks: u64) -> RpcProxy 
         },
     )
     .await
+}
+
+/// Where a log index stopped, and after how many answers that left logs out it catches up.
+#[derive(Clone, Copy, Debug)]
+struct FrozenIndex {
+    at: u64,
+    catch_up_after: Option<u64>,
 }
 
 /// What the proxy makes of one call: forward it, or answer it with (HTTP status, body).
@@ -251,6 +269,11 @@ impl State {
             .entry(method.clone())
             .or_default() += 1;
         match self.decide(&method, &call).await {
+            Outcome::Forward if method == "eth_getLogs" => {
+                let mut answer = self.forward(&call).await;
+                self.leave_out_unindexed(&mut answer);
+                (200, answer)
+            }
             Outcome::Forward => (200, self.forward(&call).await),
             Outcome::Answer(status, body) => (status, body),
         }
@@ -266,6 +289,31 @@ impl State {
             .json()
             .await
             .expect("JSON-RPC answer")
+    }
+
+    /// Leaves out of an `eth_getLogs` answer the logs a frozen index has not seen.
+    fn leave_out_unindexed(&self, answer: &mut Value) {
+        let mut index = self.log_index.lock().expect("log index");
+        let (Some(frozen), Some(logs)) = (index.as_mut(), answer["result"].as_array_mut()) else {
+            return;
+        };
+        let found = logs.len();
+        logs.retain(|log| {
+            log["blockNumber"]
+                .as_str()
+                .and_then(parse_quantity)
+                .is_some_and(|block| block <= frozen.at)
+        });
+        if logs.len() == found {
+            return;
+        }
+        self.logs_left_out.fetch_add(1, Ordering::SeqCst);
+        if let Some(left) = frozen.catch_up_after.as_mut() {
+            *left -= 1;
+            if *left == 0 {
+                *index = None;
+            }
+        }
     }
 
     async fn head(&self) -> u64 {
@@ -318,7 +366,6 @@ impl State {
                 self.refused.fetch_add(1, Ordering::SeqCst);
                 return self.refusal(id, from, span);
             }
-            let lag = lag.max(self.log_lag.load(Ordering::SeqCst));
             if lag > 0 && to > self.head().await.saturating_sub(lag) {
                 return Outcome::Answer(200, json!({"jsonrpc": "2.0", "id": id, "result": []}));
             }
