@@ -155,15 +155,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         evidence.contains("our own charge took the funds"),
         "{evidence}"
     );
-    stack.chain(&["mint", &buyer.address, "1000000"]);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
-    assert_eq!(
-        reason_of(&response),
-        "invalid_exact_evm_insufficient_balance",
-        "not struck: verified, and refused again at settle"
-    );
-    assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
+    assert_not_struck(&rig, &buyer, &body).await;
 
     // The same, while the provider's log index lags its state reads for good: the logs never
     // account for the payer's balance, so no one is struck.
@@ -187,15 +179,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
         "{evidence}"
     );
     assert!(rig.rpc.logs_left_out() >= 2, "asked again within the wait");
-    stack.chain(&["mint", &buyer.address, "1000000"]);
-    let (header, _) = rig.sign(&buyer, &body, &[]).await;
-    let response = rig.send(&body, &header).await;
-    assert_eq!(
-        reason_of(&response),
-        "invalid_exact_evm_insufficient_balance",
-        "not struck: verified, and refused again at settle"
-    );
-    assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
+    assert_not_struck(&rig, &buyer, &body).await;
 
     // A refusal for validBefore: the facilitator's clock is not the chain's, and the
     // authorization may still run until a block reaches it: pending, not a fresh challenge.
@@ -219,6 +203,20 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     assert_eq!(response.status().as_u16(), 402, "the second read answered");
     assert_eq!(reason_of(&response), "invalid_exact_evm_signature");
     assert_eq!(rig.only_row().await.state, "settle_failed");
+}
+
+/// `buyer`, refused for funds once on `rig`, was not struck: funded again, their next payment
+/// reaches `/verify` and is refused at settle again (the facilitator proxy still refuses).
+async fn assert_not_struck(rig: &Rig<'_>, buyer: &Buyer, body: &Value) {
+    rig.stack.chain(&["mint", &buyer.address, "1000000"]);
+    let (header, _) = rig.sign(buyer, body, &[]).await;
+    let response = rig.send(body, &header).await;
+    assert_eq!(
+        reason_of(&response),
+        "invalid_exact_evm_insufficient_balance",
+        "not struck: verified, and refused again at settle"
+    );
+    assert_eq!(rig.rows().await.len(), 2, "the next call reached /verify");
 }
 
 /// `body` is what the published OpenAPI document says a pending settlement's 503 carries
