@@ -136,18 +136,21 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
 
     // The funds went to us (as when another call of theirs settled first): unpaid, and not
     // struck for a shortfall our own charge caused.
-    let buyer = stack.fresh_buyer("1000000");
+    let buyer = stack.fresh_buyer("0");
     let refuse = Settle::RefuseForFunds {
         sweep_key: Some(buyer.key.clone()),
         sweep_late: false,
         to_us: Some(1_000_000),
     };
     let rig = Rig::start(stack, refuse, &wait).await;
-    // The provider's log index misses the transfer to us at first, then catches up.
-    rig.rpc.freeze_log_index(Some(1)).await;
+    // The provider's log index misses the buyer's deposit (just before the call) and the
+    // transfer to us at first, then catches up. Missed together, they still balance: only
+    // the shortfall's leaving, which /verify implies, tells the logs are incomplete.
+    rig.rpc.freeze_log_index(Some(2)).await;
+    stack.chain(&["mint", &buyer.address, "1000000"]);
     let (body, _, response) = rig.pay_once(&buyer).await;
     assert_eq!(response.status().as_u16(), 402, "funds gone");
-    assert_eq!(rig.rpc.logs_left_out(), 1, "the first search missed it");
+    assert_eq!(rig.rpc.logs_left_out(), 2, "the first search missed both");
     let row = rig.only_row().await;
     assert_eq!(row.state, "settle_failed", "{row:?}");
     let evidence = row.evidence.unwrap_or_default();
@@ -180,6 +183,26 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     );
     assert!(rig.rpc.logs_left_out() >= 2, "asked again within the wait");
     assert_not_struck(&rig, &buyer, &body).await;
+
+    // A search of the payer's transfers still running when the wait ends: no one is struck,
+    // and the 402 stands (the chain proved the payment unpaid already).
+    let buyer = stack.fresh_buyer("1000000");
+    let refuse = Settle::RefuseForFunds {
+        sweep_key: Some(buyer.key.clone()),
+        sweep_late: false,
+        to_us: None,
+    };
+    let rig = Rig::start(stack, refuse, &short).await;
+    rig.rpc.set_delay("eth_getLogs", Duration::from_secs(3));
+    let (_, _, response) = rig.pay_once(&buyer).await;
+    assert_eq!(response.status().as_u16(), 402, "unpaid, not pending");
+    let row = rig.only_row().await;
+    assert_eq!(row.state, "settle_failed", "{row:?}");
+    let evidence = row.evidence.unwrap_or_default();
+    assert!(
+        evidence.contains("where its funds went was not read by the wait's end: not struck"),
+        "{evidence}"
+    );
 
     // A refusal for validBefore: the facilitator's clock is not the chain's, and the
     // authorization may still run until a block reaches it: pending, not a fresh challenge.

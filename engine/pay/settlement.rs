@@ -478,7 +478,8 @@ async fn read_refused(
 /// a few blocks before this call's `/verify` to `block`, added back, covers this payment.
 /// Then our own charge took the funds (another call of theirs, settled first), and being
 /// struck for an hour for it would be wrong. A strike is an accusation, so the search must
-/// account for the payer's balance at `block` to the unit ([`Flows::account_for`]). Logs
+/// account for the payer's balance at `block` to the unit ([`Flows::account_for`]), with at
+/// least the shortfall leaving them (`/verify` saw the whole amount). Logs
 /// that fall short come from a log index behind the block: they are asked again until `until`.
 /// A search that never accounts for it, fails, or runs past `until` strikes no one.
 async fn whose_shortfall(
@@ -541,7 +542,10 @@ async fn judge_shortfall(
             .await
             .map_err(|_| late())?
             .map_err(unreadable)?;
-        if flows.account_for(balance) {
+        // `/verify` saw the whole amount, so at least the shortfall left the payer since: a
+        // log index that stopped before a deposit and what followed it can still balance.
+        let shortfall = terms.value.saturating_sub(balance);
+        if flows.account_for(balance) && flows.sent >= shortfall {
             return Ok(if balance.saturating_add(flows.to_us) >= terms.value {
                 Verdict::OurCharge(flows.to_us)
             } else {

@@ -309,7 +309,7 @@ impl State {
         }
         self.logs_left_out.fetch_add(1, Ordering::SeqCst);
         if let Some(left) = frozen.catch_up_after.as_mut() {
-            *left -= 1;
+            *left = left.saturating_sub(1);
             if *left == 0 {
                 *index = None;
             }
