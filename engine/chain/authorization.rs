@@ -141,8 +141,10 @@ impl ChainReadError {
 /// at `/verify`: a few Base blocks.
 const VERIFY_LAG_SECONDS: u64 = 6;
 
-/// The most `Transfer` logs one search of a payer's transfers reads: a wallet that moves
-/// funds more often than this within seconds is not a buyer we can judge, and is not struck.
+/// The most `Transfer` logs that move funds (a value, between the payer and another) one
+/// search of a payer's transfers reads: a wallet that moves funds more often than this within
+/// seconds is not a buyer we can judge, and is not struck. Zero-value logs, which anyone can
+/// emit to any address, do not count.
 const MAX_FLOW_LOGS: usize = 10_000;
 
 /// The smallest log window we shrink to before calling a refusal an error.
@@ -361,9 +363,9 @@ impl AuthorizationReader {
         let mut read = 0;
         let from_payer = transfers.clone().topic1(terms.payer.into_word());
         self.each_window(&from_payer, start.block, until_block, |logs| {
-            read += logs.len();
             for (from, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
-                if from == terms.payer && to != terms.payer {
+                if from == terms.payer && to != terms.payer && !value.is_zero() {
+                    read += 1;
                     flows.sent = flows.sent.saturating_add(value);
                     if to == terms.pay_to {
                         flows.to_us = flows.to_us.saturating_add(value);
@@ -378,9 +380,9 @@ impl AuthorizationReader {
         }
         let to_payer = transfers.topic2(terms.payer.into_word());
         self.each_window(&to_payer, start.block, until_block, |logs| {
-            read += logs.len();
             for (from, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
-                if to == terms.payer && from != terms.payer {
+                if to == terms.payer && from != terms.payer && !value.is_zero() {
+                    read += 1;
                     flows.received = flows.received.saturating_add(value);
                 }
             }
@@ -395,7 +397,7 @@ impl AuthorizationReader {
 
     fn too_many() -> ChainReadError {
         ChainReadError(format!(
-            "more than {MAX_FLOW_LOGS} transfers of the payer in the search"
+            "more than {MAX_FLOW_LOGS} transfers moving the payer's funds in the search"
         ))
     }
 

@@ -8,7 +8,7 @@
 //! | `settlement_pending` with a hash | `/settle` once more with the identical payload, then follow the hash |
 //! | a failure naming a transaction, a timeout, a transport error | follow the chain: the outcome is unknown until it says otherwise |
 //! | a refusal from its settle-time re-verification, with no transaction, to our first sending | read `authorizationState`: unused → unpaid now; used → follow |
-//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment, or the node's logs do not account for their balance |
+//! | such a refusal for the payer's balance | unpaid now only once one block shows the nonce unused *and* the balance short; the payer struck unless what they paid us meanwhile covers the payment, or the node's logs do not account for their balance (to the unit, with at least the shortfall leaving them) by the wait's end, or the search fails or finds more than 10,000 transfers |
 //! | either, while our node still shows the funds or a read fails | asked again each poll; pending when the wait ends. Used → follow |
 //! | the same refusal to a `/settle` the gateway sent again (the first one's answer was lost) | follow the chain |
 //! | any other failure with no transaction (a broadcast's answer may have been lost), `invalid_exact_evm_nonce_already_used` among them | follow the chain |
@@ -537,11 +537,19 @@ async fn judge_shortfall(
             .await
             .map_err(|_| late())?
             .map_err(unreadable)?;
+    let short_of = |start: u64| {
+        format!(
+            "the node's logs from block {start} to {block} do not account for its balance (a log index behind the block answers [])"
+        )
+    };
+    let mut fell_short = false;
     loop {
-        let flows = tokio::time::timeout_at(until, chain.flows(terms, &start, block))
-            .await
-            .map_err(|_| late())?
-            .map_err(unreadable)?;
+        let flows = match tokio::time::timeout_at(until, chain.flows(terms, &start, block)).await {
+            Ok(read) => read.map_err(unreadable)?,
+            // A search cut by the wait after one that fell short: that is what was learnt.
+            Err(_) if fell_short => return Err(short_of(start.block)),
+            Err(_) => return Err(late()),
+        };
         // `/verify` saw the whole amount, so at least the shortfall left the payer since: a
         // log index that stopped before a deposit and what followed it can still balance.
         let shortfall = terms.value.saturating_sub(balance);
@@ -553,11 +561,9 @@ async fn judge_shortfall(
             });
         }
         if Instant::now() + POLL_INTERVAL >= until {
-            return Err(format!(
-                "the node's logs from block {} to {block} do not account for its balance (a log index behind the block answers [])",
-                start.block
-            ));
+            return Err(short_of(start.block));
         }
+        fell_short = true;
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
