@@ -137,11 +137,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     // The funds went to us (as when another call of theirs settled first): unpaid, and not
     // struck for a shortfall our own charge caused.
     let buyer = stack.fresh_buyer("0");
-    let refuse = Settle::RefuseForFunds {
-        sweep_key: Some(buyer.key.clone()),
-        sweep_late: false,
-        to_us: Some(1_000_000),
-    };
+    let refuse = swept_at_settle(&buyer, Some(1_000_000));
     let rig = Rig::start(stack, refuse, &wait).await;
     // The provider's log index misses the buyer's deposit (just before the call) and the
     // transfer to us at first, then catches up. Missed together, they still balance: only
@@ -163,11 +159,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     // The same, while the provider's log index lags its state reads for good: the logs never
     // account for the payer's balance, so no one is struck.
     let buyer = stack.fresh_buyer("1000000");
-    let refuse = Settle::RefuseForFunds {
-        sweep_key: Some(buyer.key.clone()),
-        sweep_late: false,
-        to_us: Some(1_000_000),
-    };
+    let refuse = swept_at_settle(&buyer, Some(1_000_000));
     let rig = Rig::start(stack, refuse, &[("FACTOMAT_SETTLEMENT_WAIT_MS", "3000")]).await;
     rig.rpc.freeze_log_index(None).await;
     let (body, _, response) = rig.pay_once(&buyer).await;
@@ -187,11 +179,7 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     // A search of the payer's transfers still running when the wait ends: no one is struck,
     // and the 402 stands (the chain proved the payment unpaid already).
     let buyer = stack.fresh_buyer("1000000");
-    let refuse = Settle::RefuseForFunds {
-        sweep_key: Some(buyer.key.clone()),
-        sweep_late: false,
-        to_us: None,
-    };
+    let refuse = swept_at_settle(&buyer, None);
     let rig = Rig::start(stack, refuse, &short).await;
     rig.rpc.set_delay("eth_getLogs", Duration::from_secs(3));
     let (_, _, response) = rig.pay_once(&buyer).await;
@@ -226,6 +214,16 @@ async fn a_refusal_before_broadcasting_is_unpaid_only_when_our_node_agrees() {
     assert_eq!(response.status().as_u16(), 402, "the second read answered");
     assert_eq!(reason_of(&response), "invalid_exact_evm_signature");
     assert_eq!(rig.only_row().await.state, "settle_failed");
+}
+
+/// A facilitator that moves `buyer`'s funds away during `/settle` (`to_us` of them to our
+/// payTo, the rest elsewhere), then refuses for funds.
+fn swept_at_settle(buyer: &Buyer, to_us: Option<u128>) -> Settle {
+    Settle::RefuseForFunds {
+        sweep_key: Some(buyer.key.clone()),
+        sweep_late: false,
+        to_us,
+    }
 }
 
 /// `buyer`, refused for funds once on `rig`, was not struck: funded again, their next payment

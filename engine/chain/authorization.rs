@@ -360,54 +360,73 @@ impl AuthorizationReader {
             before: start.balance,
             ..Flows::default()
         };
-        let mut read = 0;
+        let mut left = MAX_FLOW_LOGS;
         let from_payer = transfers.clone().topic1(terms.payer.into_word());
-        self.each_window(&from_payer, start.block, until_block, |logs| {
-            for (from, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
-                if from == terms.payer && to != terms.payer && !value.is_zero() {
-                    read += 1;
+        self.each_transfer(
+            &from_payer,
+            terms.asset,
+            (start.block, until_block),
+            &mut left,
+            // A node's answer is held to the filter it was asked.
+            |from, to, value| {
+                if from == terms.payer {
                     flows.sent = flows.sent.saturating_add(value);
-                    if to == terms.pay_to {
-                        flows.to_us = flows.to_us.saturating_add(value);
-                    }
                 }
-            }
-            Self::within(read)
-        })
+                if from == terms.payer && to == terms.pay_to {
+                    flows.to_us = flows.to_us.saturating_add(value);
+                }
+            },
+        )
         .await?;
-        if read > MAX_FLOW_LOGS {
-            return Err(Self::too_many());
-        }
         let to_payer = transfers.topic2(terms.payer.into_word());
-        self.each_window(&to_payer, start.block, until_block, |logs| {
-            for (from, to, value, _) in logs.iter().filter_map(|l| transfer_of(l, terms.asset)) {
-                if to == terms.payer && from != terms.payer && !value.is_zero() {
-                    read += 1;
+        self.each_transfer(
+            &to_payer,
+            terms.asset,
+            (start.block, until_block),
+            &mut left,
+            |_, to, value| {
+                if to == terms.payer {
                     flows.received = flows.received.saturating_add(value);
                 }
-            }
-            Self::within(read)
-        })
+            },
+        )
         .await?;
-        if read > MAX_FLOW_LOGS {
-            return Err(Self::too_many());
-        }
         Ok(flows)
     }
 
-    fn too_many() -> ChainReadError {
-        ChainReadError(format!(
-            "more than {MAX_FLOW_LOGS} transfers moving the payer's funds in the search"
-        ))
-    }
-
-    /// Whether a search that has read `read` logs goes on.
-    fn within(read: usize) -> ControlFlow<()> {
-        if read > MAX_FLOW_LOGS {
-            ControlFlow::Break(())
-        } else {
+    /// Hands `take` each `Transfer` of `asset` that `filter` matches in `blocks` and that moves
+    /// funds (a value, between two addresses), at most `left` of them: more is an error.
+    async fn each_transfer(
+        &self,
+        filter: &Filter,
+        asset: Address,
+        (from, to): (u64, u64),
+        left: &mut usize,
+        mut take: impl FnMut(Address, Address, U256),
+    ) -> Result<(), ChainReadError> {
+        let mut too_many = false;
+        self.each_window(filter, from, to, |logs| {
+            let moving = logs
+                .iter()
+                .filter_map(|log| transfer_of(log, asset))
+                .filter(|(from, to, value, _)| from != to && !value.is_zero());
+            for (from, to, value, _) in moving {
+                if *left == 0 {
+                    too_many = true;
+                    return ControlFlow::Break(());
+                }
+                *left -= 1;
+                take(from, to, value);
+            }
             ControlFlow::Continue(())
+        })
+        .await?;
+        if too_many {
+            return Err(ChainReadError(format!(
+                "more than {MAX_FLOW_LOGS} transfers moving the payer's funds in the search"
+            )));
         }
+        Ok(())
     }
 
     /// Hands the logs `filter` matches in `[from, to]` to `visit`, window by window, in
